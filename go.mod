@@ -1,0 +1,3 @@
+module nodeflow
+
+go 1.26
