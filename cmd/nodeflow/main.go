@@ -1,0 +1,58 @@
+// Command nodeflow is the per-node OpenFlow controller for Open vSwitch.
+//
+// Each subcommand lives in its own file of this package and registers itself
+// in init() by appending to commands.
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/sirupsen/logrus"
+	"github.com/urfave/cli/v2"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+// commands holds the subcommands, registered by the files that implement them.
+var commands []*cli.Command
+
+func main() {
+	app := &cli.App{
+		Name:    "nodeflow",
+		Usage:   "per-node OpenFlow controller for Open vSwitch",
+		Version: version,
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "log-level", Value: "info", EnvVars: []string{"NODEFLOW_LOG_LEVEL"}, Usage: "panic, fatal, error, warn, info, debug or trace"},
+			&cli.StringFlag{Name: "log-format", Value: "text", EnvVars: []string{"NODEFLOW_LOG_FORMAT"}, Usage: "text or json"},
+		},
+		Before: func(c *cli.Context) error {
+			lvl, err := logrus.ParseLevel(c.String("log-level"))
+			if err != nil {
+				return fmt.Errorf("--log-level: %w", err)
+			}
+			logrus.SetLevel(lvl)
+			switch c.String("log-format") {
+			case "json":
+				logrus.SetFormatter(&logrus.JSONFormatter{})
+			case "text":
+			default:
+				return fmt.Errorf("--log-format: %q is not text or json", c.String("log-format"))
+			}
+			return nil
+		},
+		Commands: append([]*cli.Command{{
+			Name:  "version",
+			Usage: "print the version",
+			Action: func(c *cli.Context) error {
+				fmt.Println(version)
+				return nil
+			},
+		}}, commands...),
+	}
+	if err := app.Run(os.Args); err != nil {
+		fmt.Fprintln(os.Stderr, "nodeflow:", err)
+		os.Exit(1)
+	}
+}
