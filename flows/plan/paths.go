@@ -1,0 +1,207 @@
+package plan
+
+import "fmt"
+
+// MaxRecirculations is the userspace datapath's limit: it drops a packet
+// after this many recirculations, counted across bridges joined by patch
+// ports ("Max recirculation depth exceeded").
+const MaxRecirculations = 6
+
+// Step is one table visit on a packet's path.
+type Step struct {
+	Bridge Bridge
+	Table  TableID
+	// Does is what the matching flow does, in short ovs-ofctl syntax.
+	Does string
+	// Recirc is set when the step costs a datapath recirculation: a
+	// ct(..., table=N), or a tunnel pop.
+	Recirc bool
+}
+
+// Path is the journey of one packet (the first of a connection in one
+// direction) through both bridges.
+type Path struct {
+	// Name is "source -> destination -> endpoint (direction)".
+	Name  string
+	Steps []Step
+}
+
+// Recirculations counts the recirculations on p.
+func (p Path) Recirculations() int {
+	n := 0
+	for _, s := range p.Steps {
+		if s.Recirc {
+			n++
+		}
+	}
+	return n
+}
+
+func st(b Bridge, t TableID, does string) Step { return Step{b, t, does, false} }
+func rc(b Bridge, t TableID, does string) Step { return Step{b, t, does, true} }
+func pod(t TableID, does string) Step          { return st(Pod, t, does) }
+func podRecirc(t TableID, does string) Step    { return rc(Pod, t, does) }
+func gw(t TableID, does string) Step           { return st(Gateway, t, does) }
+func gwRecirc(t TableID, does string) Step     { return rc(Gateway, t, does) }
+func steps(groups ...[]Step) []Step {
+	var out []Step
+	for _, g := range groups {
+		out = append(out, g...)
+	}
+	return out
+}
+func seq(s ...Step) []Step { return s }
+
+// Shared segments.
+var (
+	podIngress = seq(
+		pod(PodClassifier, "in_port=pod: FromPod, goto 10"),
+		pod(PodPortSecurity, "dl_src,nw_src of the pod: NamespaceID, goto 20"),
+	)
+	svcLookup = seq(
+		pod(PodUnSNAT, "not to a SNAT address: goto 25"),
+		podRecirc(PodConntrack, "ct(zone=65000,nat,table=30)"),
+	)
+	svcNew = seq(
+		pod(PodServiceLB, "+new, VIP:port: group:N; bucket loads EndpointIP/Port, resubmit(,35)"),
+		podRecirc(PodEndpointDNAT, "ct(commit,zone=65000,nat(dst=ep),exec(SNATKind),table=40)"),
+	)
+	svcEst  = seq(pod(PodServiceLB, "established: goto 40"), pod(PodSNAT, "no SNAT mark: goto 50"))
+	toLocal = seq(
+		pod(PodEgressFirewall, "cluster destination: goto 60"),
+		pod(PodRouting, "local pod subnet: goto 70"),
+		pod(PodLocalDelivery, "set MACs, output:pod"),
+	)
+	toTunnel = seq(
+		pod(PodEgressFirewall, "cluster destination: goto 60"),
+		pod(PodRouting, "remote node subnet: goto 80"),
+		pod(PodTunnelEgress, "set tun_dst, tun_id; output:vxlan0"),
+	)
+	fromTunnel = seq(
+		gwRecirc(GatewayClassifier, "in_port=eth0: ct(zone=64000,nat,table=1)"),
+		gw(GatewayUplinkReturn, "not ours: NORMAL to LOCAL"),
+		rc(Pod, PodClassifier, "tnl_pop (native tunnel decap), in_port=vxlan0: FromTunnel, goto 15"),
+		pod(PodTunnelIngress, "tun_src of a node: NamespaceID from tun_id, goto 20"),
+	)
+	hostToSvc = seq(
+		gwRecirc(GatewayClassifier, "p500 in_port=LOCAL,nw_dst=svc CIDR: ct(commit,zone=64001,nat(src=169.254.169.2),table=2)"),
+		gw(GatewayToRouter, "set router MAC, output:patch"),
+		pod(PodClassifier, "in_port=patch: FromGateway, goto 20"),
+	)
+	toHostMasq = seq(
+		pod(PodRouting, "nw_dst=169.254.169.0/29: goto 95"),
+		pod(PodGatewayOutput, "set MACs, output:patch (IN_PORT from the patch port)"),
+		gwRecirc(GatewayClassifier, "p500 in_port=patch,nw_src=svc CIDR,nw_dst=169.254.169.2: ct(zone=64001,nat,table=3)"),
+	)
+	hostHairpin = seq(
+		pod(PodRouting, "to a host endpoint: goto 95"),
+		pod(PodGatewayOutput, "set MACs, IN_PORT (or output:patch from a pod)"),
+		gwRecirc(GatewayClassifier, "p500 in_port=patch,nw_src=node IP,nw_dst=169.254.169.2: ct(commit,zone=64001,nat(dst=node IP),table=4)"),
+		gwRecirc(GatewayHostHairpin, "ct(commit,zone=64002,nat(src=169.254.169.1),table=3)"),
+		gw(GatewayToHost, "swap MACs, output:LOCAL"),
+	)
+	hostHairpinReply = seq(
+		gwRecirc(GatewayClassifier, "p500 in_port=LOCAL,nw_dst=169.254.169.1: ct(zone=64002,nat,table=5)"),
+		gwRecirc(GatewayHairpinReturn, "ct(commit,zone=64001,nat,table=2)"),
+		gw(GatewayToRouter, "set router MAC, output:patch"),
+		pod(PodClassifier, "in_port=patch: FromGateway, goto 20"),
+		podRecirc(PodUnSNAT, "nw_dst=node IP: ct(zone=65001,nat,table=25)"),
+		podRecirc(PodConntrack, "ct(zone=65000,nat,table=30)"),
+	)
+	snatNodeIP = seq(podRecirc(PodSNAT, "+new, SNATToNodeIP: ct(commit,zone=65001,nat(src=node IP),table=50)"),
+		pod(PodEgressFirewall, "host endpoint of the cluster: goto 60"))
+	snatGateway = seq(podRecirc(PodSNAT, "+new, SNATToGateway: ct(commit,zone=65001,nat(src=gateway),table=50)"))
+	toUplink    = seq(
+		pod(PodRouting, "outside the cluster, SNAT already done: goto 95"),
+		pod(PodGatewayOutput, "next hop's MAC, IN_PORT or output:patch"),
+		gw(GatewayClassifier, "p100 in_port=patch: ct(commit,zone=64000,exec(ct_mark=0x1)),output:eth0"),
+	)
+	fromUplinkToBr0 = seq(
+		gwRecirc(GatewayClassifier, "p50 in_port=eth0: ct(zone=64000,nat,table=1)"),
+		gw(GatewayUplinkReturn, "+est, ct_mark=0x1: output:patch"),
+		pod(PodClassifier, "in_port=patch: FromGateway, goto 20"),
+		podRecirc(PodUnSNAT, "nw_dst=node IP: ct(zone=65001,nat,table=25)"),
+		podRecirc(PodConntrack, "ct(zone=65000,nat,table=30)"),
+	)
+	nodePortIn = seq(
+		gw(GatewayClassifier, "p110 in_port=eth0,tcp,tp_dst=nodePort: output:patch"),
+		pod(PodClassifier, "in_port=patch: FromGateway, goto 20"),
+		podRecirc(PodUnSNAT, "nw_dst=node IP: ct(zone=65001,nat,table=25)"),
+		podRecirc(PodConntrack, "ct(zone=65000,nat,table=30)"),
+	)
+	replyToUplink = seq(
+		pod(PodRouting, "reply of a DNATed connection: goto 95"),
+		pod(PodGatewayOutput, "next hop's MAC, output:patch"),
+		gw(GatewayClassifier, "p110 in_port=patch,tp_src=nodePort: output:eth0"),
+	)
+)
+
+// paths lists the paths that matter for the recirculation budget: every
+// cell of the traffic matrix, in both directions.
+var paths = []Path{
+	{"pod -> pod, same node", steps(podIngress, svcLookup, svcEst, toLocal)},
+	{"pod -> pod, other node (sending node)", steps(podIngress, svcLookup, svcEst, toTunnel)},
+	{"pod -> pod, other node (receiving node)", steps(fromTunnel, svcLookup, svcEst, toLocal)},
+	{"pod -> ClusterIP -> local pod", steps(podIngress, svcLookup, svcNew, seq(pod(PodSNAT, "no SNAT mark: goto 50")), toLocal)},
+	{"pod -> ClusterIP -> local pod (reply)", steps(podIngress, svcLookup, svcEst, toLocal)},
+	{"pod -> ClusterIP -> remote pod", steps(podIngress, svcLookup, svcNew, seq(pod(PodSNAT, "no SNAT mark: goto 50")), toTunnel)},
+	{"pod -> ClusterIP -> itself (hairpin)", steps(podIngress, svcLookup, svcNew, snatGateway, toLocal)},
+	{"pod -> ClusterIP -> itself (hairpin reply)", steps(podIngress,
+		seq(podRecirc(PodUnSNAT, "nw_dst=gateway: ct(zone=65001,nat,table=25)"), podRecirc(PodConntrack, "ct(zone=65000,nat,table=30)")),
+		svcEst, toLocal)},
+	{"pod -> ClusterIP -> host endpoint, this node", steps(podIngress, svcLookup, svcNew, snatNodeIP, hostHairpin)},
+	{"pod -> ClusterIP -> host endpoint, this node (reply)", steps(hostHairpinReply, svcEst, toLocal)},
+	{"pod -> ClusterIP -> host endpoint, other node", steps(podIngress, svcLookup, svcNew, snatNodeIP, toUplink)},
+	{"pod -> ClusterIP -> host endpoint, other node (reply)", steps(fromUplinkToBr0, svcEst, toLocal)},
+	{"pod -> outside", steps(podIngress, svcLookup, svcEst[:1],
+		seq(pod(PodSNAT, "no SNAT mark: goto 50"), pod(PodEgressFirewall, "rule allows: goto 60"),
+			pod(PodRouting, "default route: goto 90"),
+			podRecirc(PodEgressSNAT, "ct(commit,zone=65001,nat(src=node IP),table=95)"),
+			pod(PodGatewayOutput, "next hop's MAC, output:patch"),
+			gw(GatewayClassifier, "p100 in_port=patch: ct(commit,zone=64000,exec(ct_mark=0x1)),output:eth0")))},
+	{"pod -> outside (reply)", steps(fromUplinkToBr0, svcEst, toLocal)},
+	{"host -> ClusterIP -> local pod", steps(hostToSvc, svcLookup, svcNew, seq(pod(PodSNAT, "no SNAT mark: goto 50")), toLocal)},
+	{"host -> ClusterIP -> local pod (reply)", steps(podIngress, svcLookup, svcEst, seq(pod(PodEgressFirewall, "cluster destination: goto 60")), toHostMasq,
+		seq(gw(GatewayToHost, "swap MACs, output:LOCAL")))},
+	{"host -> ClusterIP -> remote pod", steps(hostToSvc, svcLookup, svcNew, snatGateway, toTunnel)},
+	{"host -> ClusterIP -> remote pod (reply)", steps(fromTunnel,
+		seq(podRecirc(PodUnSNAT, "nw_dst=gateway: ct(zone=65001,nat,table=25)"), podRecirc(PodConntrack, "ct(zone=65000,nat,table=30)")),
+		svcEst, seq(pod(PodEgressFirewall, "cluster destination: goto 60")), toHostMasq)},
+	{"host -> ClusterIP -> host endpoint, this node (the longest)", steps(hostToSvc, svcLookup, svcNew, snatNodeIP, hostHairpin)},
+	{"host -> ClusterIP -> host endpoint, this node (reply)", steps(hostHairpinReply, svcEst,
+		seq(pod(PodEgressFirewall, "cluster destination: goto 60")), toHostMasq, seq(gw(GatewayToHost, "swap MACs, output:LOCAL")))},
+	{"host -> ClusterIP -> secondary IP of this node", steps(hostToSvc, svcLookup, svcNew, snatNodeIP,
+		seq(pod(PodRouting, "to a host endpoint: goto 95"), pod(PodGatewayOutput, "set MACs, IN_PORT"),
+			gwRecirc(GatewayClassifier, "p500 in_port=patch,nw_src=node IP,nw_dst=secondary IP: ct(commit,zone=64001,table=4)"),
+			gwRecirc(GatewayHostHairpin, "ct(commit,zone=64002,nat(src=169.254.169.1),table=3)"),
+			gw(GatewayToHost, "swap MACs, output:LOCAL")))},
+	{"host -> ClusterIP -> host endpoint, other node", steps(hostToSvc, svcLookup, svcNew, snatNodeIP, toUplink)},
+	{"host -> ClusterIP -> host endpoint, other node (reply)", steps(fromUplinkToBr0, svcEst,
+		seq(pod(PodEgressFirewall, "cluster destination: goto 60")), toHostMasq, seq(gw(GatewayToHost, "swap MACs, output:LOCAL")))},
+	{"outside -> NodePort -> local pod", steps(nodePortIn, svcNew, seq(pod(PodSNAT, "no SNAT mark: goto 50")), toLocal)},
+	{"outside -> NodePort -> local pod (reply)", steps(podIngress, svcLookup, svcEst, seq(pod(PodEgressFirewall, "rule allows: goto 60")), replyToUplink)},
+	{"outside -> NodePort -> remote pod", steps(nodePortIn, svcNew, snatGateway, toTunnel)},
+	{"outside -> NodePort -> remote pod (reply)", steps(fromTunnel,
+		seq(podRecirc(PodUnSNAT, "nw_dst=gateway: ct(zone=65001,nat,table=25)"), podRecirc(PodConntrack, "ct(zone=65000,nat,table=30)")),
+		svcEst, seq(pod(PodEgressFirewall, "rule allows: goto 60")), replyToUplink)},
+	{"outside -> NodePort -> host endpoint, this node", steps(nodePortIn, svcNew, snatNodeIP, hostHairpin)},
+}
+
+// Paths returns the documented paths.
+func Paths() []Path { return append([]Path(nil), paths...) }
+
+// CheckPaths verifies that every step names a declared table and that no
+// path exceeds MaxRecirculations.
+func CheckPaths() error {
+	for _, p := range paths {
+		for i, s := range p.Steps {
+			if _, ok := LookupTable(s.Bridge, s.Table); !ok {
+				return fmt.Errorf("plan: path %q step %d: %s has no table %d", p.Name, i, s.Bridge, s.Table)
+			}
+		}
+		if n := p.Recirculations(); n > MaxRecirculations {
+			return fmt.Errorf("plan: path %q: %d recirculations, the datapath allows %d", p.Name, n, MaxRecirculations)
+		}
+	}
+	return nil
+}

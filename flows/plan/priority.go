@@ -1,0 +1,120 @@
+package plan
+
+import "fmt"
+
+// Priority is a flow priority.
+type Priority uint16
+
+// Priorities shared by br0's tables. A table's own section in
+// docs/pipeline.md says which it uses for what.
+const (
+	// PriorityMiss is the explicit miss flow every table ends with.
+	PriorityMiss Priority = 0
+	// PriorityLow is a table's catch-all above the miss (a default route,
+	// "every IP packet").
+	PriorityLow Priority = 50
+	// PriorityNormal is the ordinary per-object flow.
+	PriorityNormal Priority = 100
+	// PriorityHigh overrides PriorityNormal (a more specific case of the
+	// same object, e.g. established connections with a SNAT mark).
+	PriorityHigh Priority = 200
+	// PriorityOverride wins over everything in a table (ARP for the router
+	// address, traffic to a SNAT address).
+	PriorityOverride Priority = 300
+)
+
+// breth0 priorities: the seed's.
+const (
+	// PriorityMasquerade is table 0's host/router masquerade flows.
+	PriorityMasquerade Priority = 500
+	// PriorityServiceIngress is table 0's per-service flows (NodePort,
+	// ExternalIP, LoadBalancer ingress and their replies).
+	PriorityServiceIngress Priority = 110
+	// PriorityGatewayCommit is table 0's zone-64000 commit of traffic from
+	// br0 and from the host, and table 1's return by ct_mark.
+	PriorityGatewayCommit Priority = 100
+	// PriorityUplinkConntrack is table 0's zone-64000 lookup of traffic
+	// from the uplink.
+	PriorityUplinkConntrack Priority = 50
+	// PriorityBridgeMAC is the flows on the bridge's own MAC.
+	PriorityBridgeMAC Priority = 10
+)
+
+// Band is an inclusive range of priorities that one feature ranks its
+// flows in, highest first.
+type Band struct {
+	Name      string
+	Low, High Priority
+}
+
+// Size returns the number of priorities in the band.
+func (b Band) Size() int { return int(b.High) - int(b.Low) + 1 }
+
+// Rank returns the priority of the i-th (0-based) item in the band's
+// order: the first gets High, the next High-1, and so on. An index past
+// the band's size is an error naming the band.
+func (b Band) Rank(i int) (Priority, error) {
+	if i < 0 || i >= b.Size() {
+		return 0, fmt.Errorf("plan: band %s: rank %d: %w (0-%d)", b.Name, i, ErrRange, b.Size()-1)
+	}
+	return b.High - Priority(i), nil
+}
+
+// Contains reports whether p is in the band.
+func (b Band) Contains(p Priority) bool { return p >= b.Low && p <= b.High }
+
+// EgressFirewallRules ranks a namespace's egress firewall rules in table
+// PodEgressFirewall: the first rule gets the highest priority, so the
+// first match wins. 10,000 rules fit (openshift-sdn documented 1,000,
+// ovn-kubernetes 8,000).
+var EgressFirewallRules = Band{Name: "EgressFirewallRules", Low: 1000, High: 10999}
+
+// PriorityEgressFirewallBypass lets destinations inside the cluster and
+// service networks skip the egress firewall; it is above every rule.
+const PriorityEgressFirewallBypass Priority = 20000
+
+// IDRange is an inclusive range of group or meter ids.
+type IDRange struct {
+	Name        string
+	First, Last uint32
+}
+
+// Contains reports whether id is in r.
+func (r IDRange) Contains(id uint32) bool { return id >= r.First && id <= r.Last }
+
+// Size returns the number of ids in r.
+func (r IDRange) Size() uint32 { return r.Last - r.First + 1 }
+
+// ServiceGroups is the range of service group ids on br0. A service
+// port's group id is also its ServiceID (reg5).
+var ServiceGroups = IDRange{Name: "ServiceGroups", First: 1, Last: 0x0fff_ffff}
+
+// Meter ids on br0: one per packet-in category, so a flood of one kind
+// cannot starve another.
+const (
+	// MeterUnidle limits packet-ins of new connections to idled services.
+	MeterUnidle uint32 = 1
+	// MeterReject limits packet-ins of new connections to services
+	// without endpoints, answered with TCP RST or ICMP unreachable.
+	MeterReject uint32 = 2
+)
+
+// PacketInCategory is the first byte of the userdata of every
+// controller() action nodeflow installs; the agent dispatches on it.
+type PacketInCategory uint8
+
+// Packet-in categories.
+const (
+	PacketInUnidle PacketInCategory = 1
+	PacketInReject PacketInCategory = 2
+)
+
+// ControllerID is the controller id nodeflow's connection announces
+// (NXT_SET_CONTROLLER_ID) and that its controller() actions name, so
+// packet-ins reach only nodeflow and not an ovs-ofctl monitor.
+const ControllerID uint16 = 0x6e66 // "nf"
+
+// PipelineVersion is the version of this plan. It is written into the
+// version note of both bridges; bump it when a change to the plan means
+// old flows must not be mistaken for new ones.
+const PipelineVersion = 1

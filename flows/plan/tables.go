@@ -1,0 +1,283 @@
+package plan
+
+import (
+	"fmt"
+	"slices"
+)
+
+// Bridge is the role of a bridge nodeflow owns. The agent may give the
+// bridges other names; String spells the roles with the default names.
+type Bridge uint8
+
+// The two bridges.
+const (
+	// Pod is br0: pod ports, vxlan0, mp0 and the patch port to breth0.
+	Pod Bridge = 1
+	// Gateway is breth0: the uplink, the node IP on LOCAL, the patch port
+	// to br0.
+	Gateway Bridge = 2
+)
+
+// Bridges lists both bridges in a fixed order.
+var Bridges = []Bridge{Pod, Gateway}
+
+// String returns the default bridge name, "br0" or "breth0".
+func (b Bridge) String() string {
+	switch b {
+	case Pod:
+		return "br0"
+	case Gateway:
+		return "breth0"
+	}
+	return fmt.Sprintf("bridge(%d)", uint8(b))
+}
+
+// ParseBridge maps a default bridge name back to its role.
+func ParseBridge(s string) (Bridge, error) {
+	for _, b := range Bridges {
+		if b.String() == s {
+			return b, nil
+		}
+	}
+	return 0, fmt.Errorf("plan: unknown bridge %q (want br0 or breth0)", s)
+}
+
+// TableID is an OpenFlow table number.
+type TableID uint8
+
+// MissKind says what the lowest-priority flow of a table does. Every table
+// has one, installed explicitly, so that packets that fall through show up
+// in its n_packets.
+type MissKind uint8
+
+// Miss kinds.
+const (
+	// MissDrop: priority 0, no actions.
+	MissDrop MissKind = iota + 1
+	// MissGoto: priority 0, goto_table to Table.Next.
+	MissGoto
+	// MissReturn: priority 0, no actions, in a table that is only ever
+	// reached by resubmit; the resubmitting flow continues.
+	MissReturn
+	// MissNormal: priority 0, output:NORMAL (breth0's seed fallbacks).
+	MissNormal
+)
+
+// String names the kind as docs/pipeline.md spells it.
+func (k MissKind) String() string {
+	switch k {
+	case MissDrop:
+		return "drop"
+	case MissGoto:
+		return "goto"
+	case MissReturn:
+		return "return"
+	case MissNormal:
+		return "normal"
+	}
+	return fmt.Sprintf("miss(%d)", uint8(k))
+}
+
+// Table describes one table of one bridge.
+type Table struct {
+	Bridge Bridge
+	ID     TableID
+	// Name is the table's name in docs/pipeline.md and in logs.
+	Name string
+	// Summary is one line on what the table decides.
+	Summary string
+	// Miss is what the table's priority-0 flow does; Next is the table it
+	// goes to for MissGoto.
+	Miss MissKind
+	Next TableID
+	// Features lists the features whose owners may put flows here. The
+	// pipeline feature (the miss flows) may use every table.
+	Features []Feature
+}
+
+// String renders "br0 table 30 (ServiceLB)".
+func (t Table) String() string { return fmt.Sprintf("%s table %d (%s)", t.Bridge, t.ID, t.Name) }
+
+// br0 tables. Numbers are spaced so that a later feature can slot in
+// between without renumbering; they never change once released.
+const (
+	PodClassifier      TableID = 0
+	PodARP             TableID = 5
+	PodPortSecurity    TableID = 10
+	PodTunnelIngress   TableID = 15
+	PodUnSNAT          TableID = 20
+	PodConntrack       TableID = 25
+	PodServiceLB       TableID = 30
+	PodSessionAffinity TableID = 31
+	PodEndpointDNAT    TableID = 35
+	PodSNAT            TableID = 40
+	PodEgressFirewall  TableID = 50
+	PodRouting         TableID = 60
+	PodLocalDelivery   TableID = 70
+	PodTunnelEgress    TableID = 80
+	PodEgressSNAT      TableID = 90
+	PodGatewayOutput   TableID = 95
+)
+
+// breth0 tables: the seed's numbers.
+const (
+	GatewayClassifier    TableID = 0
+	GatewayUplinkReturn  TableID = 1
+	GatewayToRouter      TableID = 2
+	GatewayToHost        TableID = 3
+	GatewayHostHairpin   TableID = 4
+	GatewayHairpinReturn TableID = 5
+)
+
+// VersionTable holds, on both bridges, the single version-note flow that
+// the reconciler writes last in every start-up bundle. Nothing resubmits to
+// it; its flow also serves as the table's explicit drop.
+const VersionTable TableID = 253
+
+var tables = []Table{
+	// br0
+	{Pod, PodClassifier, "Classifier", "dispatch by in_port: pod ports, vxlan0, the patch port, mp0; ARP to the ARP table",
+		MissDrop, 0, []Feature{FeatureNode, FeaturePod}},
+	{Pod, PodARP, "ARP", "answer ARP for the router address and for pods; deliver the rest",
+		MissDrop, 0, []Feature{FeatureNode, FeaturePod}},
+	{Pod, PodPortSecurity, "PortSecurity", "a pod may only send from its own MAC and IPs; load its namespace id",
+		MissDrop, 0, []Feature{FeaturePod}},
+	{Pod, PodTunnelIngress, "TunnelIngress", "accept VXLAN only from known nodes; load the VNI",
+		MissDrop, 0, []Feature{FeatureNode}},
+	{Pod, PodUnSNAT, "UnSNAT", "packets to a SNAT address: restore their destination in the SNAT zone",
+		MissGoto, PodConntrack, []Feature{FeatureNode}},
+	{Pod, PodConntrack, "Conntrack", "every IP packet: restore service DNAT in the service zone",
+		MissDrop, 0, []Feature{FeatureNode}},
+	{Pod, PodServiceLB, "ServiceLB", "new connections to a service: its select group, or a metered packet-in when idled or without endpoints",
+		MissGoto, PodSNAT, []Feature{FeatureService, FeatureUnidle}},
+	{Pod, PodSessionAffinity, "SessionAffinity", "learned client-to-endpoint bindings (resubmit only)",
+		MissReturn, 0, []Feature{FeatureService}},
+	{Pod, PodEndpointDNAT, "EndpointDNAT", "commit the DNAT to the endpoint the group chose, and mark SNAT needs in ct_mark",
+		MissDrop, 0, []Feature{FeatureService}},
+	{Pod, PodSNAT, "SNAT", "connections marked for SNAT: commit it when new, re-apply it to established original-direction packets",
+		MissGoto, PodEgressFirewall, []Feature{FeatureNode, FeatureService}},
+	{Pod, PodEgressFirewall, "EgressFirewall", "destinations outside the cluster and service networks, per namespace: first matching rule wins",
+		MissGoto, PodRouting, []Feature{FeatureNode, FeatureEgressFirewall}},
+	{Pod, PodRouting, "Routing", "local pod subnet, remote node subnets, the host, and the default route out through breth0",
+		MissDrop, 0, []Feature{FeatureNode, FeaturePod}},
+	{Pod, PodLocalDelivery, "LocalDelivery", "rewrite MACs and output to the pod's port or mp0",
+		MissDrop, 0, []Feature{FeatureNode, FeaturePod}},
+	{Pod, PodTunnelEgress, "TunnelEgress", "set tun_dst and tun_id and output to vxlan0",
+		MissDrop, 0, []Feature{FeatureNode}},
+	{Pod, PodEgressSNAT, "EgressSNAT", "pod traffic leaving the cluster: SNAT to the node IP",
+		MissDrop, 0, []Feature{FeatureNode}},
+	{Pod, PodGatewayOutput, "GatewayOutput", "set the next hop's MAC and output to the patch port (IN_PORT when it came from there)",
+		MissDrop, 0, []Feature{FeatureNode, FeatureService}},
+	{Pod, VersionTable, "Version", "the version note: pipeline version and generation",
+		MissDrop, 0, []Feature{FeatureMeta}},
+
+	// breth0
+	{Gateway, GatewayClassifier, "Classifier", "masquerade (priority 500), per-service ingress (110), gateway commits (100), uplink conntrack (50), NORMAL",
+		MissNormal, 0, []Feature{FeatureGateway, FeatureServiceGateway}},
+	{Gateway, GatewayUplinkReturn, "UplinkReturn", "replies from the uplink by zone-64000 ct_mark: 0x1 to br0, 0x2 to the host",
+		MissNormal, 0, []Feature{FeatureGateway}},
+	{Gateway, GatewayToRouter, "ToRouter", "set the router MAC and output to the patch port",
+		MissDrop, 0, []Feature{FeatureGateway}},
+	{Gateway, GatewayToHost, "ToHost", "swap in the host's MAC and output to LOCAL",
+		MissDrop, 0, []Feature{FeatureGateway}},
+	{Gateway, GatewayHostHairpin, "HostHairpin", "SNAT hairpinned traffic to the router masquerade address (zone 64002)",
+		MissDrop, 0, []Feature{FeatureGateway}},
+	{Gateway, GatewayHairpinReturn, "HairpinReturn", "replies of the hairpin: undo the host masquerade (zone 64001)",
+		MissDrop, 0, []Feature{FeatureGateway}},
+	{Gateway, VersionTable, "Version", "the version note: pipeline version and generation",
+		MissDrop, 0, []Feature{FeatureMeta}},
+}
+
+// Tables returns the tables of b in numeric order. The caller may modify
+// the returned slice.
+func Tables(b Bridge) []Table {
+	var out []Table
+	for _, t := range tables {
+		if t.Bridge == b {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// LookupTable returns table id of bridge b.
+func LookupTable(b Bridge, id TableID) (Table, bool) {
+	for _, t := range tables {
+		if t.Bridge == b && t.ID == id {
+			return t, true
+		}
+	}
+	return Table{}, false
+}
+
+// MustTable is LookupTable for ids known to be declared; it panics when the
+// table does not exist.
+func MustTable(b Bridge, id TableID) Table {
+	t, ok := LookupTable(b, id)
+	if !ok {
+		panic(fmt.Sprintf("plan: %s has no table %d", b, id))
+	}
+	return t
+}
+
+// Allows reports whether feature f may put flows into t.
+func (t Table) Allows(f Feature) bool {
+	return f == FeaturePipeline || slices.Contains(t.Features, f)
+}
+
+// CheckTables verifies the table plan: numbers unique and ascending per
+// bridge, names unique per bridge, every MissGoto target declared and
+// later than the table (the pipeline only moves forward), and every listed
+// feature declared.
+func CheckTables() error { return checkTables(tables) }
+
+func checkTables(ts []Table) error {
+	for _, b := range Bridges {
+		var prev *Table
+		names := map[string]bool{}
+		for i := range ts {
+			t := &ts[i]
+			if t.Bridge != b {
+				continue
+			}
+			if prev != nil && prev.ID >= t.ID {
+				return fmt.Errorf("plan: %s: table %d (%s) is not after table %d (%s)", b, t.ID, t.Name, prev.ID, prev.Name)
+			}
+			if names[t.Name] {
+				return fmt.Errorf("plan: %s: two tables named %s", b, t.Name)
+			}
+			names[t.Name] = true
+			if t.Name == "" || t.Summary == "" {
+				return fmt.Errorf("plan: %s table %d: name and summary are required", b, t.ID)
+			}
+			switch t.Miss {
+			case MissGoto:
+				if t.Next <= t.ID {
+					return fmt.Errorf("plan: %s: miss of %s goes back to table %d", b, t, t.Next)
+				}
+				found := false
+				for _, u := range ts {
+					if u.Bridge == b && u.ID == t.Next {
+						found = true
+					}
+				}
+				if !found {
+					return fmt.Errorf("plan: %s: miss of %s goes to undeclared table %d", b, t, t.Next)
+				}
+			case MissDrop, MissReturn, MissNormal:
+				if t.Next != 0 {
+					return fmt.Errorf("plan: %s: %s has a next table but its miss is %s", b, t, t.Miss)
+				}
+			default:
+				return fmt.Errorf("plan: %s: %s has no miss kind", b, t)
+			}
+			for _, f := range t.Features {
+				if _, ok := LookupFeature(f); !ok {
+					return fmt.Errorf("plan: %s: %s lists undeclared feature %d", b, t, f)
+				}
+			}
+			prev = t
+		}
+	}
+	return nil
+}

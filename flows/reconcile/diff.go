@@ -1,0 +1,718 @@
+package reconcile
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"nodeflow/flows/plan"
+	"nodeflow/openflow"
+)
+
+// ChangeKind is what a change does to the switch.
+type ChangeKind uint8
+
+// Change kinds.
+const (
+	Add ChangeKind = iota + 1
+	Modify
+	Delete
+)
+
+// String returns "add", "modify" or "delete".
+func (k ChangeKind) String() string {
+	switch k {
+	case Add:
+		return "add"
+	case Modify:
+		return "modify"
+	case Delete:
+		return "delete"
+	}
+	return fmt.Sprintf("change(%d)", uint8(k))
+}
+
+type flowChange struct {
+	kind     ChangeKind
+	key      openflow.FlowKey
+	from, to *flowEntry
+}
+
+type groupChange struct {
+	kind     ChangeKind
+	id       uint32
+	from, to *groupEntry
+}
+
+type meterChange struct {
+	kind     ChangeKind
+	id       uint32
+	from, to *meterEntry
+}
+
+// Batch is the changes that go into one atomic bundle: the changes of one
+// or more whole units (owners that must change together).
+type Batch struct {
+	owners       []string
+	groupsBefore []groupChange // add or modify
+	flowDeletes  []flowChange
+	flowUpdates  []flowChange // add or modify; FeatureMeta last
+	groupsAfter  []groupChange // delete
+}
+
+// Owners returns the owners whose changes the batch carries, sorted.
+func (b *Batch) Owners() []string { return b.owners }
+
+// Len returns the number of flow and group changes in the batch.
+func (b *Batch) Len() int {
+	return len(b.groupsBefore) + len(b.flowDeletes) + len(b.flowUpdates) + len(b.groupsAfter)
+}
+
+// Diff is the work that makes the switch equal to the desired state:
+// meters to add or modify first, then bundles in order, then meters to
+// delete. Units that could not go (their owner is backing off after a
+// failure, or wants a group nobody provides) are in Blocked.
+type Diff struct {
+	MetersBefore []meterChange
+	Batches      []*Batch
+	MetersAfter  []meterChange
+	// Blocked maps owners held back from this diff to the reason.
+	Blocked map[string]error
+	Stats   DiffStats
+}
+
+// DiffStats counts the changes of a diff.
+type DiffStats struct {
+	FlowAdds, FlowModifies, FlowDeletes    int
+	GroupAdds, GroupModifies, GroupDeletes int
+	MeterAdds, MeterModifies, MeterDeletes int
+}
+
+// Total returns the number of changes.
+func (s DiffStats) Total() int {
+	return s.FlowAdds + s.FlowModifies + s.FlowDeletes + s.GroupAdds + s.GroupModifies + s.GroupDeletes +
+		s.MeterAdds + s.MeterModifies + s.MeterDeletes
+}
+
+// String renders "flows +1 ~2 -3, groups +0 ~0 -0, meters +0 ~0 -0".
+func (s DiffStats) String() string {
+	return fmt.Sprintf("flows +%d ~%d -%d, groups +%d ~%d -%d, meters +%d ~%d -%d",
+		s.FlowAdds, s.FlowModifies, s.FlowDeletes, s.GroupAdds, s.GroupModifies, s.GroupDeletes,
+		s.MeterAdds, s.MeterModifies, s.MeterDeletes)
+}
+
+// Empty reports whether the diff does nothing.
+func (d *Diff) Empty() bool { return d.Stats.Total() == 0 }
+
+// DiffOptions tune how a diff is cut into bundles.
+type DiffOptions struct {
+	// MaxBundle is the number of changes above which the diff is split
+	// into several bundles, between units. Zero puts everything in one.
+	MaxBundle int
+	// Now is the time used for failure back-off; zero means time.Now().
+	Now time.Time
+}
+
+// unit is a set of owners whose changes must be applied together.
+type unit struct {
+	parent *unit
+	owners map[string]bool
+	name   string // smallest owner name, for a stable order
+	size   int
+	err    error
+
+	groupsBefore []groupChange
+	flowDeletes  []flowChange
+	flowUpdates  []flowChange
+	groupsAfter  []groupChange
+	meters       []meterChange
+}
+
+func (u *unit) root() *unit {
+	for u.parent != nil {
+		u = u.parent
+	}
+	return u
+}
+
+// foreignOwner names the unit of the flows and groups that nobody wants
+// and no known owner wrote.
+const foreignOwner = "(foreign)"
+
+// diff takes every queued change and turns it into a Diff. The changes it
+// returns are no longer queued: the caller must report each batch and
+// meter change as applied (commit*) or not (abort*). Changes it holds back
+// stay queued.
+func (s *Store) diff(opts DiffOptions) *Diff {
+	now := opts.Now
+	if now.IsZero() {
+		now = time.Now()
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+
+	d := &Diff{Blocked: map[string]error{}}
+	// Units are keyed by owner name: an owner's entries from before its
+	// latest Set belong to an older *owner with the same name.
+	units := map[string]*unit{}
+	unitOf := func(o *owner) *unit {
+		name := foreignOwner
+		if o != nil {
+			name = o.name
+		}
+		u, ok := units[name]
+		if !ok {
+			u = &unit{owners: map[string]bool{name: true}, name: name}
+			units[name] = u
+		}
+		return u.root()
+	}
+	union := func(a, b *unit) *unit {
+		a, b = a.root(), b.root()
+		if a == b {
+			return a
+		}
+		if len(b.owners) > len(a.owners) {
+			a, b = b, a
+		}
+		b.parent = a
+		for o := range b.owners {
+			a.owners[o] = true
+		}
+		if b.name < a.name {
+			a.name = b.name
+		}
+		if a.err == nil {
+			a.err = b.err
+		}
+		a.size += b.size
+		a.groupsBefore = append(a.groupsBefore, b.groupsBefore...)
+		a.flowDeletes = append(a.flowDeletes, b.flowDeletes...)
+		a.flowUpdates = append(a.flowUpdates, b.flowUpdates...)
+		a.groupsAfter = append(a.groupsAfter, b.groupsAfter...)
+		a.meters = append(a.meters, b.meters...)
+		b.groupsBefore, b.flowDeletes, b.flowUpdates, b.groupsAfter, b.meters = nil, nil, nil, nil, nil
+		return a
+	}
+	owning := func(to, from *owner) *owner {
+		if to != nil {
+			return to
+		}
+		return from
+	}
+	block := func(u *unit, err error) {
+		u = u.root()
+		if u.err == nil {
+			u.err = err
+		}
+	}
+
+	// Groups first, so flows can find the group changes they depend on.
+	gch := map[uint32]bool{}
+	dirtyG := s.dirtyG
+	s.dirtyG = nil
+	for _, id := range dirtyG {
+		sl := s.groups[id]
+		if sl == nil || !sl.dirty {
+			continue
+		}
+		sl.dirty = false
+		c := groupChange{id: id, from: sl.installed, to: sl.desired}
+		switch {
+		case sl.desired == nil && sl.installed == nil:
+			delete(s.groups, id)
+			continue
+		case sl.desired == nil:
+			c.kind = Delete
+		case sl.installed == nil:
+			c.kind = Add
+		case sl.desired.sum != sl.installed.sum:
+			c.kind = Modify
+		default:
+			sl.installed = sl.desired
+			continue
+		}
+		var u *unit
+		if c.to != nil {
+			u = unitOf(c.to.owner)
+		} else {
+			u = unitOf(c.from.owner)
+		}
+		if c.from != nil && c.to != nil && c.from.owner != nil && c.from.owner.name != c.to.owner.name {
+			u = union(u, unitOf(c.from.owner))
+		}
+		if c.kind == Delete {
+			if n := s.refs[refKey{false, id}]; n > 0 {
+				block(u, fmt.Errorf("group %d: nobody wants it but %d desired flows or buckets still use it", id, n))
+			}
+			u.groupsAfter = append(u.groupsAfter, c)
+		} else {
+			u.groupsBefore = append(u.groupsBefore, c)
+			// Buckets may chain to other groups and use meters.
+			for _, b := range c.to.group.Buckets {
+				visitActions(b.Actions, func(ref uint32) {
+					if rs := s.groups[ref]; rs == nil || rs.desired == nil {
+						block(u, fmt.Errorf("group %d: bucket uses group %d, which no owner wants", id, ref))
+					}
+				}, func(ref uint32) {
+					if rs := s.meters[ref]; rs == nil || rs.desired == nil {
+						block(u, fmt.Errorf("group %d: bucket uses meter %d, which no owner wants", id, ref))
+					}
+				})
+			}
+		}
+		u.size += 1 + len(c.groupBuckets())/256
+		gch[id] = true
+	}
+
+	// Meters.
+	dirtyM := s.dirtyM
+	s.dirtyM = nil
+	for _, id := range dirtyM {
+		sl := s.meters[id]
+		if sl == nil || !sl.dirty {
+			continue
+		}
+		sl.dirty = false
+		c := meterChange{id: id, from: sl.installed, to: sl.desired}
+		switch {
+		case sl.desired == nil && sl.installed == nil:
+			delete(s.meters, id)
+			continue
+		case sl.desired == nil:
+			c.kind = Delete
+		case sl.installed == nil:
+			c.kind = Add
+		case sl.desired.sum != sl.installed.sum:
+			c.kind = Modify
+		default:
+			sl.installed = sl.desired
+			continue
+		}
+		var u *unit
+		if c.to != nil {
+			u = unitOf(c.to.owner)
+		} else {
+			u = unitOf(c.from.owner)
+		}
+		if c.kind == Delete {
+			if n := s.refs[refKey{true, id}]; n > 0 {
+				block(u, fmt.Errorf("meter %d: nobody wants it but %d desired flows or buckets still use it", id, n))
+			}
+		}
+		u.meters = append(u.meters, c)
+	}
+
+	// Flows.
+	dirtyF := s.dirtyF
+	s.dirtyF = nil
+	for _, k := range dirtyF {
+		sl, ok := s.flows[k]
+		if !ok || !sl.dirty {
+			continue
+		}
+		sl.dirty = false
+		c := flowChange{key: k, from: sl.installed, to: sl.desired}
+		switch {
+		case sl.desired == nil && sl.installed == nil:
+			delete(s.flows, k)
+			continue
+		case sl.desired == nil:
+			c.kind = Delete
+		case sl.installed == nil:
+			c.kind = Add
+		case sl.desired.sum != sl.installed.sum:
+			c.kind = Modify
+		default:
+			sl.installed = sl.desired
+			s.flows[k] = sl
+			continue
+		}
+		s.flows[k] = sl
+		var fromOwner, toOwner *owner
+		if c.from != nil {
+			fromOwner = c.from.owner
+		}
+		if c.to != nil {
+			toOwner = c.to.owner
+		}
+		u := unitOf(owning(toOwner, fromOwner))
+		if c.to != nil && c.from != nil && fromOwner != nil && fromOwner.name != toOwner.name {
+			// A flow changing hands: both owners go together, or the
+			// switch could see it deleted before it is re-added.
+			u = union(u, unitOf(fromOwner))
+		}
+		link := func(id uint32) {
+			if _, changing := gch[id]; changing {
+				if gs := s.groups[id]; gs != nil {
+					var go_ *owner
+					if gs.desired != nil {
+						go_ = gs.desired.owner
+					} else if gs.installed != nil {
+						go_ = gs.installed.owner
+					}
+					u = union(u, unitOf(go_))
+				}
+			}
+		}
+		if c.to != nil {
+			visitInstructions(c.to.flow.Instructions, func(id uint32) {
+				link(id)
+				if gs := s.groups[id]; gs == nil || gs.desired == nil {
+					block(u, fmt.Errorf("flow%s: uses group %d, which no owner wants", c.to.flow.String(), id))
+				}
+			}, func(id uint32) {
+				if ms := s.meters[id]; ms == nil || ms.desired == nil {
+					block(u, fmt.Errorf("flow%s: uses meter %d, which no owner wants", c.to.flow.String(), id))
+				}
+			})
+		}
+		if c.from != nil {
+			visitInstructions(c.from.flow.Instructions, link, func(uint32) {})
+		}
+		if c.kind == Delete {
+			u.flowDeletes = append(u.flowDeletes, c)
+		} else {
+			u.flowUpdates = append(u.flowUpdates, c)
+		}
+		u.size++
+	}
+
+	// Collect the root units, drop the blocked ones, and pack the rest.
+	seen := map[*unit]bool{}
+	var roots []*unit
+	for _, u := range units {
+		r := u.root()
+		if seen[r] {
+			continue
+		}
+		seen[r] = true
+		for name := range r.owners {
+			if o := s.owners[name]; o != nil && o.err != nil && now.Before(o.retryAt) {
+				block(r, o.err)
+			}
+		}
+		if r.size == 0 && len(r.meters) == 0 {
+			continue
+		}
+		roots = append(roots, r)
+	}
+	sort.Slice(roots, func(i, j int) bool { return roots[i].name < roots[j].name })
+
+	var cur *Batch
+	for _, u := range roots {
+		if u.err != nil {
+			for name := range u.owners {
+				if name != foreignOwner {
+					d.Blocked[name] = u.err
+				}
+			}
+			s.requeueUnit(u)
+			continue
+		}
+		for _, c := range u.meters {
+			if c.kind == Delete {
+				d.MetersAfter = append(d.MetersAfter, c)
+			} else {
+				d.MetersBefore = append(d.MetersBefore, c)
+			}
+			d.Stats.countMeter(c.kind)
+		}
+		if u.size == 0 {
+			continue
+		}
+		if cur == nil || (opts.MaxBundle > 0 && cur.Len() > 0 && cur.Len()+u.size > opts.MaxBundle) {
+			cur = &Batch{}
+			d.Batches = append(d.Batches, cur)
+		}
+		for name := range u.owners {
+			cur.owners = append(cur.owners, name)
+		}
+		cur.groupsBefore = append(cur.groupsBefore, u.groupsBefore...)
+		cur.flowDeletes = append(cur.flowDeletes, u.flowDeletes...)
+		cur.flowUpdates = append(cur.flowUpdates, u.flowUpdates...)
+		cur.groupsAfter = append(cur.groupsAfter, u.groupsAfter...)
+		for _, c := range u.groupsBefore {
+			d.Stats.countGroup(c.kind)
+		}
+		for _, c := range u.groupsAfter {
+			d.Stats.countGroup(c.kind)
+		}
+		for _, c := range u.flowDeletes {
+			d.Stats.countFlow(c.kind)
+		}
+		for _, c := range u.flowUpdates {
+			d.Stats.countFlow(c.kind)
+		}
+	}
+	for _, b := range d.Batches {
+		sort.Strings(b.owners)
+		// The version note goes last, so that a bridge whose note is
+		// current has everything before it.
+		sort.SliceStable(b.flowUpdates, func(i, j int) bool {
+			return !isMeta(b.flowUpdates[i]) && isMeta(b.flowUpdates[j])
+		})
+	}
+	return d
+}
+
+func isMeta(c flowChange) bool {
+	return c.to != nil && c.to.owner != nil && c.to.owner.feature == plan.FeatureMeta
+}
+
+func (c groupChange) groupBuckets() []openflow.Bucket {
+	if c.to != nil {
+		return c.to.group.Buckets
+	}
+	return nil
+}
+
+func (st *DiffStats) countFlow(k ChangeKind) {
+	switch k {
+	case Add:
+		st.FlowAdds++
+	case Modify:
+		st.FlowModifies++
+	case Delete:
+		st.FlowDeletes++
+	}
+}
+
+func (st *DiffStats) countGroup(k ChangeKind) {
+	switch k {
+	case Add:
+		st.GroupAdds++
+	case Modify:
+		st.GroupModifies++
+	case Delete:
+		st.GroupDeletes++
+	}
+}
+
+func (st *DiffStats) countMeter(k ChangeKind) {
+	switch k {
+	case Add:
+		st.MeterAdds++
+	case Modify:
+		st.MeterModifies++
+	case Delete:
+		st.MeterDeletes++
+	}
+}
+
+// requeueUnit puts a held-back unit's changes back in the queues. s.mu is
+// held.
+func (s *Store) requeueUnit(u *unit) {
+	for _, c := range u.groupsBefore {
+		s.requeueGroup(c.id)
+	}
+	for _, c := range u.groupsAfter {
+		s.requeueGroup(c.id)
+	}
+	for _, c := range u.flowDeletes {
+		s.requeueFlow(c.key)
+	}
+	for _, c := range u.flowUpdates {
+		s.requeueFlow(c.key)
+	}
+	for _, c := range u.meters {
+		s.requeueMeter(c.id)
+	}
+}
+
+func (s *Store) requeueFlow(k openflow.FlowKey) {
+	if sl, ok := s.flows[k]; ok {
+		s.markFlow(k, &sl)
+	}
+}
+
+func (s *Store) requeueGroup(id uint32) {
+	if sl := s.groups[id]; sl != nil {
+		s.markGroup(id, sl)
+	}
+}
+
+func (s *Store) requeueMeter(id uint32) {
+	if sl := s.meters[id]; sl != nil {
+		s.markMeter(id, sl)
+	}
+}
+
+// commitBatch records that b is on the switch.
+func (s *Store) commitBatch(b *Batch) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, c := range b.groupsBefore {
+		s.commitGroup(c)
+	}
+	for _, c := range b.groupsAfter {
+		s.commitGroup(c)
+	}
+	for _, c := range b.flowDeletes {
+		s.commitFlow(c)
+	}
+	for _, c := range b.flowUpdates {
+		s.commitFlow(c)
+	}
+	for _, name := range b.owners {
+		if o := s.owners[name]; o != nil {
+			o.err, o.failures = nil, 0
+		}
+	}
+}
+
+func (s *Store) commitFlow(c flowChange) {
+	sl, ok := s.flows[c.key]
+	if !ok {
+		return
+	}
+	sl.installed = c.to
+	switch {
+	case sl.desired == nil && sl.installed == nil:
+		if !sl.dirty {
+			delete(s.flows, c.key)
+			return
+		}
+	case sl.desired != sl.installed:
+		if sl.desired == nil || sl.installed == nil || sl.desired.sum != sl.installed.sum {
+			s.markFlow(c.key, &sl)
+			return
+		}
+		sl.installed = sl.desired
+	}
+	s.flows[c.key] = sl
+}
+
+func (s *Store) commitGroup(c groupChange) {
+	sl := s.groups[c.id]
+	if sl == nil {
+		return
+	}
+	sl.installed = c.to
+	switch {
+	case sl.desired == nil && sl.installed == nil:
+		if !sl.dirty {
+			delete(s.groups, c.id)
+		}
+	case sl.desired != sl.installed:
+		if sl.desired == nil || sl.installed == nil || sl.desired.sum != sl.installed.sum {
+			s.markGroup(c.id, sl)
+		} else {
+			sl.installed = sl.desired
+		}
+	}
+}
+
+// commitMeter records that a meter change is on the switch.
+func (s *Store) commitMeter(c meterChange) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sl := s.meters[c.id]
+	if sl == nil {
+		return
+	}
+	sl.installed = c.to
+	switch {
+	case sl.desired == nil && sl.installed == nil:
+		if !sl.dirty {
+			delete(s.meters, c.id)
+		}
+	case sl.desired != sl.installed:
+		if sl.desired == nil || sl.installed == nil || sl.desired.sum != sl.installed.sum {
+			s.markMeter(c.id, sl)
+		} else {
+			sl.installed = sl.desired
+		}
+	}
+}
+
+// abortBatch puts b's changes back in the queues and, when err is not nil,
+// records it on the batch's owners and backs them off.
+func (s *Store) abortBatch(b *Batch, err error, now time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, c := range b.groupsBefore {
+		s.requeueGroup(c.id)
+	}
+	for _, c := range b.groupsAfter {
+		s.requeueGroup(c.id)
+	}
+	for _, c := range b.flowDeletes {
+		s.requeueFlow(c.key)
+	}
+	for _, c := range b.flowUpdates {
+		s.requeueFlow(c.key)
+	}
+	if err != nil {
+		for _, name := range b.owners {
+			s.failOwner(name, err, now)
+		}
+	}
+}
+
+// abortMeter puts a meter change back in the queue.
+func (s *Store) abortMeter(c meterChange, err error, now time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.requeueMeter(c.id)
+	if err != nil {
+		if c.to != nil && c.to.owner != nil {
+			s.failOwner(c.to.owner.name, err, now)
+		} else if c.from != nil && c.from.owner != nil {
+			s.failOwner(c.from.owner.name, err, now)
+		}
+	}
+}
+
+// Back-off after an owner's changes fail: doubling from minBackoff, capped.
+const (
+	minBackoff = 100 * time.Millisecond
+	maxBackoff = 30 * time.Second
+)
+
+func (s *Store) failOwner(name string, err error, now time.Time) {
+	o := s.owners[name]
+	if o == nil {
+		return
+	}
+	o.err = err
+	o.failures++
+	d := minBackoff << min(o.failures-1, 16)
+	if d > maxBackoff || d <= 0 {
+		d = maxBackoff
+	}
+	o.retryAt = now.Add(d)
+}
+
+// nextRetry returns the earliest time a backed-off owner may be retried,
+// or the zero time when none is waiting.
+func (s *Store) nextRetry() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var t time.Time
+	for _, o := range s.owners {
+		if o.err != nil && !o.retryAt.IsZero() && (t.IsZero() || o.retryAt.Before(t)) {
+			t = o.retryAt
+		}
+	}
+	return t
+}
+
+// describe renders a batch's changes for logs and errors, one per line.
+func (b *Batch) describe() string {
+	var sb strings.Builder
+	for _, c := range b.groupsBefore {
+		fmt.Fprintf(&sb, "%s group %d\n", c.kind, c.id)
+	}
+	for _, c := range b.flowDeletes {
+		fmt.Fprintf(&sb, "delete%s\n", c.from.flow.String())
+	}
+	for _, c := range b.flowUpdates {
+		fmt.Fprintf(&sb, "%s%s\n", c.kind, c.to.flow.String())
+	}
+	for _, c := range b.groupsAfter {
+		fmt.Fprintf(&sb, "delete group %d\n", c.id)
+	}
+	return sb.String()
+}

@@ -1,0 +1,575 @@
+package reconcile
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"nodeflow/flows/plan"
+	"nodeflow/openflow"
+	"nodeflow/openflow/ofconn"
+)
+
+// Options configure a Reconciler.
+type Options struct {
+	// Bridge names the bridge in logs and errors.
+	Bridge string
+	// MaxBundle is the number of changes above which an incremental diff
+	// is split into several bundles, between owners. The start-up
+	// reconcile is never split. Default 10,000; negative means never.
+	MaxBundle int
+	// AuditInterval is how often the whole switch is compared with the
+	// desired state, as the safety net behind the flow monitor. Default
+	// 30 s; negative disables the periodic audit.
+	AuditInterval time.Duration
+	// MinInterval is the least time between two incremental syncs, to
+	// coalesce bursts further than the one-slot wake-up does. Default 0.
+	MinInterval time.Duration
+	// OnSync, when set, is called after every sync pass with its report.
+	// It runs on the reconciler's goroutine: keep it short.
+	OnSync func(SyncReport)
+	// Logger receives the reconciler's logs. Default: logrus's standard
+	// logger.
+	Logger logrus.FieldLogger
+}
+
+// SyncKind says why a sync pass ran.
+type SyncKind string
+
+// Sync kinds.
+const (
+	// SyncStartup is the first pass after the reconciler starts: it reads
+	// the switch and replaces what differs in one bundle.
+	SyncStartup SyncKind = "startup"
+	// SyncReconnect is the same after the connection came back (after a
+	// switch restart that means replaying everything).
+	SyncReconnect SyncKind = "reconnect"
+	// SyncAudit compares the whole switch as a safety net, or after the
+	// flow monitor lost updates or groups were deleted.
+	SyncAudit SyncKind = "audit"
+	// SyncIncremental applies queued desired-state changes and repairs
+	// reported by the flow monitor.
+	SyncIncremental SyncKind = "incremental"
+)
+
+// SyncReport describes one sync pass.
+type SyncReport struct {
+	Kind  SyncKind
+	Start time.Time
+	// Duration covers reading the switch (full passes), the diff, and
+	// every bundle up to its commit reply.
+	Duration time.Duration
+	Stats    DiffStats
+	Bundles  int
+	// Unwanted counts flows and groups on the switch that nobody wanted
+	// (full passes only).
+	Unwanted int
+	// Blocked are owners held back, with the reason.
+	Blocked map[string]error
+	// Err is the first error, if the pass did not fully succeed.
+	Err error
+}
+
+// Reconciler keeps one bridge equal to a Store. Create it with New, wire
+// it into the bridge's connection with ConnOptions, then call Run.
+type Reconciler struct {
+	store *Store
+	opts  Options
+	log   logrus.FieldLogger
+
+	conn atomic.Pointer[ofconn.Conn]
+	gen  atomic.Uint32 // plan.Generation; 0 until the first full sync
+
+	wake    chan struct{} // repairs queued by the flow monitor
+	full    chan SyncKind // a full pass is needed
+	flushes chan chan error
+
+	mu          sync.Mutex
+	pendingFull SyncKind
+	synced      chan struct{} // closed after the first successful full pass
+	syncedOnce  sync.Once
+	started     bool
+}
+
+// New returns a Reconciler for store.
+func New(store *Store, opts Options) *Reconciler {
+	if opts.MaxBundle == 0 {
+		opts.MaxBundle = 10000
+	}
+	if opts.MaxBundle < 0 {
+		opts.MaxBundle = 0
+	}
+	if opts.AuditInterval == 0 {
+		opts.AuditInterval = 30 * time.Second
+	}
+	if opts.Logger == nil {
+		opts.Logger = logrus.StandardLogger()
+	}
+	return &Reconciler{
+		store:   store,
+		opts:    opts,
+		log:     opts.Logger.WithField("bridge", opts.Bridge),
+		wake:    make(chan struct{}, 1),
+		full:    make(chan SyncKind, 1),
+		flushes: make(chan chan error),
+		synced:  make(chan struct{}),
+	}
+}
+
+// Store returns the reconciler's store.
+func (r *Reconciler) Store() *Store { return r.store }
+
+// Generation returns the generation this reconciler writes, 0 before its
+// first full sync.
+func (r *Reconciler) Generation() plan.Generation { return plan.Generation(r.gen.Load()) }
+
+// Synced returns a channel closed once the first full sync has succeeded.
+func (r *Reconciler) Synced() <-chan struct{} { return r.synced }
+
+// ConnOptions returns base with the reconciler's connect callback and flow
+// monitor handler added (chained after base's own). Dial the bridge's
+// management socket with it; the flow monitor must run on the connection
+// the reconciler writes with, so that its own changes are recognised.
+func (r *Reconciler) ConnOptions(base ofconn.Options) ofconn.Options {
+	prevConnect := base.OnConnect
+	base.OnConnect = func(ctx context.Context, c *ofconn.Conn, ev ofconn.ConnectEvent) {
+		if prevConnect != nil {
+			prevConnect(ctx, c, ev)
+		}
+		r.onConnect(ctx, c, ev)
+	}
+	prevMon := base.Handlers.FlowMonitor
+	base.Handlers.FlowMonitor = func(m ofconn.AsyncMessage) {
+		if prevMon != nil {
+			prevMon(m)
+		}
+		r.handleFlowMonitor(m)
+	}
+	return base
+}
+
+// monitorID is the flow monitor id the reconciler uses on its connection.
+const monitorID = 0x6e66
+
+func (r *Reconciler) onConnect(ctx context.Context, c *ofconn.Conn, ev ofconn.ConnectEvent) {
+	r.conn.Store(c)
+	log := r.log.WithFields(logrus.Fields{"session": ev.Session, "version": ev.Version.String()})
+	if ev.Restarted {
+		log = log.WithField("restart", ev.Reason)
+	}
+	// Start the monitor before reading the switch, so that nothing changed
+	// between the dump and the monitor goes unseen.
+	if ev.Version >= openflow.Version14 {
+		req := openflow.NewFlowMonitorRequest(monitorID, openflow.MonitorAdded|openflow.MonitorRemoved|openflow.MonitorModified|openflow.MonitorInstructions)
+		if _, err := c.Multipart(ctx, req); err != nil {
+			log.WithError(err).Warn("flow monitor not started; drift is repaired by the periodic audit only")
+		}
+	} else {
+		log.Warn("OpenFlow 1.3 has no flow monitor; drift is repaired by the periodic audit only")
+	}
+	r.mu.Lock()
+	kind := SyncReconnect
+	if !r.started {
+		kind = SyncStartup
+		r.started = true
+	}
+	r.mu.Unlock()
+	log.WithField("sync", kind).Info("connected; reconciling")
+	r.requestFull(kind)
+}
+
+// requestFull asks the loop for a full pass; a startup request is never
+// downgraded.
+func (r *Reconciler) requestFull(kind SyncKind) {
+	r.mu.Lock()
+	if r.pendingFull == "" || kind == SyncStartup || (kind == SyncReconnect && r.pendingFull == SyncAudit) {
+		r.pendingFull = kind
+	}
+	r.mu.Unlock()
+	select {
+	case r.full <- kind:
+	default:
+	}
+}
+
+func (r *Reconciler) poke() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// handleFlowMonitor turns flow monitor updates about other connections'
+// changes into repairs.
+func (r *Reconciler) handleFlowMonitor(m ofconn.AsyncMessage) {
+	reply, ok := m.Message.(*openflow.MultipartReply)
+	if !ok {
+		return
+	}
+	updates, err := reply.FlowUpdates()
+	if err != nil {
+		r.log.WithError(err).Warn("undecodable flow monitor update; auditing")
+		r.requestFull(SyncAudit)
+		return
+	}
+	repair := false
+	for i := range updates {
+		u := &updates[i]
+		switch u.Event {
+		case openflow.FlowUpdateAdded, openflow.FlowUpdateModified:
+			f := u.Flow()
+			repair = r.store.observeFlow(&f, true, true) || repair
+		case openflow.FlowUpdateRemoved:
+			f := u.Flow()
+			repair = r.store.observeFlow(&f, false, true) || repair
+			if u.Reason == openflow.FlowRemovedReasonGroupDelete {
+				// Someone deleted groups: the flow monitor cannot say which.
+				r.requestFull(SyncAudit)
+			}
+		case openflow.FlowUpdateResumed:
+			r.requestFull(SyncAudit)
+		}
+	}
+	if repair {
+		r.poke()
+	}
+}
+
+// Flush waits until every change queued before the call is on the switch
+// (or has failed), and returns the first error of the passes it waited
+// for.
+func (r *Reconciler) Flush(ctx context.Context) error {
+	ch := make(chan error, 1)
+	select {
+	case r.flushes <- ch:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case err := <-ch:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Run reconciles until ctx ends. The connection must have been dialled
+// with ConnOptions; Run waits for its first OnConnect.
+func (r *Reconciler) Run(ctx context.Context) error {
+	var audit <-chan time.Time
+	if r.opts.AuditInterval > 0 {
+		t := time.NewTicker(r.opts.AuditInterval)
+		defer t.Stop()
+		audit = t.C
+	}
+	retry := time.NewTimer(time.Hour)
+	retry.Stop()
+	var last time.Time
+	for {
+		var flush chan error
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-r.full:
+		case <-r.store.Changed():
+		case <-r.wake:
+		case <-retry.C:
+		case <-audit:
+			r.requestFull(SyncAudit)
+		case flush = <-r.flushes:
+		}
+		if wait := r.opts.MinInterval - time.Since(last); wait > 0 && flush == nil {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(wait):
+			}
+		}
+		last = time.Now()
+		err := r.pass(ctx)
+		// A flush must see a pass that started after it arrived; the pass
+		// above did. Further passes run while changes remain that are not
+		// held back.
+		if flush != nil {
+			flush <- err
+		}
+		if t := r.store.nextRetry(); !t.IsZero() {
+			retry.Reset(time.Until(t))
+		}
+	}
+}
+
+// pass runs one sync: a full one when requested, else an incremental one.
+func (r *Reconciler) pass(ctx context.Context) error {
+	c := r.conn.Load()
+	if c == nil || !c.Connected() {
+		return fmt.Errorf("reconcile: %s: not connected", r.opts.Bridge)
+	}
+	r.mu.Lock()
+	kind := r.pendingFull
+	r.pendingFull = ""
+	r.mu.Unlock()
+	if kind == "" {
+		kind = SyncIncremental
+	}
+	// Drain a full request that the assignment above consumed.
+	select {
+	case <-r.full:
+	default:
+	}
+	rep := SyncReport{Kind: kind, Start: time.Now()}
+	err := r.sync(ctx, c, &rep)
+	rep.Duration = time.Since(rep.Start)
+	rep.Err = err
+	if err != nil && kind != SyncIncremental {
+		// Try the full pass again on the next wake-up.
+		r.requestFull(kind)
+	}
+	if err == nil && kind != SyncIncremental {
+		r.syncedOnce.Do(func() { close(r.synced) })
+	}
+	log := r.log.WithFields(logrus.Fields{"sync": kind, "changes": rep.Stats.String(), "bundles": rep.Bundles, "took": rep.Duration.Round(time.Microsecond)})
+	switch {
+	case err != nil:
+		log.WithError(err).Warn("sync failed")
+	case kind != SyncIncremental || rep.Stats.Total() > 0:
+		if rep.Unwanted > 0 {
+			log = log.WithField("unwanted", rep.Unwanted)
+		}
+		log.Debug("synced")
+	}
+	for owner, berr := range rep.Blocked {
+		r.log.WithFields(logrus.Fields{"owner": owner}).WithError(berr).Warn("owner held back")
+	}
+	if r.opts.OnSync != nil {
+		r.opts.OnSync(rep)
+	}
+	return err
+}
+
+func (r *Reconciler) sync(ctx context.Context, c *ofconn.Conn, rep *SyncReport) error {
+	maxBundle := r.opts.MaxBundle
+	if rep.Kind != SyncIncremental {
+		obs, err := Dump(ctx, c)
+		if err != nil {
+			return fmt.Errorf("reconcile: %s: read the switch: %w", r.opts.Bridge, err)
+		}
+		if rep.Kind == SyncStartup || r.gen.Load() == 0 {
+			gen := versionGeneration(obs).Next()
+			r.gen.Store(uint32(gen))
+			if err := r.store.Set(VersionOwner, VersionState(gen)); err != nil {
+				return err
+			}
+		}
+		rep.Unwanted = r.store.observe(obs)
+		maxBundle = 0 // one atomic bundle
+	}
+	d := r.store.diff(DiffOptions{MaxBundle: maxBundle})
+	rep.Stats = d.Stats
+	rep.Blocked = d.Blocked
+	rep.Bundles = len(d.Batches)
+	return r.apply(ctx, c, d)
+}
+
+// apply sends a diff: meters first, bundles in order, then meter deletes.
+// It reports every change to the store as applied or not.
+func (r *Reconciler) apply(ctx context.Context, c *ofconn.Conn, d *Diff) error {
+	v := c.Version()
+	gen := r.Generation()
+	now := time.Now()
+	var firstErr error
+	keep := func(err error) {
+		if firstErr == nil {
+			firstErr = err
+		}
+	}
+	for i, ch := range d.MetersBefore {
+		if err := r.applyMeter(ctx, c, ch); err != nil {
+			if errors.Is(err, ofconn.ErrDisconnected) || errors.Is(err, ofconn.ErrClosed) || ctx.Err() != nil {
+				for _, rest := range d.MetersBefore[i:] {
+					r.store.abortMeter(rest, nil, now)
+				}
+				r.abortRest(d, 0, now)
+				return err
+			}
+			r.store.abortMeter(ch, err, now)
+			keep(err)
+			continue
+		}
+		r.store.commitMeter(ch)
+	}
+	for i, b := range d.Batches {
+		msgs, origin, err := batchMessages(b, v, gen)
+		if err != nil {
+			r.store.abortBatch(b, err, now)
+			keep(err)
+			continue
+		}
+		err = c.Bundle(ctx, msgs)
+		if err == nil {
+			r.store.commitBatch(b)
+			continue
+		}
+		if errors.Is(err, ofconn.ErrDisconnected) || errors.Is(err, ofconn.ErrClosed) || ctx.Err() != nil {
+			r.abortRest(d, i, now)
+			return fmt.Errorf("reconcile: %s: %w", r.opts.Bridge, err)
+		}
+		// Find the owner of the failing message, hold it back, and let the
+		// next pass send the others.
+		var me *ofconn.MessageError
+		bad := ""
+		what := ""
+		if errors.As(err, &me) {
+			bad = ownerOfMessage(b, v, me.Index)
+			what = origin(me.Index)
+		}
+		r.store.abortBatch(b, nil, now)
+		ferr := fmt.Errorf("reconcile: %s: %s: %w", r.opts.Bridge, what, err)
+		if bad != "" && bad != foreignOwner {
+			r.store.mu.Lock()
+			r.store.failOwner(bad, ferr, now)
+			r.store.mu.Unlock()
+		} else {
+			r.store.mu.Lock()
+			for _, o := range b.owners {
+				r.store.failOwner(o, ferr, now)
+			}
+			r.store.mu.Unlock()
+		}
+		keep(ferr)
+		r.poke()
+	}
+	for _, ch := range d.MetersAfter {
+		if err := c.Apply(ctx, meterMessage(ch, openflow.MeterDelete)); err != nil {
+			r.store.abortMeter(ch, err, now)
+			keep(err)
+			continue
+		}
+		r.store.commitMeter(ch)
+	}
+	return firstErr
+}
+
+func (r *Reconciler) abortRest(d *Diff, from int, now time.Time) {
+	for _, b := range d.Batches[from:] {
+		r.store.abortBatch(b, nil, now)
+	}
+	for _, ch := range d.MetersAfter {
+		r.store.abortMeter(ch, nil, now)
+	}
+}
+
+// applyMeter adds or modifies a meter, whichever the switch needs: meter
+// mods cannot go in bundles, and the switch may have (or have lost) the
+// meter behind the store's back.
+func (r *Reconciler) applyMeter(ctx context.Context, c *ofconn.Conn, ch meterChange) error {
+	first, second := openflow.MeterAdd, openflow.MeterModify
+	if ch.kind == Modify {
+		first, second = second, first
+	}
+	err := c.Apply(ctx, meterMessage(ch, first))
+	if err == nil {
+		return nil
+	}
+	var oe *openflow.OFError
+	if errors.As(err, &oe) && (oe.Name() == "OFPMMFC_METER_EXISTS" || oe.Name() == "OFPMMFC_UNKNOWN_METER") {
+		err = c.Apply(ctx, meterMessage(ch, second))
+	}
+	if err != nil {
+		return fmt.Errorf("reconcile: %s: meter %d: %w", r.opts.Bridge, ch.id, err)
+	}
+	return nil
+}
+
+// Dump reads every flow, group and meter of the switch on c.
+func Dump(ctx context.Context, c *ofconn.Conn) (*Observed, error) {
+	obs := &Observed{}
+	fr, err := c.MultipartReply(ctx, openflow.NewFlowStatsRequest())
+	if err != nil {
+		return nil, fmt.Errorf("dump flows: %w", err)
+	}
+	stats, err := fr.FlowStats()
+	if err != nil {
+		return nil, fmt.Errorf("dump flows: %w", err)
+	}
+	obs.Flows = openflow.FlowsFromStats(stats)
+	gr, err := c.MultipartReply(ctx, &openflow.GroupDescRequest{GroupID: openflow.GroupAll})
+	if err != nil {
+		return nil, fmt.Errorf("dump groups: %w", err)
+	}
+	if obs.Groups, err = gr.GroupDesc(); err != nil {
+		return nil, fmt.Errorf("dump groups: %w", err)
+	}
+	mr, err := c.MultipartReply(ctx, &openflow.MeterConfigRequest{MeterID: openflow.MeterAll})
+	if err != nil {
+		return nil, fmt.Errorf("dump meters: %w", err)
+	}
+	if obs.Meters, err = mr.MeterConfig(); err != nil {
+		return nil, fmt.Errorf("dump meters: %w", err)
+	}
+	return obs, nil
+}
+
+// Compare reads the switch and reports how it differs from what the
+// owners whose name starts with prefix want, changing nothing.
+func (r *Reconciler) Compare(ctx context.Context, prefix string) ([]Difference, error) {
+	c := r.conn.Load()
+	if c == nil {
+		return nil, fmt.Errorf("reconcile: %s: not connected", r.opts.Bridge)
+	}
+	obs, err := Dump(ctx, c)
+	if err != nil {
+		return nil, fmt.Errorf("reconcile: %s: %w", r.opts.Bridge, err)
+	}
+	return r.store.Compare(obs, prefix, r.Generation()), nil
+}
+
+// VersionOwner owns the version note of a bridge.
+const VersionOwner = "meta/version"
+
+// VersionState is the version note for generation gen: the single flow of
+// plan.VersionTable, priority 0, whose note reads
+// "nodeflow pipeline=<plan.PipelineVersion> generation=<gen>". The
+// generation itself travels in the cookie.
+func VersionState(gen plan.Generation) State {
+	note := fmt.Sprintf("nodeflow pipeline=%d generation=%d", plan.PipelineVersion, gen)
+	return State{Flows: []openflow.Flow{{
+		Table:        uint8(plan.VersionTable),
+		Priority:     uint16(plan.PriorityMiss),
+		Instructions: []openflow.Instruction{openflow.ApplyActions{Actions: []openflow.Action{openflow.Note{Data: []byte(note)}}}},
+	}}}
+}
+
+// versionGeneration returns the generation in a dump's version note, or 0.
+func versionGeneration(obs *Observed) plan.Generation {
+	for i := range obs.Flows {
+		f := &obs.Flows[i]
+		if f.Table == uint8(plan.VersionTable) && plan.Cookie(f.Cookie).Feature() == plan.FeatureMeta {
+			return plan.Cookie(f.Cookie).Generation()
+		}
+	}
+	return 0
+}
+
+// VersionNote decodes the text of a version note flow's note action, or
+// returns "" when f has none.
+func VersionNote(f *openflow.Flow) string {
+	for _, in := range f.Instructions {
+		aa, ok := in.(openflow.ApplyActions)
+		if !ok {
+			continue
+		}
+		for _, a := range aa.Actions {
+			if n, ok := a.(openflow.Note); ok {
+				return strings.TrimRight(string(n.Data), "\x00")
+			}
+		}
+	}
+	return ""
+}

@@ -1,0 +1,90 @@
+package reconcile
+
+import (
+	"encoding/binary"
+	"hash/fnv"
+
+	"nodeflow/flows/plan"
+	"nodeflow/openflow"
+)
+
+// State is what one owner wants on one bridge: flows, groups and meters.
+//
+// Flows carry no cookie (the reconciler stamps the owner's) and no
+// timeouts (a desired flow is permanent). Select-group buckets need a
+// non-zero weight and distinct ids. The Store keeps references to the
+// slices and the values they point to: do not modify them after Set.
+type State struct {
+	Flows  []openflow.Flow
+	Groups []openflow.GroupEntry
+	Meters []openflow.MeterEntry
+}
+
+// Empty reports whether s wants nothing.
+func (s State) Empty() bool { return len(s.Flows) == 0 && len(s.Groups) == 0 && len(s.Meters) == 0 }
+
+// fingerprint hashes what must be equal for an installed flow to count as
+// the desired one, beyond its identity (table, priority, match): the
+// feature and owner bits of the cookie (not the generation), the timeouts,
+// the flags, the importance and the instructions in ovs-ofctl text, which
+// is canonical across encodings.
+func fingerprint(f *openflow.Flow, ownerCookie uint64) uint64 {
+	h := fnv.New64a()
+	var b [16]byte
+	binary.BigEndian.PutUint64(b[0:8], ownerCookie&uint64(plan.OwnerMask))
+	binary.BigEndian.PutUint16(b[8:10], f.IdleTimeout)
+	binary.BigEndian.PutUint16(b[10:12], f.HardTimeout)
+	binary.BigEndian.PutUint16(b[12:14], uint16(f.Flags))
+	binary.BigEndian.PutUint16(b[14:16], f.Importance)
+	h.Write(b[:])
+	h.Write([]byte(openflow.InstructionsString(f.Instructions)))
+	return h.Sum64()
+}
+
+func stringSum(s string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(s))
+	return h.Sum64()
+}
+
+// visitActions calls group and meter with every group id and meter id that
+// acts reference, looking inside nested action lists (ct exec).
+func visitActions(acts []openflow.Action, group, meter func(uint32)) {
+	for _, a := range acts {
+		switch a := a.(type) {
+		case openflow.Group:
+			group(a.ID)
+		case *openflow.Group:
+			group(a.ID)
+		case openflow.Meter:
+			meter(a.ID)
+		case *openflow.Meter:
+			meter(a.ID)
+		case openflow.CT:
+			visitActions(a.Actions, group, meter)
+		case *openflow.CT:
+			visitActions(a.Actions, group, meter)
+		}
+	}
+}
+
+// visitInstructions is visitActions for a flow's instructions, the meter
+// instruction included.
+func visitInstructions(ins []openflow.Instruction, group, meter func(uint32)) {
+	for _, in := range ins {
+		switch in := in.(type) {
+		case openflow.ApplyActions:
+			visitActions(in.Actions, group, meter)
+		case *openflow.ApplyActions:
+			visitActions(in.Actions, group, meter)
+		case openflow.WriteActions:
+			visitActions(in.Actions, group, meter)
+		case *openflow.WriteActions:
+			visitActions(in.Actions, group, meter)
+		case openflow.Meter:
+			meter(in.ID)
+		case *openflow.Meter:
+			meter(in.ID)
+		}
+	}
+}

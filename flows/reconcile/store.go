@@ -1,0 +1,442 @@
+package reconcile
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"nodeflow/flows/plan"
+	"nodeflow/openflow"
+)
+
+// ErrConflict marks a Set that wants a flow, group or meter another owner
+// already wants.
+var ErrConflict = errors.New("wanted by another owner")
+
+// ErrInvalid marks a Set whose state breaks a rule of State.
+var ErrInvalid = errors.New("invalid desired state")
+
+// StoreOptions configure a Store.
+type StoreOptions struct {
+	// Bridge, when set, makes Set check every flow against the pipeline
+	// plan: its table must be declared for the bridge and allow the
+	// owner's feature. Zero accepts any table (tests, benchmarks).
+	Bridge plan.Bridge
+}
+
+// Store holds the desired state of one bridge, by owner, and what the
+// reconciler believes the bridge has. It is safe for concurrent use.
+type Store struct {
+	opts StoreOptions
+
+	mu      sync.Mutex
+	owners  map[string]*owner
+	byHash  map[uint64]*owner // cookie feature+owner bits -> owner
+	flows   map[openflow.FlowKey]flowSlot
+	groups  map[uint32]*groupSlot
+	meters  map[uint32]*meterSlot
+	refs    map[refKey]int32 // desired flows and groups referencing a group or meter
+	dirtyF  []openflow.FlowKey
+	dirtyG  []uint32
+	dirtyM  []uint32
+	epoch   uint32
+	changed chan struct{}
+}
+
+// owner is one owner's desired state and bookkeeping.
+type owner struct {
+	name    string
+	feature plan.Feature
+	cookie  uint64 // feature and owner bits; generation 0
+	state   State
+	flows   []flowEntry
+	groups  []groupEntry
+	meters  []meterEntry
+
+	// Apply failures: the owner is left out of diffs until retryAt, so
+	// that one bad owner does not block the others.
+	err      error
+	failures int
+	retryAt  time.Time
+}
+
+type flowEntry struct {
+	key   openflow.FlowKey
+	flow  *openflow.Flow
+	owner *owner // nil for an observed flow nobody wants
+	sum   uint64
+}
+
+type groupEntry struct {
+	group *openflow.GroupEntry
+	owner *owner
+	sum   uint64
+}
+
+type meterEntry struct {
+	meter *openflow.MeterEntry
+	owner *owner
+	sum   uint64
+}
+
+// flowSlot pairs what is wanted with what is installed for one flow key.
+// A nil installed entry means "not on the switch, as far as we know".
+type flowSlot struct {
+	desired, installed *flowEntry
+	epoch              uint32 // last observation that saw it
+	dirty              bool
+}
+
+type groupSlot struct {
+	desired, installed *groupEntry
+	epoch              uint32
+	dirty              bool
+}
+
+type meterSlot struct {
+	desired, installed *meterEntry
+	epoch              uint32
+	dirty              bool
+}
+
+type refKey struct {
+	meter bool
+	id    uint32
+}
+
+// NewStore returns an empty Store.
+func NewStore(opts StoreOptions) *Store {
+	return &Store{
+		opts:    opts,
+		owners:  map[string]*owner{},
+		byHash:  map[uint64]*owner{},
+		flows:   map[openflow.FlowKey]flowSlot{},
+		groups:  map[uint32]*groupSlot{},
+		meters:  map[uint32]*meterSlot{},
+		refs:    map[refKey]int32{},
+		changed: make(chan struct{}, 1),
+	}
+}
+
+// Changed returns a channel that receives a value (coalesced: at most one
+// pending) after each Set that changed something.
+func (s *Store) Changed() <-chan struct{} { return s.changed }
+
+func (s *Store) notify() {
+	select {
+	case s.changed <- struct{}{}:
+	default:
+	}
+}
+
+// Set replaces everything owner wants with st. An empty st removes the
+// owner. The whole update is checked first and applied all at once, or not
+// at all: the error names the owner and the offending flow, group or
+// meter, and wraps ErrInvalid or ErrConflict.
+func (s *Store) Set(name string, st State) error {
+	feature, err := plan.OwnerFeature(name)
+	if err != nil {
+		return fmt.Errorf("reconcile: %w", err)
+	}
+	if feature == plan.FeatureLearned {
+		return fmt.Errorf("reconcile: owner %s: learned flows are not desired state: %w", name, ErrInvalid)
+	}
+	cookie := uint64(plan.MakeCookie(feature, name, 0))
+	o := &owner{name: name, feature: feature, cookie: cookie, state: st}
+	if err := s.prepare(o); err != nil {
+		return err
+	}
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old := s.owners[name]
+	for i := range o.flows {
+		e := &o.flows[i]
+		if sl, ok := s.flows[e.key]; ok && sl.desired != nil && sl.desired.owner.name != name {
+			return fmt.Errorf("reconcile: owner %s: flow%s: %w: %s", name, e.flow.String(), ErrConflict, sl.desired.owner.name)
+		}
+	}
+	for i := range o.groups {
+		e := &o.groups[i]
+		if sl, ok := s.groups[e.group.ID]; ok && sl.desired != nil && sl.desired.owner.name != name {
+			return fmt.Errorf("reconcile: owner %s: group %d: %w: %s", name, e.group.ID, ErrConflict, sl.desired.owner.name)
+		}
+	}
+	for i := range o.meters {
+		e := &o.meters[i]
+		if sl, ok := s.meters[e.meter.ID]; ok && sl.desired != nil && sl.desired.owner.name != name {
+			return fmt.Errorf("reconcile: owner %s: meter %d: %w: %s", name, e.meter.ID, ErrConflict, sl.desired.owner.name)
+		}
+	}
+	if other, ok := s.byHash[cookie]; ok && other.name != name {
+		return fmt.Errorf("reconcile: owner %s: cookie %#x: %w: %s (owner hash collision; rename one)", name, cookie, ErrConflict, other.name)
+	}
+
+	if old != nil {
+		s.release(old)
+	}
+	if st.Empty() {
+		delete(s.owners, name)
+		delete(s.byHash, cookie)
+	} else {
+		s.owners[name] = o
+		s.byHash[cookie] = o
+		s.claim(o)
+	}
+	s.notify()
+	return nil
+}
+
+// Delete removes everything owner wants.
+func (s *Store) Delete(name string) error { return s.Set(name, State{}) }
+
+// prepare validates o.state and fills o's entries. It takes no lock.
+func (s *Store) prepare(o *owner) error {
+	st := o.state
+	o.flows = make([]flowEntry, len(st.Flows))
+	var seen map[openflow.FlowKey]int
+	if len(st.Flows) > 1 {
+		seen = make(map[openflow.FlowKey]int, len(st.Flows))
+	}
+	for i := range st.Flows {
+		f := &st.Flows[i]
+		if f.Cookie != 0 {
+			return fmt.Errorf("reconcile: owner %s: flow %d (%s): cookie is set by the reconciler: %w", o.name, i, strings.TrimSpace(f.String()), ErrInvalid)
+		}
+		if f.IdleTimeout != 0 || f.HardTimeout != 0 {
+			return fmt.Errorf("reconcile: owner %s: flow %d (%s): desired flows are permanent (no timeouts): %w", o.name, i, strings.TrimSpace(f.String()), ErrInvalid)
+		}
+		if f.Table == openflow.TableAll {
+			return fmt.Errorf("reconcile: owner %s: flow %d: table 255 is not a table: %w", o.name, i, ErrInvalid)
+		}
+		if s.opts.Bridge != 0 {
+			t, ok := plan.LookupTable(s.opts.Bridge, plan.TableID(f.Table))
+			if !ok {
+				return fmt.Errorf("reconcile: owner %s: flow %d (%s): %s has no table %d in the plan: %w", o.name, i, strings.TrimSpace(f.String()), s.opts.Bridge, f.Table, ErrInvalid)
+			}
+			if !t.Allows(o.feature) {
+				return fmt.Errorf("reconcile: owner %s: flow %d (%s): feature %s may not write to %s: %w", o.name, i, strings.TrimSpace(f.String()), o.feature, t, ErrInvalid)
+			}
+		}
+		k := f.Key()
+		if seen != nil {
+			if j, dup := seen[k]; dup {
+				return fmt.Errorf("reconcile: owner %s: flows %d and %d have the same table, priority and match (%s): %w", o.name, j, i, strings.TrimSpace(f.String()), ErrInvalid)
+			}
+			seen[k] = i
+		}
+		o.flows[i] = flowEntry{key: k, flow: f, owner: o, sum: fingerprint(f, o.cookie)}
+	}
+	o.groups = make([]groupEntry, len(st.Groups))
+	gseen := map[uint32]bool{}
+	for i := range st.Groups {
+		g := &st.Groups[i]
+		if g.ID > openflow.GroupMax {
+			return fmt.Errorf("reconcile: owner %s: group %d: id past OFPG_MAX: %w", o.name, g.ID, ErrInvalid)
+		}
+		if gseen[g.ID] {
+			return fmt.Errorf("reconcile: owner %s: group %d listed twice: %w", o.name, g.ID, ErrInvalid)
+		}
+		gseen[g.ID] = true
+		bids := map[uint32]bool{}
+		for j, b := range g.Buckets {
+			if bids[b.ID] {
+				return fmt.Errorf("reconcile: owner %s: group %d: bucket %d: duplicate bucket id %d: %w", o.name, g.ID, j, b.ID, ErrInvalid)
+			}
+			bids[b.ID] = true
+			if g.Type == openflow.GroupTypeSelect && b.Weight == 0 {
+				return fmt.Errorf("reconcile: owner %s: group %d: bucket %d: weight 0 in a select group is never chosen: %w", o.name, g.ID, j, ErrInvalid)
+			}
+		}
+		o.groups[i] = groupEntry{group: g, owner: o, sum: stringSum(g.String())}
+	}
+	o.meters = make([]meterEntry, len(st.Meters))
+	mseen := map[uint32]bool{}
+	for i := range st.Meters {
+		m := &st.Meters[i]
+		if m.ID == 0 || m.ID > openflow.MeterMax {
+			return fmt.Errorf("reconcile: owner %s: meter %d: id outside 1-OFPM_MAX: %w", o.name, m.ID, ErrInvalid)
+		}
+		if mseen[m.ID] {
+			return fmt.Errorf("reconcile: owner %s: meter %d listed twice: %w", o.name, m.ID, ErrInvalid)
+		}
+		mseen[m.ID] = true
+		o.meters[i] = meterEntry{meter: m, owner: o, sum: stringSum(m.String())}
+	}
+	return nil
+}
+
+// release withdraws everything o wanted. s.mu is held.
+func (s *Store) release(o *owner) {
+	for i := range o.flows {
+		e := &o.flows[i]
+		sl := s.flows[e.key]
+		if sl.desired == e {
+			sl.desired = nil
+			s.markFlow(e.key, &sl)
+		}
+		s.countRefs(e.flow.Instructions, nil, -1)
+	}
+	for i := range o.groups {
+		e := &o.groups[i]
+		if sl := s.groups[e.group.ID]; sl != nil && sl.desired == e {
+			sl.desired = nil
+			s.markGroup(e.group.ID, sl)
+		}
+		for _, b := range e.group.Buckets {
+			s.countRefs(nil, b.Actions, -1)
+		}
+	}
+	for i := range o.meters {
+		e := &o.meters[i]
+		if sl := s.meters[e.meter.ID]; sl != nil && sl.desired == e {
+			sl.desired = nil
+			s.markMeter(e.meter.ID, sl)
+		}
+	}
+}
+
+// claim installs o's entries as desired. s.mu is held.
+func (s *Store) claim(o *owner) {
+	for i := range o.flows {
+		e := &o.flows[i]
+		sl := s.flows[e.key]
+		sl.desired = e
+		s.markFlow(e.key, &sl)
+		s.countRefs(e.flow.Instructions, nil, 1)
+	}
+	for i := range o.groups {
+		e := &o.groups[i]
+		sl := s.groups[e.group.ID]
+		if sl == nil {
+			sl = &groupSlot{}
+			s.groups[e.group.ID] = sl
+		}
+		sl.desired = e
+		s.markGroup(e.group.ID, sl)
+		for _, b := range e.group.Buckets {
+			s.countRefs(nil, b.Actions, 1)
+		}
+	}
+	for i := range o.meters {
+		e := &o.meters[i]
+		sl := s.meters[e.meter.ID]
+		if sl == nil {
+			sl = &meterSlot{}
+			s.meters[e.meter.ID] = sl
+		}
+		sl.desired = e
+		s.markMeter(e.meter.ID, sl)
+	}
+}
+
+func (s *Store) countRefs(ins []openflow.Instruction, acts []openflow.Action, d int32) {
+	add := func(k refKey) {
+		if n := s.refs[k] + d; n != 0 {
+			s.refs[k] = n
+		} else {
+			delete(s.refs, k)
+		}
+	}
+	g := func(id uint32) { add(refKey{false, id}) }
+	m := func(id uint32) { add(refKey{true, id}) }
+	visitInstructions(ins, g, m)
+	visitActions(acts, g, m)
+}
+
+// markFlow stores sl under k and queues it for the next diff.
+func (s *Store) markFlow(k openflow.FlowKey, sl *flowSlot) {
+	if !sl.dirty {
+		sl.dirty = true
+		s.dirtyF = append(s.dirtyF, k)
+	}
+	s.flows[k] = *sl
+}
+
+func (s *Store) markGroup(id uint32, sl *groupSlot) {
+	if !sl.dirty {
+		sl.dirty = true
+		s.dirtyG = append(s.dirtyG, id)
+	}
+}
+
+func (s *Store) markMeter(id uint32, sl *meterSlot) {
+	if !sl.dirty {
+		sl.dirty = true
+		s.dirtyM = append(s.dirtyM, id)
+	}
+}
+
+// Get returns what owner wants.
+func (s *Store) Get(name string) (State, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	o, ok := s.owners[name]
+	if !ok {
+		return State{}, false
+	}
+	return o.state, true
+}
+
+// Owners returns the names of the owners whose name starts with prefix,
+// sorted.
+func (s *Store) Owners(prefix string) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for n := range s.owners {
+		if strings.HasPrefix(n, prefix) {
+			out = append(out, n)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Counts returns how many flows, groups and meters are desired.
+func (s *Store) Counts() (flows, groups, meters int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, o := range s.owners {
+		flows += len(o.flows)
+		groups += len(o.groups)
+		meters += len(o.meters)
+	}
+	return
+}
+
+// Pending reports whether some desired change has not been applied yet.
+func (s *Store) Pending() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.dirtyF)+len(s.dirtyG)+len(s.dirtyM) > 0
+}
+
+// Errors returns, per owner, the last error that kept its changes off the
+// switch (a rejected bundle, a reference to a group nobody wants). An owner
+// whose changes went through has none.
+func (s *Store) Errors() map[string]error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := map[string]error{}
+	for n, o := range s.owners {
+		if o.err != nil {
+			out[n] = o.err
+		}
+	}
+	return out
+}
+
+// OwnerOfCookie returns the name of the owner whose flows carry cookie c
+// (any generation).
+func (s *Store) OwnerOfCookie(c uint64) (string, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if o, ok := s.byHash[c&uint64(plan.OwnerMask)]; ok {
+		return o.name, true
+	}
+	return "", false
+}

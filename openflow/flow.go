@@ -1,0 +1,196 @@
+package openflow
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// Flow is one flow table entry: where it lives (Table, Priority, Match),
+// what it does (Instructions) and its bookkeeping (Cookie, timeouts, flags,
+// importance). It is the value nodeflow's flow builders produce and the
+// reconciler compares; FlowMod carries it to the switch.
+//
+// Priority has no default: set it (DefaultPriority is what ovs-ofctl assumes
+// when a flow text names none).
+type Flow struct {
+	Table        uint8
+	Priority     uint16
+	Cookie       uint64
+	Match        Match
+	Instructions []Instruction
+	IdleTimeout  uint16
+	HardTimeout  uint16
+	Flags        FlowModFlags
+	Importance   uint16
+}
+
+// String renders the flow exactly as one line of
+// `ovs-ofctl -O OpenFlow15 dump-flows --no-stats` prints it, leading space
+// included, e.g. " cookie=0x5, table=3, priority=10,ip actions=drop".
+func (f Flow) String() string {
+	var sb strings.Builder
+	sb.WriteByte(' ')
+	if f.Cookie != 0 {
+		fmt.Fprintf(&sb, "cookie=0x%x, ", f.Cookie)
+	}
+	if f.Table != 0 {
+		fmt.Fprintf(&sb, "table=%d, ", f.Table)
+	}
+	if f.IdleTimeout != 0 {
+		fmt.Fprintf(&sb, "idle_timeout=%d, ", f.IdleTimeout)
+	}
+	if f.HardTimeout != 0 {
+		fmt.Fprintf(&sb, "hard_timeout=%d, ", f.HardTimeout)
+	}
+	sb.WriteString(f.Flags.String())
+	if f.Importance != 0 {
+		fmt.Fprintf(&sb, "importance=%d, ", f.Importance)
+	}
+	sb.WriteString(matchText(f.Priority, f.Match))
+	if s := sb.String(); s[len(s)-1] != ' ' {
+		sb.WriteByte(' ')
+	}
+	sb.WriteString("actions=")
+	sb.WriteString(InstructionsString(f.Instructions))
+	return sb.String()
+}
+
+// AddMod returns an OFPFC_ADD flow mod that installs f, replacing a flow with
+// the same table, priority and match (counters carry over unless Flags has
+// FlowResetCounts).
+func (f Flow) AddMod() *FlowMod {
+	m := NewFlowMod(FlowAdd)
+	m.Cookie = f.Cookie
+	m.Table = f.Table
+	m.IdleTimeout = f.IdleTimeout
+	m.HardTimeout = f.HardTimeout
+	m.Priority = f.Priority
+	m.Flags = f.Flags
+	m.Importance = f.Importance
+	m.Match = f.Match
+	m.Instructions = f.Instructions
+	return m
+}
+
+// ModifyStrictMod returns an OFPFC_MODIFY_STRICT flow mod that replaces the
+// instructions of the flow with f's table, priority and match. Open vSwitch
+// keeps that flow's cookie, timeouts and flags; use AddMod to replace those.
+func (f Flow) ModifyStrictMod() *FlowMod {
+	m := NewFlowMod(FlowModifyStrict)
+	m.Table = f.Table
+	m.Priority = f.Priority
+	m.Match = f.Match
+	m.Instructions = f.Instructions
+	return m
+}
+
+// DeleteStrictMod returns an OFPFC_DELETE_STRICT flow mod that removes the
+// flow with f's table, priority and match, whatever its cookie.
+func (f Flow) DeleteStrictMod() *FlowMod {
+	m := NewFlowMod(FlowDeleteStrict)
+	m.Table = f.Table
+	m.Priority = f.Priority
+	m.Match = f.Match
+	return m
+}
+
+// DeleteCookieMod returns an OFPFC_DELETE flow mod that removes, from table
+// (TableAll for every table), every flow whose cookie has the bits of cookie
+// selected by mask.
+func DeleteCookieMod(table uint8, cookie, mask uint64) *FlowMod {
+	m := NewFlowMod(FlowDelete)
+	m.Table = table
+	m.Cookie = cookie
+	m.CookieMask = mask
+	return m
+}
+
+// FlowFromStats returns the flow that a flow-stats entry describes.
+func FlowFromStats(s FlowStats) Flow { return s.Flow }
+
+// FlowsFromStats returns the flows of a flow-stats reply, in order.
+func FlowsFromStats(stats []FlowStats) []Flow {
+	flows := make([]Flow, len(stats))
+	for i := range stats {
+		flows[i] = stats[i].Flow
+	}
+	return flows
+}
+
+// FlowKey identifies a flow the way the switch does: by table, priority and
+// match. Two flows whose matches hold the same fields in a different order,
+// or spell an exact match with an all-ones mask, have equal keys. FlowKey is
+// comparable and can key a map.
+type FlowKey struct {
+	Table    uint8
+	Priority uint16
+	match    string // canonical OXM bytes; see canonicalMatch
+}
+
+// Key returns f's identity on table, priority and match.
+func (f Flow) Key() FlowKey {
+	return FlowKey{Table: f.Table, Priority: f.Priority, match: canonicalMatch(f.Match)}
+}
+
+// String renders the key for logs: "table=N,priority=P,<hex of the
+// canonical match>".
+func (k FlowKey) String() string {
+	return fmt.Sprintf("table=%d,priority=%d,match=%s", k.Table, k.Priority, hex.EncodeToString([]byte(k.match)))
+}
+
+// canonicalMatch encodes m so that equal matches give equal strings. Each
+// field is written under its preferred header (so NXM and OXM spellings of
+// one field agree) and normalised as Match.AppendBinary does: an all-ones
+// mask becomes an exact match, value bits outside the mask are cleared and a
+// field with an all-zero mask is left out. The encoded fields are then
+// sorted. A field that does not encode is kept as its raw bytes.
+func canonicalMatch(m Match) string {
+	switch len(m.Fields) {
+	case 0:
+		return ""
+	case 1:
+		return string(canonicalField(nil, m.Fields[0]))
+	}
+	var buf []byte
+	spans := make([][2]int, 0, len(m.Fields))
+	for _, f := range m.Fields {
+		start := len(buf)
+		buf = canonicalField(buf, f)
+		if len(buf) > start {
+			spans = append(spans, [2]int{start, len(buf)})
+		}
+	}
+	slices.SortFunc(spans, func(a, b [2]int) int { return bytes.Compare(buf[a[0]:a[1]], buf[b[0]:b[1]]) })
+	out := make([]byte, 0, len(buf))
+	for _, sp := range spans {
+		out = append(out, buf[sp[0]:sp[1]]...)
+	}
+	return string(out)
+}
+
+// canonicalField appends the canonical TLV of f to b (nothing for a
+// wildcard).
+func canonicalField(b []byte, f Field) []byte {
+	if info := mfOf(&f); info != nil {
+		f.Class, f.Field, f.Experimenter = info.Class, info.Field, info.Experimenter
+	}
+	start := len(b)
+	enc, err := (Match{Fields: []Field{f}}).AppendBinary(b)
+	if err != nil {
+		// Raw form: class, field, experimenter, value length, value, mask.
+		b = binary.BigEndian.AppendUint16(b[:start], f.Class)
+		b = append(b, f.Field)
+		b = binary.BigEndian.AppendUint32(b, f.Experimenter)
+		b = append(b, byte(len(f.Value)))
+		b = append(b, f.Value...)
+		return append(b, f.Mask...)
+	}
+	n := int(binary.BigEndian.Uint16(enc[start+2:]))
+	// Drop the 4-byte ofp_match header and the padding.
+	copy(enc[start:], enc[start+4:start+n])
+	return enc[:start+n-4]
+}

@@ -1,0 +1,357 @@
+package testbed
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"nodeflow/testbed/pki"
+)
+
+// Versions of the control plane the testbed runs. testbed/tools pins them;
+// a test checks that the two agree.
+const (
+	KubernetesVersion = "v1.36.3"
+	EtcdVersion       = "v3.6.16"
+)
+
+// ControlPlaneBinaries are the programs `make testbed-deps` builds.
+var ControlPlaneBinaries = []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl"}
+
+// DefaultBinDir is where `make testbed-deps` puts the control-plane
+// binaries: $NODEFLOW_TESTBED_CACHE, else $XDG_CACHE_HOME/nodeflow/testbed,
+// else ~/.cache/nodeflow/testbed, then kube-VERSION-etcd-VERSION/bin.
+func DefaultBinDir() string {
+	root := os.Getenv("NODEFLOW_TESTBED_CACHE")
+	if root == "" {
+		cache := os.Getenv("XDG_CACHE_HOME")
+		if cache == "" {
+			home, err := os.UserHomeDir()
+			if err != nil {
+				home = "/root"
+			}
+			cache = filepath.Join(home, ".cache")
+		}
+		root = filepath.Join(cache, "nodeflow", "testbed")
+	}
+	return filepath.Join(root, "kube-"+KubernetesVersion+"-etcd-"+EtcdVersion, "bin")
+}
+
+// CheckBinaries reports which control-plane binaries are missing from dir.
+func CheckBinaries(dir string) error {
+	var missing []string
+	for _, b := range ControlPlaneBinaries {
+		if fi, err := os.Stat(filepath.Join(dir, b)); err != nil || fi.Mode()&0o111 == 0 {
+			missing = append(missing, b)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("testbed: control-plane binaries missing from %s: %s (run `make testbed-deps`)", dir, strings.Join(missing, ", "))
+	}
+	return nil
+}
+
+// nodeAPIPort is the port on which the API server is reachable on the
+// loopback of every node's namespace (a proxy to the host's loopback).
+const nodeAPIPort = 6443
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// controlPlane is the running control plane.
+type controlPlane struct {
+	dir, binDir, logDir string
+	procs               []*proc
+	apiPort             int
+	apiURL              string
+	ca                  *pki.CA
+	adminKubeconfig     string
+	admin               kubernetes.Interface
+	// agentTokens maps node name to the agent's bearer token.
+	agentTokens map[string]string
+}
+
+// agentGroup is the group of every node agent's token.
+const agentGroup = "nodeflow:agents"
+
+// writePKI makes the CA, certificates, keys, tokens and kubeconfigs.
+func (cp *controlPlane) writePKI(clusterName string, nodes []string, serviceCIDRs []string) error {
+	dir := filepath.Join(cp.dir, "pki")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	ca, err := pki.NewCA(clusterName + "-ca")
+	if err != nil {
+		return err
+	}
+	cp.ca = ca
+	if _, err := pki.WriteFile(dir, "ca.crt", ca.CertPEM, false); err != nil {
+		return err
+	}
+	ips := []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("::1")}
+	for _, c := range serviceCIDRs {
+		_, n, err := net.ParseCIDR(c)
+		if err != nil {
+			return err
+		}
+		first := append(net.IP(nil), n.IP...)
+		first[len(first)-1]++
+		ips = append(ips, first)
+	}
+	crt, key, err := ca.Issue(pki.Request{
+		CommonName: "kube-apiserver",
+		DNSNames:   []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"},
+		IPs:        ips,
+		Server:     true,
+	})
+	if err != nil {
+		return err
+	}
+	if _, err := pki.WriteFile(dir, "apiserver.crt", crt, false); err != nil {
+		return err
+	}
+	if _, err := pki.WriteFile(dir, "apiserver.key", key, true); err != nil {
+		return err
+	}
+	pub, priv, err := pki.NewKeyPair()
+	if err != nil {
+		return err
+	}
+	if _, err := pki.WriteFile(dir, "sa.pub", pub, false); err != nil {
+		return err
+	}
+	if _, err := pki.WriteFile(dir, "sa.key", priv, true); err != nil {
+		return err
+	}
+
+	client := func(cn string, orgs ...string) (pki.Credentials, error) {
+		crt, key, err := ca.Issue(pki.Request{CommonName: cn, Organizations: orgs, Client: true})
+		return pki.Credentials{User: cn, CertPEM: crt, KeyPEM: key}, err
+	}
+	kubeconfigs := []struct {
+		path, cn string
+		orgs     []string
+	}{
+		{filepath.Join(cp.dir, "admin.kubeconfig"), "testbed-admin", []string{"system:masters"}},
+		{filepath.Join(dir, "kube-controller-manager.kubeconfig"), "system:kube-controller-manager", nil},
+		{filepath.Join(dir, "kube-scheduler.kubeconfig"), "system:kube-scheduler", nil},
+	}
+	for _, n := range nodes {
+		kubeconfigs = append(kubeconfigs, struct {
+			path, cn string
+			orgs     []string
+		}{filepath.Join(cp.dir, "nodes", n, "kubelet.kubeconfig"), "system:node:" + n, []string{"system:nodes"}})
+	}
+	for _, kc := range kubeconfigs {
+		cred, err := client(kc.cn, kc.orgs...)
+		if err != nil {
+			return err
+		}
+		if err := pki.WriteKubeconfig(kc.path, clusterName, cp.apiURL, ca.CertPEM, cred); err != nil {
+			return err
+		}
+	}
+	cp.adminKubeconfig = kubeconfigs[0].path
+
+	// Node agents authenticate with tokens and reach the API server through
+	// the proxy on their namespace's loopback.
+	var tokens strings.Builder
+	cp.agentTokens = map[string]string{}
+	for _, n := range nodes {
+		tok := pki.Token()
+		cp.agentTokens[n] = tok
+		fmt.Fprintf(&tokens, "%s,nodeflow-agent:%s,nodeflow-agent-%s,\"%s\"\n", tok, n, n, agentGroup)
+		err := pki.WriteKubeconfig(filepath.Join(cp.dir, "nodes", n, "agent.kubeconfig"), clusterName,
+			"https://127.0.0.1:"+strconv.Itoa(nodeAPIPort), ca.CertPEM, pki.Credentials{User: "nodeflow-agent:" + n, Token: tok})
+		if err != nil {
+			return err
+		}
+	}
+	_, err = pki.WriteFile(dir, "tokens.csv", []byte(tokens.String()), true)
+	return err
+}
+
+// start launches etcd, kube-apiserver, kube-controller-manager and
+// kube-scheduler, and returns when the API server is ready.
+func (cp *controlPlane) start(ctx context.Context, clusterName string, nodes, podCIDRs, serviceCIDRs []string, maskV4, maskV6 int) error {
+	var err error
+	if cp.apiPort, err = freePort(); err != nil {
+		return err
+	}
+	cp.apiURL = "https://127.0.0.1:" + strconv.Itoa(cp.apiPort)
+	if err := cp.writePKI(clusterName, nodes, serviceCIDRs); err != nil {
+		return err
+	}
+	clientPort, err := freePort()
+	if err != nil {
+		return err
+	}
+	peerPort, err := freePort()
+	if err != nil {
+		return err
+	}
+	etcdClient := "http://127.0.0.1:" + strconv.Itoa(clientPort)
+	etcdPeer := "http://127.0.0.1:" + strconv.Itoa(peerPort)
+	pkiDir := filepath.Join(cp.dir, "pki")
+	bin := func(n string) string { return filepath.Join(cp.binDir, n) }
+	logf := func(n string) string { return filepath.Join(cp.logDir, n+".log") }
+
+	etcd, err := startProc("etcd", logf("etcd"), "", nil, bin("etcd"),
+		"--name", "testbed",
+		"--data-dir", filepath.Join(cp.dir, "etcd"),
+		"--listen-client-urls", etcdClient, "--advertise-client-urls", etcdClient,
+		"--listen-peer-urls", etcdPeer, "--initial-advertise-peer-urls", etcdPeer,
+		"--initial-cluster", "testbed="+etcdPeer,
+		"--unsafe-no-fsync", "--log-level", "warn")
+	if err != nil {
+		return err
+	}
+	cp.procs = append(cp.procs, etcd)
+
+	api, err := startProc("kube-apiserver", logf("kube-apiserver"), "", nil, bin("kube-apiserver"),
+		"--etcd-servers", etcdClient,
+		"--bind-address", "127.0.0.1",
+		"--secure-port", strconv.Itoa(cp.apiPort),
+		"--cert-dir", pkiDir,
+		"--tls-cert-file", filepath.Join(pkiDir, "apiserver.crt"),
+		"--tls-private-key-file", filepath.Join(pkiDir, "apiserver.key"),
+		"--client-ca-file", filepath.Join(pkiDir, "ca.crt"),
+		"--service-account-issuer", "https://kubernetes.default.svc.cluster.local",
+		"--service-account-key-file", filepath.Join(pkiDir, "sa.pub"),
+		"--service-account-signing-key-file", filepath.Join(pkiDir, "sa.key"),
+		"--service-cluster-ip-range", strings.Join(serviceCIDRs, ","),
+		"--token-auth-file", filepath.Join(pkiDir, "tokens.csv"),
+		"--authorization-mode", "Node,RBAC",
+		"--enable-admission-plugins", "NodeRestriction",
+		"--allow-privileged=true",
+		// The API server listens on loopback only; an endpoint of 127.0.0.1
+		// for the kubernetes Service would be rejected.
+		"--endpoint-reconciler-type", "none",
+		"--profiling=false")
+	if err != nil {
+		return err
+	}
+	cp.procs = append(cp.procs, api)
+
+	// The controller manager and the scheduler wait for the API server by
+	// themselves; starting them now saves their start-up time.
+	kcm, err := startProc("kube-controller-manager", logf("kube-controller-manager"), "", nil, bin("kube-controller-manager"),
+		"--kubeconfig", filepath.Join(pkiDir, "kube-controller-manager.kubeconfig"),
+		"--bind-address", "127.0.0.1", "--secure-port", "0",
+		"--leader-elect=false",
+		"--use-service-account-credentials=true",
+		"--service-account-private-key-file", filepath.Join(pkiDir, "sa.key"),
+		"--root-ca-file", filepath.Join(pkiDir, "ca.crt"),
+		"--cluster-name", clusterName,
+		"--allocate-node-cidrs=true",
+		"--cluster-cidr", strings.Join(podCIDRs, ","),
+		"--node-cidr-mask-size-ipv4", strconv.Itoa(maskV4),
+		"--node-cidr-mask-size-ipv6", strconv.Itoa(maskV6),
+		"--service-cluster-ip-range", strings.Join(serviceCIDRs, ","),
+		// Every default controller: among them nodeipam, endpointslice,
+		// deployment, replicaset, serviceaccount and the garbage collector.
+		"--controllers", "*")
+	if err != nil {
+		return err
+	}
+	cp.procs = append(cp.procs, kcm)
+	sched, err := startProc("kube-scheduler", logf("kube-scheduler"), "", nil, bin("kube-scheduler"),
+		"--kubeconfig", filepath.Join(pkiDir, "kube-scheduler.kubeconfig"),
+		"--bind-address", "127.0.0.1", "--secure-port", "0",
+		"--leader-elect=false")
+	if err != nil {
+		return err
+	}
+	cp.procs = append(cp.procs, sched)
+
+	if err := cp.waitReady(ctx, 90*time.Second); err != nil {
+		return err
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", cp.adminKubeconfig)
+	if err != nil {
+		return err
+	}
+	if cp.admin, err = kubernetes.NewForConfig(cfg); err != nil {
+		return err
+	}
+	// Node agents get cluster-admin until the agent defines its own role.
+	_, err = cp.admin.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "nodeflow-agents"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "cluster-admin"},
+		Subjects:   []rbacv1.Subject{{Kind: "Group", APIGroup: "rbac.authorization.k8s.io", Name: agentGroup}},
+	}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("testbed: bind agent role: %w", err)
+	}
+	return nil
+}
+
+// waitReady polls the API server's /readyz with the admin credentials.
+func (cp *controlPlane) waitReady(ctx context.Context, timeout time.Duration) error {
+	cfg, err := clientcmd.LoadFromFile(cp.adminKubeconfig)
+	if err != nil {
+		return err
+	}
+	auth := cfg.AuthInfos[cfg.Contexts[cfg.CurrentContext].AuthInfo]
+	cert, err := tls.X509KeyPair(auth.ClientCertificateData, auth.ClientKeyData)
+	if err != nil {
+		return err
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(cp.ca.Cert)
+	hc := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{cert}}}}
+	deadline := time.Now().Add(timeout)
+	last := "no answer"
+	for time.Now().Before(deadline) {
+		for _, p := range cp.procs {
+			if p.exited() {
+				return fmt.Errorf("testbed: %s exited during start-up (%v); see %s", p.name, p.err, filepath.Join(cp.logDir, p.name+".log"))
+			}
+		}
+		resp, err := hc.Get(cp.apiURL + "/readyz")
+		if err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return nil
+			}
+			last = fmt.Sprintf("%d %s", resp.StatusCode, strings.TrimSpace(string(b)))
+		} else {
+			last = err.Error()
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("testbed: kube-apiserver not ready after %s: %s", timeout, last)
+}
+
+// stop stops the control plane, last started first.
+func (cp *controlPlane) stop() {
+	for i := len(cp.procs) - 1; i >= 0; i-- {
+		cp.procs[i].stop(10 * time.Second)
+	}
+}
