@@ -6,6 +6,8 @@
 #   make bench   run the benchmarks
 #   make lint    gofmt, go vet, staticcheck
 #   make demo    bring up the testbed and run traffic (see README)
+#   make testbed-deps  build the testbed's Kubernetes control plane into a cache outside the repo
+#   make e2e     the end-to-end tests alone (part of make test)
 
 GO          ?= go
 BIN         := bin
@@ -16,7 +18,7 @@ STATICCHECK := $(GOBIN)/staticcheck
 TEST_FLAGS  ?=
 BENCH       ?= .
 
-.PHONY: all deps build test unit bench lint demo clean
+.PHONY: all deps build test unit bench lint demo clean testbed-deps e2e
 
 all: build
 
@@ -50,10 +52,20 @@ lint:
 	@test -x $(STATICCHECK) || $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 	$(STATICCHECK) ./...
 
-demo:
-	@echo "nodeflow demo: the testbed (a local multi-node cluster with the agent and a service)"
-	@echo "is not built yet. What works today: private OVS sandboxes, the OVSDB client and the"
-	@echo "OpenFlow codec, all exercised by 'make test'. Nothing was started."
+# The testbed's control plane (etcd, kube-apiserver, kube-controller-manager,
+# kube-scheduler, kubectl), built from the versions pinned in testbed/tools
+# into $XDG_CACHE_HOME/nodeflow/testbed (or ~/.cache/...). A no-op when current.
+testbed-deps:
+	@GO=$(GO) testbed/tools/build.sh >/dev/null
+
+# End-to-end scenarios: bring the testbed up, run them, take it down.
+e2e: testbed-deps
+	NODEFLOW_REQUIRE_OVS=1 $(GO) test -count=1 -timeout 20m $(TEST_FLAGS) ./testbed/e2e/...
+
+# Brings up the default testbed, deploys a sample Deployment and Service,
+# tries traffic and shows the flows; leaves the cluster running.
+demo: build testbed-deps
+	@testbed/demo.sh
 
 clean:
 	rm -rf $(BIN)

@@ -38,13 +38,13 @@ func AppendActions(b []byte, v Version, acts []Action) ([]byte, error) {
 	start := len(b)
 	for i, a := range acts {
 		if a == nil {
-			return b[:start], fmt.Errorf("openflow: action %d: nil action: %w", i, ErrMalformed)
+			return b[:start], fmt.Errorf("action %d: nil action: %w", i, ErrMalformed)
 		}
 		n := len(b)
 		var err error
 		b, err = a.appendAction(b, v)
 		if err != nil {
-			return b[:start], fmt.Errorf("openflow: action %d (%s): %w", i, actionName(a), err)
+			return b[:start], fmt.Errorf("action %d (%s): %w", i, actionName(a), err)
 		}
 		if (len(b)-n)%8 != 0 || len(b)-n < 8 {
 			// Every encoder pads; this guards the invariant.
@@ -57,13 +57,13 @@ func AppendActions(b []byte, v Version, acts []Action) ([]byte, error) {
 // UnmarshalActions decodes b, which must hold exactly one list of actions, as
 // sent with version v. Decoded actions never reference b. Truncated input
 // gives an error wrapping io.ErrUnexpectedEOF, malformed input one wrapping
-// ErrMalformed; both name the action's index and kind.
+// ErrMalformed; both name the action's index and kind, e.g. "action 2 (nx
+// ct): nested action 0 (output): not allowed inside ct: malformed". Errors
+// carry no package prefix: callers wrap them with the message they belong
+// to. Actions this package does not know, or that Open vSwitch does not know
+// in version v, decode to RawAction.
 func UnmarshalActions(b []byte, v Version) ([]Action, error) {
-	acts, err := unmarshalActions(b, v, actCtxTop)
-	if err != nil {
-		return nil, fmt.Errorf("openflow: %w", err)
-	}
-	return acts, nil
+	return unmarshalActions(b, v, actCtxTop)
 }
 
 // actCtx says where an action list is decoded; some actions are valid only

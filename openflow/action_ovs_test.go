@@ -463,3 +463,87 @@ func TestActionSeedsCurrent(t *testing.T) {
 		t.Errorf("action_seeds_test.go is stale: rerun with NODEFLOW_UPDATE_ACTION_SEEDS=1 (%d seeds, ovs-ofctl gives %d)", len(actSeeds), len(want))
 	}
 }
+
+// TestGoActionsAgainstOVS encodes Go values and has `ovs-ofctl parse-actions`
+// decode them: the text must equal ActionsString and ovs-ofctl's own
+// re-encoding must not differ from ours.
+func TestGoActionsAgainstOVS(t *testing.T) {
+	actNeedOfctl(t)
+	v4 := netip.MustParseAddr
+	cases := []struct {
+		name string
+		only Version
+		acts []Action
+	}{
+		{name: "output with max_len", acts: []Action{Output{Port: 3, MaxLen: 64}}},
+		{name: "output to controller with max_len", acts: []Action{Output{Port: PortController, MaxLen: 1500}}},
+		{name: "resubmit variants", acts: []Action{ResubmitTable(0), Resubmit{InPort: Port16Local, Table: 7}, Resubmit{InPort: 9, Table: ResubmitCurrentTable}}},
+		{name: "ct zone from metadata", acts: []Action{CT{ZoneSrc: actRef("metadata[16..31]"), RecircTable: 4}}},
+		{name: "ct zone from eth_type", acts: []Action{CT{ZoneSrc: actRef("dl_type"), RecircTable: CTNoRecirc}}},
+		{name: "ct everything", acts: []Action{CT{Commit: true, Force: true, Zone: 7, RecircTable: 9, Alg: CTAlgFTP, Actions: []Action{
+			NAT{Src: true, MinAddr: v4("10.0.0.1"), MaxAddr: v4("10.0.0.9"), MinPort: 1000, MaxPort: 2000, Persistent: true, Random: true},
+			SetField{Field: actField("ct_mark", []byte{0, 0, 0, 2}, []byte{0, 0, 0, 2})},
+			RegLoad{Dst: actRef("ct_label[64..127]"), Value: 0xdead},
+		}}}},
+		{name: "ct nat v6", acts: []Action{CT{Commit: true, RecircTable: CTNoRecirc, Actions: []Action{
+			NAT{Dst: true, MinAddr: v4("fd00::1"), MaxAddr: v4("fd00::ff"), MinPort: 80, Hash: true},
+		}}}},
+		{name: "ct nat v6 no port", acts: []Action{CT{Commit: true, RecircTable: CTNoRecirc, Actions: []Action{NAT{Src: true, MinAddr: v4("fd00::1")}}}}},
+		{name: "load eth_dst by oxm name", only: Version13, acts: []Action{RegLoad{Dst: actRef("OXM_OF_ETH_DST[0..7]"), Value: 0xff}}},
+		{name: "load becomes set_field in of15", only: Version15, acts: []Action{RegLoad{Dst: actRef("tun_id[8..15]"), Value: 0x12}}},
+		{name: "move tcp_flags", acts: []Action{RegMove{Src: actRef("tcp_flags"), Dst: actRef("reg3[0..11]")}}},
+		{name: "move in_port to reg", acts: []Action{RegMove{Src: actRef("in_port"), Dst: actRef("reg3[16..31]")}}},
+		{name: "masked set_field tun_id", acts: []Action{SetField{Field: actField("tun_id", []byte{0, 0, 0, 0, 0, 0, 0x12, 0x34}, []byte{0, 0, 0, 0, 0, 0, 0xff, 0xf0})}}},
+		{name: "masked set_field clears stray bits", acts: []Action{SetField{Field: actField("reg0", []byte{0, 0, 0, 0xff}, []byte{0, 0, 0, 0x0f})}}},
+		{name: "masked set_field ipv6 in of13", only: Version13, acts: []Action{SetField{Field: actField("ipv6_dst",
+			[]byte{0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1}, []byte{0xff, 0xff, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff})}}},
+		{name: "output_reg max_len", acts: []Action{OutputReg{Src: actRef("reg1[0..15]"), MaxLen: 128}}},
+		{name: "learn built from names", acts: []Action{Learn{TableID: 30, HardTimeout: 300, Priority: 10, Flags: LearnDeleteLearned, Cookie: 0xabc, Specs: []LearnSpec{
+			LearnMatchValue(actRef("eth_type"), []byte{0x08, 0x00}),
+			LearnMatchValue(actRef("nw_proto"), []byte{6}),
+			LearnMatchField(actRef("ip_dst"), actRef("ip_src")),
+			LearnMatchField(actRef("tcp_dst"), actRef("tcp_dst")),
+			LearnLoadValue([]byte{1}, actRef("reg4[16]")),
+			LearnLoadField(actRef("reg3"), actRef("reg3")),
+			LearnOutputField(actRef("reg5[0..15]")),
+		}}}},
+		{name: "learn immediate shorter than its field", acts: []Action{Learn{TableID: 1, Priority: LearnDefaultPriority, Specs: []LearnSpec{
+			LearnMatchValue(actRef("reg1"), []byte{7}),
+		}}}},
+		{name: "controller everything", acts: []Action{Controller2{MaxLen: 200, ControllerID: 3, Reason: ControllerReasonNoMatch, Userdata: []byte("hello"), Pause: true, MeterID: 9}}},
+		{name: "controller legacy defaults but id", acts: []Action{Controller2{MaxLen: 0xffff, Reason: ControllerReasonAction, ControllerID: 1}}},
+		{name: "note empty", acts: []Action{Note{}}},
+		{name: "note exact", acts: []Action{Note{Data: []byte("abcdefghijklmn")}}},
+		{name: "conjunction", acts: []Action{Conjunction{ID: 0xffffffff, Clause: 64, NClauses: 64}}},
+		{name: "multipath", acts: []Action{Multipath{Fields: HashSymmetricL3, Basis: 7, Algorithm: MultipathIterHash, MaxLink: 15, Arg: 3, Dst: actRef("reg2[4..7]")}}},
+		{name: "meter action", only: Version15, acts: []Action{Meter{ID: 5}, Output{Port: 1}}},
+		{name: "exit and ct_clear", acts: []Action{CTClear{}, Exit{}}},
+	}
+	for _, c := range cases {
+		for _, v := range []Version{Version13, Version15} {
+			if c.only != 0 && c.only != v {
+				continue
+			}
+			t.Run(c.name+"/"+v.String(), func(t *testing.T) {
+				b, err := AppendActions(nil, v, c.acts)
+				if err != nil {
+					t.Fatal(err)
+				}
+				text, diffs, err := actOfctlDecode(t, "parse-actions", v, b)
+				if err != nil {
+					t.Fatalf("ovs-ofctl: %v (bytes % x)", err, b)
+				}
+				acts, err := UnmarshalActions(b, v)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := ActionsString(acts); got != text {
+					t.Errorf("ActionsString = %q\n     ovs-ofctl: %q", got, text)
+				}
+				if len(diffs) > 0 {
+					t.Errorf("ovs-ofctl re-encodes differently: %v (bytes % x)", diffs, b)
+				}
+			})
+		}
+	}
+}

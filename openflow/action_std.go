@@ -244,15 +244,20 @@ type SetField struct {
 
 func (a SetField) appendAction(b []byte, v Version) ([]byte, error) {
 	f := a.Field
-	if err := checkSetFieldValue(f); err != nil {
+	info := actLookup(f.Class, f.Field, f.Experimenter)
+	if err := checkSetFieldValue(f, info); err != nil {
 		return b, err
 	}
 	if f.Mask != nil && allOnes(f.Mask) {
 		f.Mask = nil
 	}
 	if f.Mask == nil || v >= Version15 {
+		if info != nil {
+			id := oxmIDFor(info, v)
+			f.Class, f.Field, f.Experimenter = id.Class, id.Field, id.Experimenter
+		}
 		b, start := beginAction(b, atSetField)
-		b = actAppendOXM(b, oxmFieldFor(f, v))
+		b = actAppendOXM(b, f)
 		return endAction(b, start)
 	}
 	if f.Class == 0xffff || isVariableLenField(f.Class, f.Field) || allZero(f.Mask) {
@@ -275,11 +280,8 @@ func decodeSetField(b []byte, v Version) (Action, error) {
 	if f.Mask != nil && v < Version15 {
 		return nil, fmt.Errorf("masked field %s needs OpenFlow 1.5: %w", fieldOVSName(f.Class, f.Field, f.Experimenter), ErrMalformed)
 	}
-	if f.Mask != nil && allOnes(f.Mask) {
-		f.Mask = nil
-	}
-	if info, ok := LookupField(f.Class, f.Field, f.Experimenter); ok && info.Bytes != len(f.Value) {
-		return nil, fmt.Errorf("field %s: %d-byte value, want %d: %w", info.Name, len(f.Value), info.Bytes, ErrMalformed)
+	if err := checkDecodedSetField(&f); err != nil {
+		return nil, err
 	}
 	if 4+n+pad8(4+n) != len(b) {
 		return nil, fmt.Errorf("length %d, want %d for a %d-byte field: %w", len(b), 4+n+pad8(4+n), n, ErrMalformed)
@@ -287,8 +289,31 @@ func decodeSetField(b []byte, v Version) (Action, error) {
 	return SetField{Field: setFieldCanonical(f)}, nil
 }
 
-// checkSetFieldValue checks a field to be written.
-func checkSetFieldValue(f Field) error {
+// checkDecodedSetField validates the field of a decoded set_field or
+// REG_LOAD2: the registry's width, no value bits outside the mask. An
+// all-ones mask is dropped, as Open vSwitch does.
+func checkDecodedSetField(f *Field) error {
+	if f.Mask != nil && allOnes(f.Mask) {
+		f.Mask = nil
+	}
+	if info := actLookup(f.Class, f.Field, f.Experimenter); info != nil && info.Bytes != len(f.Value) {
+		return fmt.Errorf("field %s: %d-byte value, want %d: %w", info.Name, len(f.Value), info.Bytes, ErrMalformed)
+	}
+	for i := range f.Mask {
+		if f.Value[i]&^f.Mask[i] != 0 {
+			return fmt.Errorf("field %s: value %x has bits outside mask %x: %w",
+				fieldOVSName(f.Class, f.Field, f.Experimenter), f.Value, f.Mask, ErrMalformed)
+		}
+	}
+	return nil
+}
+
+// checkSetFieldValue checks a field to be written; info is its registry
+// entry or nil.
+func checkSetFieldValue(f Field, info *FieldInfo) error {
+	if err := f.Err(); err != nil {
+		return err
+	}
 	if len(f.Value) == 0 {
 		return fmt.Errorf("field %s: empty value: %w", fieldOVSName(f.Class, f.Field, f.Experimenter), ErrMalformed)
 	}
@@ -297,6 +322,9 @@ func checkSetFieldValue(f Field) error {
 	}
 	if f.Field > 0x7f {
 		return fmt.Errorf("field number %d: %w", f.Field, ErrMalformed)
+	}
+	if info != nil && info.Bytes != len(f.Value) {
+		return fmt.Errorf("field %s: %d-byte value, want %d: %w", info.Name, len(f.Value), info.Bytes, ErrMalformed)
 	}
 	n := 2 * len(f.Value)
 	if f.Mask == nil {
@@ -313,7 +341,8 @@ func checkSetFieldValue(f Field) error {
 
 // actAppendOXM appends one OXM TLV: the 32-bit header (class, field,
 // has-mask, payload length), the experimenter id for class 0xffff, the value
-// and the mask if any.
+// (with bits outside the mask cleared, which Open vSwitch insists on) and the
+// mask if any.
 func actAppendOXM(b []byte, f Field) []byte {
 	n := len(f.Value)
 	hm := uint32(0)
@@ -328,8 +357,57 @@ func actAppendOXM(b []byte, f Field) []byte {
 	if f.Class == 0xffff {
 		b = binary.BigEndian.AppendUint32(b, f.Experimenter)
 	}
-	b = append(b, f.Value...)
+	if f.Mask == nil {
+		return append(b, f.Value...)
+	}
+	for i, c := range f.Value {
+		b = append(b, c&f.Mask[i])
+	}
 	return append(b, f.Mask...)
+}
+
+// appendBitsOXM appends an OXM TLV for header id of a width-byte field that
+// sets bits ofs..ofs+nbits-1 to val: masked unless those are all the bits.
+func appendBitsOXM(b []byte, id FieldID, width, ofs, nbits int, val uint64) []byte {
+	masked := ofs != 0 || nbits != 8*width
+	n := width
+	hm := uint32(0)
+	if masked {
+		n, hm = 2*width, 0x100
+	}
+	if id.Class == 0xffff {
+		n += 4
+	}
+	b = binary.BigEndian.AppendUint32(b, uint32(id.Class)<<16|uint32(id.Field&0x7f)<<9|hm|uint32(n&0xff))
+	if id.Class == 0xffff {
+		b = binary.BigEndian.AppendUint32(b, id.Experimenter)
+	}
+	// byteBits returns the value and mask bits of byte j (0 = most
+	// significant).
+	byteBits := func(j int) (value, mask byte) {
+		lo := (width - 1 - j) * 8
+		for k := 0; k < 8; k++ {
+			p := lo + k
+			if p >= ofs && p < ofs+nbits {
+				mask |= 1 << k
+				if val>>uint(p-ofs)&1 != 0 {
+					value |= 1 << k
+				}
+			}
+		}
+		return value, mask
+	}
+	for j := 0; j < width; j++ {
+		v, _ := byteBits(j)
+		b = append(b, v)
+	}
+	if masked {
+		for j := 0; j < width; j++ {
+			_, m := byteBits(j)
+			b = append(b, m)
+		}
+	}
+	return b
 }
 
 // actPullOXM decodes one OXM TLV at the start of b and returns it (copied)

@@ -42,12 +42,15 @@ func TestCtFlush(t *testing.T) {
 			00 02 00 08 03 e8 00 00                       # SRC_PORT 1000
 			00 03 00 08 00 50 00 00                       # DST_PORT 80
 			00 02 00 08 00 05 00 00                       # ZONE_ID 5`,
-			"zone=5 'ct_nw_src=10.0.0.1,ct_nw_dst=10.0.0.2,ct_tp_src=1000,ct_tp_dst=80,ct_nw_proto=6' 'ct_nw_src=::,ct_nw_dst=::,ct_tp_src=0,ct_tp_dst=0,ct_nw_proto=6'"},
-		{"everything", &CtFlush{}, "04 04 00 18 00000001 00002320 00000020 00 00 00 00 00 00 00 00", ""},
+			"zone=5 'ct_nw_src=10.0.0.1,ct_nw_dst=10.0.0.2,ct_tp_src=1000,ct_tp_dst=80,ct_nw_proto=6' 'ct_nw_src=::,ct_nw_dst=::,ct_tp_src=0,ct_tp_dst=0'"},
+		// ofp-print shows "zone=0" when there is no zone property; the switch
+		// flushes every zone then.
+		{"everything", &CtFlush{}, "04 04 00 18 00000001 00002320 00000020 00 00 00 00 00 00 00 00",
+			"zone=0 'ct_ipv6_src=::,ct_ipv6_dst=::,ct_tp_src=0,ct_tp_dst=0,ct_nw_proto=0' 'ct_ipv6_src=::,ct_ipv6_dst=::,ct_tp_src=0,ct_tp_dst=0'"},
 		{"udp6 reply tuple, all zones", &CtFlush{IPProto: 17, Reply: CtTuple{Src: netip.MustParseAddr("fd00::1"), DstPort: 53}}, "",
-			"'ct_nw_src=::,ct_nw_dst=::,ct_tp_src=0,ct_tp_dst=0,ct_nw_proto=17' 'ct_ipv6_src=fd00::1,ct_ipv6_dst=::,ct_tp_src=0,ct_tp_dst=53,ct_nw_proto=17'"},
+			"zone=0 'ct_ipv6_src=::,ct_ipv6_dst=::,ct_tp_src=0,ct_tp_dst=0,ct_nw_proto=17' 'ct_ipv6_src=fd00::1,ct_ipv6_dst=::,ct_tp_src=0,ct_tp_dst=53'"},
 		{"icmp", &CtFlush{Zone: zone(0), IPProto: 1, Orig: CtTuple{Src: netip.MustParseAddr("10.0.0.1"), Dst: netip.MustParseAddr("10.0.0.2"), ICMPID: 7, ICMPType: 8}}, "",
-			"zone=0 'ct_nw_src=10.0.0.1,ct_nw_dst=10.0.0.2,icmp_id=7,icmp_type=8,icmp_code=0,ct_nw_proto=1' 'ct_nw_src=::,ct_nw_dst=::,icmp_id=0,icmp_type=0,icmp_code=0,ct_nw_proto=1'"},
+			"zone=0 'ct_nw_src=10.0.0.1,ct_nw_dst=10.0.0.2,icmp_id=7,icmp_type=8,icmp_code=0,ct_nw_proto=1' 'ct_nw_src=::,ct_nw_dst=::,icmp_id=0,icmp_type=0,icmp_code=0'"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -77,10 +77,11 @@ type FieldInfo struct {
 	// NXM is the header used for the field inside Nicira actions.
 	NXM FieldID
 	// Headers lists every header that decodes to this field; the first is
-	// the one in Class, Field and Experimenter.
+	// the one in Class, Field and Experimenter. The slice is shared by every
+	// copy of the FieldInfo: do not modify it.
 	Headers []FieldID
-	// Aliases lists other names Open vSwitch accepts: "dl_src", "nw_src",
-	// "tp_src", and the OXM/NXM names.
+	// Aliases lists other names FieldByName accepts: "dl_src", "nw_src",
+	// "tp_src", OXM names. Shared like Headers.
 	Aliases []string
 
 	id      mfID
@@ -338,6 +339,24 @@ type mfRegistry struct {
 	infos    [mfCount]*FieldInfo
 	byHeader map[FieldID]*FieldInfo
 	byName   map[string]*FieldInfo
+	// direct holds the headers of classes 0x0000, 0x0001, 0x8000 and
+	// 0x8001 by field number, sparing the map on the encoding path.
+	direct [4][128]*FieldInfo
+}
+
+// mfDirectIndex maps a class to its row in mfRegistry.direct, or -1.
+func mfDirectIndex(class uint16) int {
+	switch class {
+	case ClassNXM0:
+		return 0
+	case ClassNXM1:
+		return 1
+	case ClassOpenFlowBasic:
+		return 2
+	case ClassPacketRegs:
+		return 3
+	}
+	return -1
 }
 
 // mfReg is built by a variable initializer, not an init function, so that
@@ -420,6 +439,9 @@ func (r *mfRegistry) add(d mfDef) {
 			panic("openflow: duplicate field header " + hd.String())
 		}
 		r.byHeader[hd] = info
+		if i := mfDirectIndex(hd.Class); i >= 0 {
+			r.direct[i][hd.Field&0x7f] = info
+		}
 	}
 	names := append([]string{d.name, d.nxmName}, d.aliases...)
 	for _, n := range names {
@@ -443,6 +465,12 @@ func LookupField(class uint16, field uint8, experimenter uint32) (FieldInfo, boo
 
 // mfLookup is LookupField without the copy.
 func mfLookup(class uint16, field uint8, experimenter uint32) *FieldInfo {
+	if i := mfDirectIndex(class); i >= 0 {
+		if field > 0x7f {
+			return nil
+		}
+		return mfReg.direct[i][field]
+	}
 	if class != ClassExperimenter {
 		experimenter = 0
 	}
@@ -463,8 +491,9 @@ func FieldByName(name string) (FieldInfo, bool) {
 	return FieldInfo{}, false
 }
 
-// Fields returns every field in the registry, in no particular order.
-func Fields() []FieldInfo {
+// RegisteredFields returns every field in the registry, in no particular
+// order.
+func RegisteredFields() []FieldInfo {
 	out := make([]FieldInfo, 0, mfCount)
 	for _, p := range mfReg.infos {
 		if p != nil {

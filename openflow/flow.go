@@ -144,32 +144,67 @@ func (k FlowKey) String() string {
 
 // canonicalMatch encodes m so that equal matches give equal strings. Each
 // field is written under its preferred header (so NXM and OXM spellings of
-// one field agree) and normalised as Match.AppendBinary does: an all-ones
+// one field agree), xreg and xxreg fields become the 32-bit registers they
+// overlay (Open vSwitch sends registers as xregs in OF1.5 and as regs in
+// OF1.3), and each is normalised as Match.AppendBinary does: an all-ones
 // mask becomes an exact match, value bits outside the mask are cleared and a
 // field with an all-zero mask is left out. The encoded fields are then
 // sorted. A field that does not encode is kept as its raw bytes.
 func canonicalMatch(m Match) string {
-	switch len(m.Fields) {
-	case 0:
+	if len(m.Fields) == 0 {
 		return ""
-	case 1:
-		return string(canonicalField(nil, m.Fields[0]))
 	}
 	var buf []byte
-	spans := make([][2]int, 0, len(m.Fields))
+	spans := make([][2]int, 0, len(m.Fields)+2)
+	var split [4]Field
 	for _, f := range m.Fields {
-		start := len(buf)
-		buf = canonicalField(buf, f)
-		if len(buf) > start {
-			spans = append(spans, [2]int{start, len(buf)})
+		for _, g := range splitRegs(f, split[:0]) {
+			start := len(buf)
+			buf = canonicalField(buf, g)
+			if len(buf) > start {
+				spans = append(spans, [2]int{start, len(buf)})
+			}
 		}
 	}
-	slices.SortFunc(spans, func(a, b [2]int) int { return bytes.Compare(buf[a[0]:a[1]], buf[b[0]:b[1]]) })
+	if len(spans) > 1 {
+		slices.SortFunc(spans, func(a, b [2]int) int { return bytes.Compare(buf[a[0]:a[1]], buf[b[0]:b[1]]) })
+	}
 	out := make([]byte, 0, len(buf))
 	for _, sp := range spans {
 		out = append(out, buf[sp[0]:sp[1]]...)
 	}
 	return string(out)
+}
+
+// splitRegs appends f to out, or, for an xreg or xxreg field, the 32-bit
+// registers it overlays (those its mask touches).
+func splitRegs(f Field, out []Field) []Field {
+	info := mfOf(&f)
+	if info == nil {
+		return append(out, f)
+	}
+	var base, n int
+	switch {
+	case info.id >= mfXReg0 && info.id < mfXReg0+8:
+		base, n = 2*int(info.id-mfXReg0), 2
+	case info.id >= mfXXReg0 && info.id < mfXXReg0+4:
+		base, n = 4*int(info.id-mfXXReg0), 4
+	default:
+		return append(out, f)
+	}
+	if len(f.Value) != 4*n || (f.Mask != nil && len(f.Mask) != 4*n) {
+		return append(out, f)
+	}
+	for k := 0; k < n; k++ {
+		v, mask := binary.BigEndian.Uint32(f.Value[4*k:]), uint32(0xffffffff)
+		if f.Mask != nil {
+			mask = binary.BigEndian.Uint32(f.Mask[4*k:])
+		}
+		if mask != 0 {
+			out = append(out, Reg(base+k, v, mask))
+		}
+	}
+	return out
 }
 
 // canonicalField appends the canonical TLV of f to b (nothing for a

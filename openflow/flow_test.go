@@ -128,3 +128,15 @@ func TestFlowMods(t *testing.T) {
 		t.Errorf("FlowsFromStats = %v", got)
 	}
 }
+
+func TestFlowKeyRegisters(t *testing.T) {
+	regs := Flow{Match: NewMatch(Reg(2, 1, 0xffffffff), Reg(3, 0x10, 0xf0))}
+	xreg := Flow{Match: NewMatch(XReg(1, 1<<32|0x10, 0xffffffff000000f0))}
+	if regs.Key() != xreg.Key() {
+		t.Errorf("reg2,reg3 key %v != xreg1 key %v", regs.Key(), xreg.Key())
+	}
+	xx := Flow{Match: NewMatch(XXReg(0, [16]byte{3: 1, 15: 2}, [16]byte{0xff, 0xff, 0xff, 0xff, 12: 0xff, 13: 0xff, 14: 0xff, 15: 0xff}))}
+	if want := (Flow{Match: NewMatch(Reg(0, 1, 0xffffffff), Reg(3, 2, 0xffffffff))}); xx.Key() != want.Key() {
+		t.Errorf("xxreg0 key %v != reg0,reg3 key %v", xx.Key(), want.Key())
+	}
+}

@@ -43,7 +43,7 @@ func (g GroupEntry) String() string {
 			sb.WriteString(fieldOVSName(f.Class, f.Field, f.Experimenter))
 			if !allOnes(f.Value) {
 				sb.WriteByte('=')
-				sb.WriteString(fieldValueText(Field{Class: f.Class, Field: f.Field, Experimenter: f.Experimenter, Value: f.Value}))
+				sb.WriteString(FormatFieldValue(Field{Class: f.Class, Field: f.Field, Experimenter: f.Experimenter, Value: f.Value}))
 			}
 		}
 		sb.WriteByte(')')

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
+	"strings"
 )
 
 // GroupModCommand is ofp_group_mod_command (OFPGC15_* in OF1.5).
@@ -159,11 +160,17 @@ func (m *GroupMod) Group() GroupEntry {
 // String renders the group mod as ofp-print does, e.g.
 // "ADD group_id=1,type=all,bucket=bucket_id:0,actions=output:1".
 func (m *GroupMod) String() string {
-	s := m.Command.String() + " "
-	if m.Command.bucketCommand() {
-		s += "command_bucket_id:" + bucketIDString(m.CommandBucketID) + ","
+	if !m.Command.bucketCommand() {
+		return m.Command.String() + " " + m.Group().String()
 	}
-	return s + m.Group().String()
+	// Bucket commands do not restate the group's type.
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "%s command_bucket_id:%s,group_id=%d", m.Command, bucketIDString(m.CommandBucketID), m.GroupID)
+	for i := range m.Buckets {
+		sb.WriteString(",bucket=")
+		m.Buckets[i].format(&sb, m.Type)
+	}
+	return sb.String()
 }
 
 // Fixed sizes of the group structures.
@@ -429,6 +436,9 @@ func (m *GroupMod) unmarshal(v Version, b []byte) error {
 	}
 	var err error
 	if v < Version15 {
+		if m.Command.bucketCommand() {
+			return fmt.Errorf("group mod: command %s needs OF1.5: %w", m.Command, ErrUnsupported)
+		}
 		m.Buckets, err = unmarshalBuckets13(b[8:], v)
 		if err != nil {
 			return fmt.Errorf("group mod: %w", err)

@@ -262,7 +262,7 @@ func sortInstructions(ins []Instruction) ([]Instruction, error) {
 func AppendInstructions(b []byte, v Version, ins []Instruction) ([]byte, error) {
 	sorted, err := sortInstructions(ins)
 	if err != nil {
-		return b, fmt.Errorf("openflow: instructions: %w", err)
+		return b, fmt.Errorf("instructions: %w", err)
 	}
 	start := len(b)
 	for k := 0; k < len(sorted); k++ {
@@ -276,12 +276,12 @@ func AppendInstructions(b []byte, v Version, ins []Instruction) ([]byte, error) 
 				}
 			}
 			if b, err = appendActionsInstruction(b, v, itApplyActions, &m, acts); err != nil {
-				return b[:start], fmt.Errorf("openflow: instruction meter+apply_actions: %w", err)
+				return b[:start], fmt.Errorf("instruction meter+apply_actions: %w", err)
 			}
 			continue
 		}
 		if b, err = i.appendInstruction(b, v); err != nil {
-			return b[:start], fmt.Errorf("openflow: instruction %s: %w", instructionName(i), err)
+			return b[:start], fmt.Errorf("instruction %s: %w", instructionName(i), err)
 		}
 	}
 	return b, nil
@@ -297,33 +297,33 @@ func UnmarshalInstructions(b []byte, v Version) ([]Instruction, error) {
 	var seen [8]bool // wire types 0..7 seen so far
 	for k := 0; len(b) > 0; k++ {
 		if len(b) < 4 {
-			return nil, fmt.Errorf("openflow: instruction %d: header: need 4 bytes, have %d: %w", k, len(b), io.ErrUnexpectedEOF)
+			return nil, fmt.Errorf("instruction %d: header: need 4 bytes, have %d: %w", k, len(b), io.ErrUnexpectedEOF)
 		}
 		t := binary.BigEndian.Uint16(b[0:2])
 		n := int(binary.BigEndian.Uint16(b[2:4]))
 		name := instructionTypeName(t)
 		if n < 8 || n%8 != 0 {
-			return nil, fmt.Errorf("openflow: instruction %d (%s): length %d is not a positive multiple of 8: %w", k, name, n, ErrMalformed)
+			return nil, fmt.Errorf("instruction %d (%s): length %d is not a positive multiple of 8: %w", k, name, n, ErrMalformed)
 		}
 		if n > len(b) {
-			return nil, fmt.Errorf("openflow: instruction %d (%s): length %d, have %d bytes: %w", k, name, n, len(b), io.ErrUnexpectedEOF)
+			return nil, fmt.Errorf("instruction %d (%s): length %d, have %d bytes: %w", k, name, n, len(b), io.ErrUnexpectedEOF)
 		}
 		if t < uint16(len(seen)) {
 			if seen[t] {
-				return nil, fmt.Errorf("openflow: instruction %d (%s): %s twice: %w", k, name, name, ErrMalformed)
+				return nil, fmt.Errorf("instruction %d (%s): %s twice: %w", k, name, name, ErrMalformed)
 			}
 			seen[t] = true
 		}
 		got, err := decodeInstruction(b[:n], v)
 		if err != nil {
-			return nil, fmt.Errorf("openflow: instruction %d (%s): %w", k, name, err)
+			return nil, fmt.Errorf("instruction %d (%s): %w", k, name, err)
 		}
 		ins = append(ins, got...)
 		b = b[n:]
 	}
 	sorted, err := sortInstructions(ins)
 	if err != nil {
-		return nil, fmt.Errorf("openflow: instructions: %w", err)
+		return nil, fmt.Errorf("instructions: %w", err)
 	}
 	return sorted, nil
 }

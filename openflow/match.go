@@ -93,10 +93,11 @@ func mfField(id mfID, value, mask []byte) Field {
 	return Field{Class: info.Class, Field: info.Field, Experimenter: info.Experimenter, Value: value, Mask: mask}
 }
 
-// mfBad returns a field that fails to encode with err.
-func mfBad(id mfID, format string, args ...any) Field {
+// mfBad returns a field (under id's header) that fails to encode with an
+// error naming the constructor's field.
+func mfBad(id mfID, name, format string, args ...any) Field {
 	f := mfField(id, nil, nil)
-	f.err = fmt.Errorf("%s: %s: %w", mfReg.infos[id].Name, fmt.Sprintf(format, args...), ErrMalformed)
+	f.err = fmt.Errorf("%s: %s: %w", name, fmt.Sprintf(format, args...), ErrMalformed)
 	return f
 }
 
@@ -115,13 +116,13 @@ func mfU128Masked(id mfID, v, m [16]byte) Field { return mfField(id, v[:], m[:])
 // mfMAC builds an Ethernet address field.
 func mfMAC(id mfID, mac, mask net.HardwareAddr) Field {
 	if len(mac) != 6 {
-		return mfBad(id, "%d-byte hardware address %v, want 6 bytes", len(mac), mac)
+		return mfBad(id, mfReg.infos[id].Name, "%d-byte hardware address %v, want 6 bytes", len(mac), mac)
 	}
 	if mask == nil {
 		return mfField(id, clone(mac), nil)
 	}
 	if len(mask) != 6 {
-		return mfBad(id, "%d-byte mask %v, want 6 bytes", len(mask), mask)
+		return mfBad(id, mfReg.infos[id].Name, "%d-byte mask %v, want 6 bytes", len(mask), mask)
 	}
 	return mfField(id, clone(mac), clone(mask))
 }
@@ -130,7 +131,7 @@ func mfMAC(id mfID, mac, mask net.HardwareAddr) Field {
 func mfIPv4(id mfID, ip netip.Addr) Field {
 	ip = ip.Unmap()
 	if !ip.Is4() {
-		return mfBad(id, "%v is not an IPv4 address", ip)
+		return mfBad(id, mfReg.infos[id].Name, "%v is not an IPv4 address", ip)
 	}
 	a := ip.As4()
 	return mfField(id, a[:], nil)
@@ -139,20 +140,16 @@ func mfIPv4(id mfID, ip netip.Addr) Field {
 // mfIPv4Prefix builds a masked IPv4 field; a /32 is an exact match.
 func mfIPv4Prefix(id mfID, p netip.Prefix) Field {
 	if !p.IsValid() || !p.Addr().Is4() {
-		return mfBad(id, "%v is not an IPv4 prefix", p)
+		return mfBad(id, mfReg.infos[id].Name, "%v is not an IPv4 prefix", p)
 	}
 	a := p.Masked().Addr().As4()
-	m := mfBE32(^uint32(0) << (32 - p.Bits()))
-	if p.Bits() == 0 {
-		m = mfBE32(0)
-	}
-	return mfField(id, a[:], m)
+	return mfField(id, a[:], mfBE32(^uint32(0)<<(32-p.Bits())))
 }
 
 // mfIPv6 builds an IPv6 address field.
 func mfIPv6(id mfID, ip netip.Addr) Field {
 	if !ip.Is6() || ip.Zone() != "" {
-		return mfBad(id, "%v is not an IPv6 address", ip)
+		return mfBad(id, mfReg.infos[id].Name, "%v is not an IPv6 address", ip)
 	}
 	a := ip.As16()
 	return mfField(id, a[:], nil)
@@ -161,7 +158,7 @@ func mfIPv6(id mfID, ip netip.Addr) Field {
 // mfIPv6Prefix builds a masked IPv6 field.
 func mfIPv6Prefix(id mfID, p netip.Prefix) Field {
 	if !p.IsValid() || !p.Addr().Is6() || p.Addr().Zone() != "" {
-		return mfBad(id, "%v is not an IPv6 prefix", p)
+		return mfBad(id, mfReg.infos[id].Name, "%v is not an IPv6 prefix", p)
 	}
 	a := p.Masked().Addr().As16()
 	m := make([]byte, 16)
@@ -199,7 +196,7 @@ func EthType(t uint16) Field { return mfU16(mfEthType, t) }
 // bit 0x1000 is added.
 func VlanVID(vid uint16) Field {
 	if vid > 0xfff {
-		return mfBad(mfVlanVID, "VLAN id %d exceeds 4095", vid)
+		return mfBad(mfVlanVID, mfReg.infos[mfVlanVID].Name, "VLAN id %d exceeds 4095", vid)
 	}
 	return mfU16(mfVlanVID, 0x1000|vid)
 }
@@ -213,7 +210,7 @@ func VlanAny() Field { return mfU16Masked(mfVlanVID, 0x1000, 0x1000) }
 // VlanPCP matches the VLAN priority (0-7); it needs a VLAN match.
 func VlanPCP(pcp uint8) Field {
 	if pcp > 7 {
-		return mfBad(mfVlanPCP, "priority %d exceeds 7", pcp)
+		return mfBad(mfVlanPCP, mfReg.infos[mfVlanPCP].Name, "priority %d exceeds 7", pcp)
 	}
 	return mfU8(mfVlanPCP, pcp)
 }
@@ -225,7 +222,7 @@ func IPProto(p uint8) Field { return mfU8(mfIPProto, p) }
 // IPDSCP matches the 6-bit DSCP of the IPv4/IPv6 traffic class.
 func IPDSCP(dscp uint8) Field {
 	if dscp > 63 {
-		return mfBad(mfIPDSCP, "DSCP %d exceeds 63", dscp)
+		return mfBad(mfIPDSCP, mfReg.infos[mfIPDSCP].Name, "DSCP %d exceeds 63", dscp)
 	}
 	return mfU8(mfIPDSCP, dscp)
 }
@@ -233,7 +230,7 @@ func IPDSCP(dscp uint8) Field {
 // IPECN matches the 2-bit ECN of the IPv4/IPv6 traffic class.
 func IPECN(ecn uint8) Field {
 	if ecn > 3 {
-		return mfBad(mfIPECN, "ECN %d exceeds 3", ecn)
+		return mfBad(mfIPECN, mfReg.infos[mfIPECN].Name, "ECN %d exceeds 3", ecn)
 	}
 	return mfU8(mfIPECN, ecn)
 }
@@ -246,7 +243,7 @@ func IPTTL(ttl uint8) Field { return mfU8(mfNwTTL, ttl) }
 // IPFragAny|IPFragLater) "first fragment".
 func IPFrag(value, mask uint8) Field {
 	if value&^3 != 0 || mask&^3 != 0 {
-		return mfBad(mfIPFrag, "fragment bits 0x%x/0x%x outside 0x3", value, mask)
+		return mfBad(mfIPFrag, mfReg.infos[mfIPFrag].Name, "fragment bits 0x%x/0x%x outside 0x3", value, mask)
 	}
 	return mfField(mfIPFrag, []byte{value}, []byte{mask})
 }
@@ -278,7 +275,7 @@ func IPv6DstPrefix(p netip.Prefix) Field { return mfIPv6Prefix(mfIPv6Dst, p) }
 // IPv6FlowLabel matches the 20-bit IPv6 flow label.
 func IPv6FlowLabel(label uint32) Field {
 	if label > 0xfffff {
-		return mfBad(mfIPv6Label, "flow label 0x%x exceeds 20 bits", label)
+		return mfBad(mfIPv6Label, mfReg.infos[mfIPv6Label].Name, "flow label 0x%x exceeds 20 bits", label)
 	}
 	return mfU32(mfIPv6Label, label)
 }
@@ -323,8 +320,8 @@ func SCTPDstMasked(port, mask uint16) Field { return mfU16Masked(mfSCTPDst, port
 // TCPFlags matches the TCP flag bits (TCPFlagSYN, ...) set in mask:
 // TCPFlags(TCPFlagSYN, TCPFlagSYN|TCPFlagACK) is "+syn-ack".
 func TCPFlags(value, mask uint16) Field {
-	if value&^0xfff != 0 || mask&^0xfff != 0 && mask != 0xffff {
-		return mfBad(mfTCPFlags, "flags 0x%x/0x%x outside 0xfff", value, mask)
+	if value&^0xfff != 0 || (mask&^0xfff != 0 && mask != 0xffff) {
+		return mfBad(mfTCPFlags, mfReg.infos[mfTCPFlags].Name, "flags 0x%x/0x%x outside 0xfff", value, mask)
 	}
 	return mfU16Masked(mfTCPFlags, value, mask)
 }
@@ -377,7 +374,7 @@ func ARPTha(mac net.HardwareAddr) Field { return mfMAC(mfARPTha, mac, nil) }
 // MPLSLabel matches the 20-bit label of the outermost MPLS entry.
 func MPLSLabel(label uint32) Field {
 	if label > 0xfffff {
-		return mfBad(mfMPLSLabel, "label 0x%x exceeds 20 bits", label)
+		return mfBad(mfMPLSLabel, mfReg.infos[mfMPLSLabel].Name, "label 0x%x exceeds 20 bits", label)
 	}
 	return mfU32(mfMPLSLabel, label)
 }
@@ -405,7 +402,7 @@ func TunIPv6Dst(ip netip.Addr) Field { return mfIPv6(mfTunIPv6Dst, ip) }
 // is left out when encoding.
 func Reg(i int, value, mask uint32) Field {
 	if i < 0 || i > 15 {
-		return mfBad(mfReg0, "register index %d outside 0..15", i)
+		return mfBad(mfReg0, "reg", "register index %d outside 0..15", i)
 	}
 	return mfU32Masked(mfReg0+mfID(i), value, mask)
 }
@@ -414,7 +411,7 @@ func Reg(i int, value, mask uint32) Field {
 // half, reg 2i+1 in the low half) set in mask.
 func XReg(i int, value, mask uint64) Field {
 	if i < 0 || i > 7 {
-		return mfBad(mfXReg0, "register index %d outside 0..7", i)
+		return mfBad(mfXReg0, "xreg", "register index %d outside 0..7", i)
 	}
 	return mfU64Masked(mfXReg0+mfID(i), value, mask)
 }
@@ -423,7 +420,7 @@ func XReg(i int, value, mask uint64) Field {
 // significant) set in mask. Value and mask are big-endian.
 func XXReg(i int, value, mask [16]byte) Field {
 	if i < 0 || i > 3 {
-		return mfBad(mfXXReg0, "register index %d outside 0..3", i)
+		return mfBad(mfXXReg0, "xxreg", "register index %d outside 0..3", i)
 	}
 	return mfU128Masked(mfXXReg0+mfID(i), value, mask)
 }

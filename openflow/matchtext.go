@@ -16,20 +16,27 @@ import (
 
 // Flag names by bit, as ovs-ofctl spells them.
 var (
-	mtCtStateNames  = []string{"new", "est", "rel", "rpl", "inv", "trk", "snat", "dnat"}
-	mtTCPFlagNames  = []string{"fin", "syn", "rst", "psh", "ack", "urg", "ece", "cwr", "ns"}
-	mtTunFlagNames  = []string{"oam"}
-	mtCtStateAll    = uint32(0xff)  // the ct_state bits Open vSwitch 3.1 knows
-	mtTCPFlagsAll   = uint32(0xfff) // the 12 TCP flag bits
-	mtTunFlagsAll   = uint32(0x1)
-	mtMatchNameOver = map[mfID]string{
-		mfInPortOXM: "in_port", mfEthSrc: "dl_src", mfEthDst: "dl_dst", mfEthType: "dl_type",
-		mfIPv4Src: "nw_src", mfIPv4Dst: "nw_dst", mfIPDSCP: "nw_tos", mfIPFrag: "nw_frag",
-		mfTCPSrc: "tp_src", mfTCPDst: "tp_dst", mfUDPSrc: "tp_src", mfUDPDst: "tp_dst",
-		mfSCTPSrc: "tp_src", mfSCTPDst: "tp_dst",
-		mfICMPv6Type: "icmp_type", mfICMPv6Code: "icmp_code",
-	}
+	mtCtStateNames = []string{"new", "est", "rel", "rpl", "inv", "trk", "snat", "dnat"}
+	mtTCPFlagNames = []string{"fin", "syn", "rst", "psh", "ack", "urg", "ece", "cwr", "ns"}
+	mtTunFlagNames = []string{"oam"}
 )
+
+// The flag bits each flag field supports.
+const (
+	mtCtStateAll  uint32 = 0xff  // the ct_state bits Open vSwitch 3.1 knows
+	mtTCPFlagsAll uint32 = 0xfff // the 12 TCP flag bits
+	mtTunFlagsAll uint32 = 0x1   // oam
+)
+
+// mtMatchNameOver lists the fields whose name in match text differs from
+// their set_field name.
+var mtMatchNameOver = map[mfID]string{
+	mfInPortOXM: "in_port", mfEthSrc: "dl_src", mfEthDst: "dl_dst", mfEthType: "dl_type",
+	mfIPv4Src: "nw_src", mfIPv4Dst: "nw_dst", mfIPDSCP: "nw_tos", mfIPFrag: "nw_frag",
+	mfTCPSrc: "tp_src", mfTCPDst: "tp_dst", mfUDPSrc: "tp_src", mfUDPDst: "tp_dst",
+	mfSCTPSrc: "tp_src", mfSCTPDst: "tp_dst",
+	mfICMPv6Type: "icmp_type", mfICMPv6Code: "icmp_code",
+}
 
 // mtMatchName is the name a field has in match text.
 func mtMatchName(info *FieldInfo) string {

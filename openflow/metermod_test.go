@@ -20,7 +20,7 @@ func TestMeterMod(t *testing.T) {
 			Bands: []MeterBand{{Type: MeterBandDrop, Rate: 1000, BurstSize: 200}}}.Mod(MeterModify), "",
 			"MOD meter=2 kbps burst stats bands=\ntype=drop rate=1000 burst_size=200"},
 		{"delete", MeterEntry{ID: 3, Flags: MeterFlagKbps, Bands: []MeterBand{{Type: MeterBandDrop, Rate: 1}}}.Mod(MeterDelete),
-			"041d 0010 00000001 | 0002 0000 00000003", "DEL meter=3"},
+			"041d 0010 00000001 | 0002 0000 00000003", "DEL meter=3 bands="},
 		{"controller meter, dscp band", &MeterMod{Command: MeterAdd, Flags: MeterFlagPktps, MeterID: MeterController,
 			Bands: []MeterBand{{Type: MeterBandDSCPRemark, Rate: 5, PrecLevel: 1}}}, "",
 			"ADD meter=controller pktps bands=\ntype=dscp_remark rate=5 prec_level=1"},

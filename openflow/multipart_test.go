@@ -22,12 +22,12 @@ func TestMultipartRequests(t *testing.T) {
 		{"all flows (reference capture)", Version13, NewFlowStatsRequest(), `
 			04 12 00 38 00000001 | 0001 0000 00000000 | ff 000000 ffffffff ffffffff 00000000 |
 			0000000000000000 | 0000000000000000 | 0001 0004 00000000`, ""},
-		{"flows, filtered", Version15, filtered, "", "table=3 cookie=0x10/0xff in_port=1"},
+		{"flows, filtered", Version15, filtered, "", "table=3 in_port=1"},
 		{"group desc, all", Version15, &GroupDescRequest{GroupID: GroupAll}, "06 12 00 18 00000001 0007 0000 00000000 fffffffc 00000000", "group_id=ALL"},
-		{"group desc OF1.3", Version13, &GroupDescRequest{GroupID: GroupAll}, "04 12 00 10 00000001 0007 0000 00000000", ""},
+		{"group desc OF1.3", Version13, &GroupDescRequest{GroupID: GroupAll}, "04 12 00 10 00000001 0007 0000 00000000", "group_id=ALL"},
 		{"group stats", Version15, &GroupStatsRequest{GroupID: 5}, "", "group_id=5"},
 		{"port desc, all", Version15, &PortDescRequest{PortNo: PortAny}, "06 12 00 18 00000001 000d 0000 00000000 ffffffff 00000000", "port=ANY"},
-		{"port desc OF1.3", Version13, &PortDescRequest{PortNo: PortAny}, "04 12 00 10 00000001 000d 0000 00000000", ""},
+		{"port desc OF1.3", Version13, &PortDescRequest{PortNo: PortAny}, "04 12 00 10 00000001 000d 0000 00000000", "port=ANY"},
 		{"meter config", Version13, &MeterConfigRequest{MeterID: MeterAll}, "04 12 00 18 00000001 000a 0000 00000000 ffffffff 00000000", "meter=all"},
 		{"meter stats", Version15, &MeterStatsRequest{MeterID: 1}, "", "meter=1"},
 	}
@@ -104,7 +104,7 @@ func TestFlowStatsReply(t *testing.T) {
 			}
 			b := otMarshal(t, v, r)
 			printed := otOfpPrint(t, b)
-			want0 := " cookie=0xabc, duration=1.500s, table=1, n_packets=3, n_bytes=300, "
+			want0 := "cookie=0xabc, duration=1.500s, table=1, n_packets=3, n_bytes=300, "
 			if v == Version15 {
 				want0 += "importance=7, idle_age=2, "
 			}

@@ -245,11 +245,20 @@ func (a RegLoad) appendAction(b []byte, v Version) ([]byte, error) {
 		return b, fmt.Errorf("value 0x%x does not fit %d bits: %w", a.Value, a.Dst.NBits, ErrMalformed)
 	}
 	if v >= Version15 || a.Dst.Class == 0xffff {
-		f := a.asField()
-		if v >= Version15 {
-			return SetField{Field: f}.appendAction(b, v)
+		// OF1.5: a set_field with a masked OXM; an experimenter field
+		// before OF1.5: REG_LOAD2, which carries the same OXM at offset 10.
+		id := FieldID{Class: a.Dst.Class, Field: a.Dst.Field, Experimenter: a.Dst.Experimenter}
+		if info := a.Dst.knownInfo(); info != nil {
+			id = oxmIDFor(info, v)
 		}
-		return appendRegLoad2(b, f)
+		var start int
+		if v >= Version15 {
+			b, start = beginAction(b, atSetField)
+		} else {
+			b, start = beginNX(b, nxastRegLoad2)
+		}
+		b = appendBitsOXM(b, id, a.Dst.Len, a.Dst.Ofs, a.Dst.NBits, a.Value)
+		return endAction(b, start)
 	}
 	dst := nxHeaderFor(a.Dst)
 	b, start := beginNX(b, nxastRegLoad)
@@ -257,19 +266,6 @@ func (a RegLoad) appendAction(b []byte, v Version) ([]byte, error) {
 	b = binary.BigEndian.AppendUint32(b, dst.header())
 	b = binary.BigEndian.AppendUint64(b, a.Value)
 	return endAction(b, start)
-}
-
-// asField returns the load as a masked whole-field write.
-func (a RegLoad) asField() Field {
-	f := Field{Class: a.Dst.Class, Field: a.Dst.Field, Experimenter: a.Dst.Experimenter,
-		Value: make([]byte, a.Dst.Len), Mask: make([]byte, a.Dst.Len)}
-	for i := 0; i < a.Dst.NBits; i++ {
-		setBit(f.Mask, a.Dst.Ofs+i)
-		if a.Value>>uint(i)&1 != 0 {
-			setBit(f.Value, a.Dst.Ofs+i)
-		}
-	}
-	return f
 }
 
 // String renders e.g. "load:0x5->NXM_NX_REG0[8..15]".
@@ -310,11 +306,8 @@ func decodeRegLoad2(b []byte, v Version) (Action, error) {
 	if want := 10 + n + pad8(10+n); len(b) != want {
 		return nil, fmt.Errorf("length %d, want %d: %w", len(b), want, ErrMalformed)
 	}
-	if f.Mask != nil && allOnes(f.Mask) {
-		f.Mask = nil
-	}
-	if info, ok := LookupField(f.Class, f.Field, f.Experimenter); ok && info.Bytes != len(f.Value) {
-		return nil, fmt.Errorf("field %s: %d-byte value, want %d: %w", info.Name, len(f.Value), info.Bytes, ErrMalformed)
+	if err := checkDecodedSetField(&f); err != nil {
+		return nil, err
 	}
 	return SetField{Field: setFieldCanonical(f)}, nil
 }
@@ -362,9 +355,6 @@ func appendRegLoadRuns(b []byte, f Field) ([]byte, error) {
 
 // bitSet reports bit i (0 = least significant) of big-endian bytes p.
 func bitSet(p []byte, i int) bool { return p[len(p)-1-i/8]>>(uint(i)%8)&1 != 0 }
-
-// setBit sets bit i (0 = least significant) of big-endian bytes p.
-func setBit(p []byte, i int) { p[len(p)-1-i/8] |= 1 << (uint(i) % 8) }
 
 // Conjunction is NXAST_CONJUNCTION: the flow is clause Clause (1-based) of
 // NClauses of conjunctive match ID.

@@ -236,10 +236,10 @@ const (
 	natFlagHash       uint16 = 1 << 3
 	natFlagRandom     uint16 = 1 << 4
 
-	natRangeIPv4Min uint16 = 1 << 0
-	natRangeIPv4Max uint16 = 1 << 1
-	natRangeIPv6Min uint16 = 1 << 2
-	natRangeIPv6Max uint16 = 1 << 3
+	natRangeIPv4Min  uint16 = 1 << 0
+	natRangeIPv4Max  uint16 = 1 << 1
+	natRangeIPv6Min  uint16 = 1 << 2
+	natRangeIPv6Max  uint16 = 1 << 3
 	natRangeProtoMin uint16 = 1 << 4
 	natRangeProtoMax uint16 = 1 << 5
 )

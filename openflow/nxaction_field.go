@@ -6,6 +6,7 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // FieldRef names a bit range of a field: the source or destination of move,
@@ -45,15 +46,6 @@ func (r FieldRef) sameField(o FieldRef) bool {
 	return r.Class == o.Class && r.Field == o.Field && r.Experimenter == o.Experimenter && r.Len == o.Len
 }
 
-// hdrLen returns the encoded size of the field's header: 8 for experimenter
-// fields, else 4.
-func (r FieldRef) hdrLen() int {
-	if r.Class == 0xffff {
-		return 8
-	}
-	return 4
-}
-
 // header returns the 32-bit NXM/OXM header (has-mask clear).
 func (r FieldRef) header() uint32 {
 	n := r.Len
@@ -71,7 +63,7 @@ func (r FieldRef) check() error {
 	if r.Field > 0x7f {
 		return fmt.Errorf("field %s: field number %d: %w", r.fieldName(), r.Field, ErrMalformed)
 	}
-	if info, ok := r.fieldInfo(); ok && info.Bytes != r.Len {
+	if info := r.fieldInfo(); info != nil && info.Bytes != r.Len {
 		return fmt.Errorf("field %s: width %d bytes, want %d: %w", r.fieldName(), r.Len, info.Bytes, ErrMalformed)
 	}
 	if r.NBits < 1 || r.Ofs < 0 || r.Ofs+r.NBits > fieldRefBits(r) {
@@ -135,16 +127,54 @@ func (r FieldRef) checkOfsNbits() error {
 	return nil
 }
 
-// fieldInfo returns the registry entry for the field r names.
-func (r FieldRef) fieldInfo() (FieldInfo, bool) {
-	return LookupField(r.Class, r.Field, r.Experimenter)
+// actFields maps a header's identity (class, field, experimenter packed in a
+// uint64, which hashes faster than a struct) to its registry entry. It is
+// built on first use from RegisteredFields().
+var (
+	actFieldsOnce sync.Once
+	actFields     map[uint64]*FieldInfo
+)
+
+func actFieldKey(class uint16, field uint8, experimenter uint32) uint64 {
+	if class != ClassExperimenter {
+		experimenter = 0
+	}
+	return uint64(class)<<48 | uint64(experimenter)<<8 | uint64(field)
+}
+
+// actLookup returns the registry entry of the field carried by a header, or
+// nil.
+func actLookup(class uint16, field uint8, experimenter uint32) *FieldInfo {
+	actFieldsOnce.Do(func() {
+		actFields = map[uint64]*FieldInfo{}
+		for _, info := range RegisteredFields() {
+			p := &info
+			for _, h := range info.Headers {
+				actFields[actFieldKey(h.Class, h.Field, h.Experimenter)] = p
+			}
+		}
+	})
+	return actFields[actFieldKey(class, field, experimenter)]
+}
+
+// fieldInfo returns the registry entry for the field r names, or nil.
+func (r FieldRef) fieldInfo() *FieldInfo {
+	return actLookup(r.Class, r.Field, r.Experimenter)
+}
+
+// knownInfo returns r's registry entry when r's width agrees with it.
+func (r FieldRef) knownInfo() *FieldInfo {
+	if info := r.fieldInfo(); info != nil && info.Bytes == r.Len {
+		return info
+	}
+	return nil
 }
 
 // fieldRefBits returns the width of r's field in bits: the registry's
 // significant bits (vlan_tci 16, tcp_flags 12, ...) or 8 bits per byte for a
 // field the registry does not know.
 func fieldRefBits(r FieldRef) int {
-	if info, ok := r.fieldInfo(); ok && info.Bytes == r.Len {
+	if info := r.knownInfo(); info != nil {
 		return info.Bits
 	}
 	return 8 * r.Len
@@ -153,7 +183,7 @@ func fieldRefBits(r FieldRef) int {
 // fieldName returns the name ovs-ofctl prints for r's field in subfield
 // syntax, e.g. NXM_NX_REG0 or OXM_OF_METADATA.
 func (r FieldRef) fieldName() string {
-	if info, ok := r.fieldInfo(); ok && info.NXMName != "" {
+	if info := r.fieldInfo(); info != nil && info.NXMName != "" {
 		return info.NXMName
 	}
 	return unknownFieldName(r.Class, r.Field, r.Experimenter)
@@ -169,7 +199,7 @@ func unknownFieldName(class uint16, field uint8, experimenter uint32) string {
 
 // withID returns r carried by the header id (the field's width comes from the
 // registry entry info).
-func (r FieldRef) withID(id FieldID, info FieldInfo) FieldRef {
+func (r FieldRef) withID(id FieldID, info *FieldInfo) FieldRef {
 	r.Class, r.Field, r.Experimenter, r.Len = id.Class, id.Field, id.Experimenter, info.Bytes
 	if id.Class != 0xffff {
 		r.Experimenter = 0
@@ -181,20 +211,17 @@ func (r FieldRef) withID(id FieldID, info FieldInfo) FieldRef {
 // FieldByName gives), so that a field decodes to the same FieldRef whichever
 // of its headers carried it. Fields the registry does not know are unchanged.
 func (r FieldRef) canonical() FieldRef {
-	info, ok := r.fieldInfo()
-	if !ok || info.Bytes != r.Len {
-		return r
+	if info := r.knownInfo(); info != nil {
+		return r.withID(info.ID(), info)
 	}
-	return r.withID(info.ID(), info)
+	return r
 }
 
 // setFieldCanonical is canonical for a set_field's field.
 func setFieldCanonical(f Field) Field {
-	info, ok := LookupField(f.Class, f.Field, f.Experimenter)
-	if !ok || info.Bytes != len(f.Value) {
-		return f
+	if info := actLookup(f.Class, f.Field, f.Experimenter); info != nil && info.Bytes == len(f.Value) {
+		f.Class, f.Field, f.Experimenter = info.Class, info.Field, info.Experimenter
 	}
-	f.Class, f.Field, f.Experimenter = info.Class, info.Field, info.Experimenter
 	return f
 }
 
@@ -202,36 +229,32 @@ func setFieldCanonical(f Field) Field {
 // actions (the NXM one when the field has one). Fields the registry does not
 // know keep their header.
 func nxHeaderFor(r FieldRef) FieldRef {
-	info, ok := r.fieldInfo()
-	if !ok || info.Bytes != r.Len {
-		return r
+	if info := r.knownInfo(); info != nil {
+		return r.withID(info.NXM, info)
 	}
-	return r.withID(info.NXM, info)
+	return r
 }
 
-// oxmHeaderFor returns r under the header Open vSwitch writes in standard
+// oxmIDFor returns the header Open vSwitch writes for info in standard
 // actions (set_field, copy_field) of version v: the OpenFlow-basic header if
 // the field has one valid in v, else the field's preferred header.
-func oxmHeaderFor(r FieldRef, v Version) FieldRef {
-	info, ok := r.fieldInfo()
-	if !ok || info.Bytes != r.Len {
-		return r
-	}
+func oxmIDFor(info *FieldInfo, v Version) FieldID {
 	if v >= Version15 {
 		for _, h := range info.Headers {
 			if h.Class == ClassOpenFlowBasic {
-				return r.withID(h, info)
+				return h
 			}
 		}
 	}
-	return r.withID(info.ID(), info)
+	return info.ID()
 }
 
-// oxmFieldFor returns f under the header oxmHeaderFor picks.
-func oxmFieldFor(f Field, v Version) Field {
-	r := oxmHeaderFor(FieldRef{Class: f.Class, Field: f.Field, Experimenter: f.Experimenter, Len: len(f.Value)}, v)
-	f.Class, f.Field, f.Experimenter = r.Class, r.Field, r.Experimenter
-	return f
+// oxmHeaderFor returns r under the header oxmIDFor picks.
+func oxmHeaderFor(r FieldRef, v Version) FieldRef {
+	if info := r.knownInfo(); info != nil {
+		return r.withID(oxmIDFor(info, v), info)
+	}
+	return r
 }
 
 // isVariableLenField reports the tun_metadata0..63 fields (NXM_1 40..103),
@@ -243,7 +266,7 @@ func isVariableLenField(class uint16, field uint8) bool {
 // fieldOVSName returns Open vSwitch's name of a field, as set_field prints
 // it ("ip_dst", "reg0").
 func fieldOVSName(class uint16, field uint8, experimenter uint32) string {
-	if info, ok := LookupField(class, field, experimenter); ok {
+	if info := actLookup(class, field, experimenter); info != nil {
 		return info.Name
 	}
 	return unknownFieldName(class, field, experimenter)

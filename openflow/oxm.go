@@ -86,6 +86,9 @@ func mfName(f *Field, info *FieldInfo) string {
 // bits the field cannot hold (vlan_vid above 0x1fff, ip_dscp above 63) is an
 // error too. Fields not in the registry are written as they are.
 func AppendOXM(b []byte, f Field) ([]byte, error) {
+	if f.err != nil {
+		return b, fmt.Errorf("oxm: %w", f.err)
+	}
 	info := mfOf(&f)
 	out, _, err := mfAppend(b, &f, info, false)
 	if err != nil {
@@ -97,9 +100,6 @@ func AppendOXM(b []byte, f Field) ([]byte, error) {
 // mfAppend appends one normalised TLV. With omitWild, a field whose mask is
 // all zeros is left out and wild reports it.
 func mfAppend(b []byte, f *Field, info *FieldInfo, omitWild bool) (out []byte, wild bool, err error) {
-	if f.err != nil {
-		return b, false, f.err
-	}
 	if f.Field > 0x7f {
 		return b, false, fmt.Errorf("field number %d exceeds 7 bits: %w", f.Field, ErrMalformed)
 	}
@@ -290,6 +290,9 @@ func (m Match) AppendBinary(b []byte) ([]byte, error) {
 	var seen mfSlots
 	for _, it := range items {
 		f := &m.Fields[it.idx]
+		if f.err != nil {
+			return b[:start], fmt.Errorf("match: field %d: %w", it.idx, f.err)
+		}
 		var err error
 		var wild bool
 		b, wild, err = mfAppend(b, f, it.info, true)

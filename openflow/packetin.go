@@ -223,6 +223,9 @@ func decodePacketIn(h Header, b []byte) (Message, error) {
 }
 
 func decodePacketIn2(h Header, b []byte) (Message, error) {
+	if !versionOK(h.Version) {
+		return nil, fmt.Errorf("packet in2: %w", errVersion(h.Version))
+	}
 	m := &PacketIn{Format: PacketInFormatNXT2, BufferID: NoBuffer, Cookie: noCookie}
 	haveFull := false
 	err := forEachProp(b, func(typ uint16, p []byte) error {

@@ -36,7 +36,7 @@ func TestPacketOut(t *testing.T) {
 			"in_port=CONTROLLER actions=TABLE data_len=42"},
 		{"OF1.5 with metadata", Version15, &PacketOut{InPort: 3, Match: NewMatch(Reg(0, 5, 0xffffffff), TunnelID(0x64)),
 			Actions: []Action{ResubmitTable(10)}, Data: frame},
-			"tun_id=0x64,reg0=0x5,in_port=3 actions=resubmit(,10) data_len=42"},
+			"reg0=0x5,tun_id=0x64,in_port=3 actions=resubmit(,10) data_len=42"},
 		{"OF1.5 no actions", Version15, &PacketOut{InPort: PortAny, Data: frame}, "in_port=ANY actions=drop data_len=42"},
 	}
 	for _, tc := range tests {

@@ -15,7 +15,7 @@ import (
 )
 
 // bridgeDevice is the name of the Linux bridge inside a bridge member's namespace.
-const bridgeDevice = "br"
+const bridgeDevice = "bridge"
 
 // NetnsPrefix is the prefix of every network namespace of the testbed named name.
 func NetnsPrefix(name string) string { return "nf-" + name + "-" }
@@ -53,10 +53,10 @@ func buildNetwork(ctx context.Context, top *topology.Topology) error {
 		}
 		switch m.Kind {
 		case topology.KindBridge:
-			if err := ipCmd(ctx, "-n", ns, "link", "add", bridgeDevice, "type", "bridge"); err != nil {
+			if err := ipCmd(ctx, "-n", ns, "link", "add", "name", bridgeDevice, "type", "bridge"); err != nil {
 				return err
 			}
-			if err := ipCmd(ctx, "-n", ns, "link", "set", bridgeDevice, "up"); err != nil {
+			if err := ipCmd(ctx, "-n", ns, "link", "set", "dev", bridgeDevice, "up"); err != nil {
 				return err
 			}
 			if err := addAddresses(ctx, ns, bridgeDevice, m.Addresses()); err != nil {
@@ -75,17 +75,17 @@ func buildNetwork(ctx context.Context, top *topology.Topology) error {
 		eps, _ := l.Parse()
 		a, b := eps[0], eps[1]
 		nsA, nsB := memberNetns(top.Name, a.Node), memberNetns(top.Name, b.Node)
-		if err := ipCmd(ctx, "link", "add", a.Interface, "netns", nsA, "type", "veth", "peer", "name", b.Interface, "netns", nsB); err != nil {
+		if err := ipCmd(ctx, "link", "add", "name", a.Interface, "netns", nsA, "type", "veth", "peer", "name", b.Interface, "netns", nsB); err != nil {
 			return fmt.Errorf("link %d: %w", i, err)
 		}
 		for _, ep := range eps {
 			ns := memberNetns(top.Name, ep.Node)
 			if top.Topology.Nodes[ep.Node].Kind == topology.KindBridge {
-				if err := ipCmd(ctx, "-n", ns, "link", "set", ep.Interface, "master", bridgeDevice); err != nil {
+				if err := ipCmd(ctx, "-n", ns, "link", "set", "dev", ep.Interface, "master", bridgeDevice); err != nil {
 					return err
 				}
 			}
-			if err := ipCmd(ctx, "-n", ns, "link", "set", ep.Interface, "up"); err != nil {
+			if err := ipCmd(ctx, "-n", ns, "link", "set", "dev", ep.Interface, "up"); err != nil {
 				return err
 			}
 			// The OVS userspace datapath validates checksums in conntrack.

@@ -2,8 +2,11 @@ package plan
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
+
+	"nodeflow/openflow"
 )
 
 func TestPlanIsConsistent(t *testing.T) {
@@ -375,3 +378,45 @@ func TestPathsFitTheRecirculationBudget(t *testing.T) {
 		t.Errorf("longest path has %d recirculations, want %d", longest, MaxRecirculations)
 	}
 }
+
+func TestOpenFlowAdapters(t *testing.T) {
+	tests := []struct {
+		name  string
+		got   fmt.Stringer
+		match string
+	}{
+		{"pkt source mark", actionString{FromGateway.Load()}, "set_field:0x3/0xf->reg0"},
+		{"snat kind mark", actionString{SNATToNodeIP.Load()}, "set_field:0x1/0xf->ct_mark"},
+		{"endpoint chosen", actionString{EndpointChosen.Load()}, "set_field:0x10/0x10->reg0"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if s := tt.got.String(); s != tt.match {
+				t.Errorf("got %q, want %q", s, tt.match)
+			}
+		})
+	}
+	m := openflow.NewMatch(FromPod.Match(), SNATToGateway.Match())
+	if s := m.String(); !strings.Contains(s, "reg0=0x1/0xf") || !strings.Contains(s, "ct_mark=0x2/0xf") {
+		t.Errorf("match %q", s)
+	}
+	if _, err := NamespaceID.MatchValue(1 << 24); !errors.Is(err, ErrRange) {
+		t.Errorf("24-bit field took a 25-bit value: %v", err)
+	}
+	if r := EndpointPort.Ref().String(); r != "NXM_NX_REG4[0..15]" {
+		t.Errorf("ref %q", r)
+	}
+	v6, err := EndpointIPv6.MatchValue(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Open vSwitch prints a 128-bit register match as its four 32-bit
+	// registers.
+	if s := openflow.NewMatch(v6).String(); s != "reg12=0,reg13=0,reg14=0,reg15=0x1" {
+		t.Errorf("xxreg match %q", s)
+	}
+}
+
+type actionString struct{ a openflow.Action }
+
+func (a actionString) String() string { return a.a.String() }

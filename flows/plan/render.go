@@ -151,4 +151,6 @@ func anchor(t Table) string {
 func Heading(t Table) string { return fmt.Sprintf("### %s table %d: %s", t.Bridge, t.ID, t.Name) }
 
 // MissLine is the line each table section must contain, stating its miss.
-func MissLine(t Table) string { return fmt.Sprintf("Miss: `%s`. Features: %s.", missText(t), featureList(t.Features)) }
+func MissLine(t Table) string {
+	return fmt.Sprintf("Miss: `%s`. Features: %s.", missText(t), featureList(t.Features))
+}

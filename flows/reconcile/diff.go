@@ -3,7 +3,6 @@ package reconcile
 import (
 	"fmt"
 	"sort"
-	"strings"
 	"time"
 
 	"nodeflow/flows/plan"
@@ -57,7 +56,7 @@ type Batch struct {
 	owners       []string
 	groupsBefore []groupChange // add or modify
 	flowDeletes  []flowChange
-	flowUpdates  []flowChange // add or modify; FeatureMeta last
+	flowUpdates  []flowChange  // add or modify; FeatureMeta last
 	groupsAfter  []groupChange // delete
 }
 
@@ -93,6 +92,19 @@ type DiffStats struct {
 func (s DiffStats) Total() int {
 	return s.FlowAdds + s.FlowModifies + s.FlowDeletes + s.GroupAdds + s.GroupModifies + s.GroupDeletes +
 		s.MeterAdds + s.MeterModifies + s.MeterDeletes
+}
+
+// add accumulates o into s.
+func (s *DiffStats) add(o DiffStats) {
+	s.FlowAdds += o.FlowAdds
+	s.FlowModifies += o.FlowModifies
+	s.FlowDeletes += o.FlowDeletes
+	s.GroupAdds += o.GroupAdds
+	s.GroupModifies += o.GroupModifies
+	s.GroupDeletes += o.GroupDeletes
+	s.MeterAdds += o.MeterAdds
+	s.MeterModifies += o.MeterModifies
+	s.MeterDeletes += o.MeterDeletes
 }
 
 // String renders "flows +1 ~2 -3, groups +0 ~0 -0, meters +0 ~0 -0".
@@ -697,22 +709,4 @@ func (s *Store) nextRetry() time.Time {
 		}
 	}
 	return t
-}
-
-// describe renders a batch's changes for logs and errors, one per line.
-func (b *Batch) describe() string {
-	var sb strings.Builder
-	for _, c := range b.groupsBefore {
-		fmt.Fprintf(&sb, "%s group %d\n", c.kind, c.id)
-	}
-	for _, c := range b.flowDeletes {
-		fmt.Fprintf(&sb, "delete%s\n", c.from.flow.String())
-	}
-	for _, c := range b.flowUpdates {
-		fmt.Fprintf(&sb, "%s%s\n", c.kind, c.to.flow.String())
-	}
-	for _, c := range b.groupsAfter {
-		fmt.Fprintf(&sb, "delete group %d\n", c.id)
-	}
-	return sb.String()
 }

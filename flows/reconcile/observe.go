@@ -33,7 +33,7 @@ func (s *Store) observe(obs *Observed) (unwanted int) {
 		if learned(f.Cookie) {
 			continue
 		}
-		k := f.Key()
+		k := flowKey(f)
 		sl := s.flows[k]
 		sl.epoch = ep
 		s.observeFlowLocked(k, &sl, f)
@@ -142,7 +142,7 @@ func (s *Store) observeFlow(f *openflow.Flow, present, fromMonitor bool) bool {
 	if learned(f.Cookie) {
 		return false
 	}
-	k := f.Key()
+	k := flowKey(f)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sl, ok := s.flows[k]
@@ -165,10 +165,4 @@ func (s *Store) observeFlow(f *openflow.Flow, present, fromMonitor bool) bool {
 	}
 	s.markFlow(k, &sl)
 	return true
-}
-
-// forgetInstalled drops the whole installed view, as after a switch
-// restart that lost everything, and queues every desired entry.
-func (s *Store) forgetInstalled() {
-	s.observe(&Observed{})
 }

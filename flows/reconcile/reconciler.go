@@ -136,7 +136,17 @@ func (r *Reconciler) Synced() <-chan struct{} { return r.synced }
 // monitor handler added (chained after base's own). Dial the bridge's
 // management socket with it; the flow monitor must run on the connection
 // the reconciler writes with, so that its own changes are recognised.
+//
+// Unless base says otherwise, reconnection is quick (from 50 ms, at most
+// 500 ms apart): the socket is local, and the time to redial is most of the
+// time it takes to restore the flows after ovs-vswitchd restarts.
 func (r *Reconciler) ConnOptions(base ofconn.Options) ofconn.Options {
+	if base.ReconnectMin == 0 {
+		base.ReconnectMin = 50 * time.Millisecond
+	}
+	if base.ReconnectMax == 0 {
+		base.ReconnectMax = 500 * time.Millisecond
+	}
 	prevConnect := base.OnConnect
 	base.OnConnect = func(ctx context.Context, c *ofconn.Conn, ev ofconn.ConnectEvent) {
 		if prevConnect != nil {

@@ -125,7 +125,7 @@ func (s *Store) Compare(obs *Observed, prefix string, gen plan.Generation) []Dif
 		if learned(f.Cookie) {
 			continue
 		}
-		k := f.Key()
+		k := flowKey(f)
 		seen[k] = true
 		sl := s.flows[k]
 		have := s.byHash[f.Cookie&uint64(plan.OwnerMask)]
@@ -229,15 +229,16 @@ func ownerName(o *owner) string {
 func WriteDifferences(w io.Writer, ds []Difference) error {
 	for _, d := range ds {
 		owner := d.Owner
-		if owner == "" {
-			owner = "(nobody)"
-		}
 		var err error
 		switch d.Kind {
 		case Add:
 			_, err = fmt.Fprintf(w, "+%s\n    # %s missing, wanted by %s\n", d.Want, d.What, owner)
 		case Delete:
-			_, err = fmt.Fprintf(w, "-%s\n    # %s not wanted (cookie of %s)\n", d.Have, d.What, owner)
+			if owner == "" {
+				_, err = fmt.Fprintf(w, "-%s\n    # %s not wanted by any owner (foreign)\n", d.Have, d.What)
+			} else {
+				_, err = fmt.Fprintf(w, "-%s\n    # %s not wanted (carries the cookie of %s)\n", d.Have, d.What, owner)
+			}
 		case Modify:
 			_, err = fmt.Fprintf(w, "-%s\n+%s\n    # %s differs from what %s wants\n", d.Have, d.Want, d.What, owner)
 		}

@@ -60,6 +60,14 @@ func visitActions(acts []openflow.Action, group, meter func(uint32)) {
 			meter(a.ID)
 		case *openflow.Meter:
 			meter(a.ID)
+		case openflow.Controller2:
+			if a.MeterID != 0 {
+				meter(a.MeterID)
+			}
+		case *openflow.Controller2:
+			if a.MeterID != 0 {
+				meter(a.MeterID)
+			}
 		case openflow.CT:
 			visitActions(a.Actions, group, meter)
 		case *openflow.CT:
@@ -87,4 +95,47 @@ func visitInstructions(ins []openflow.Instruction, group, meter func(uint32)) {
 			meter(in.ID)
 		}
 	}
+}
+
+// oxmClassPktRegs is OXM_OF_PKT_REGS, the OpenFlow 1.5 class of the 64-bit
+// packet registers xreg0-xreg7.
+const oxmClassPktRegs = 0x8001
+
+// flowKey returns f's identity on table, priority and match. Open vSwitch
+// reports 32-bit register matches in OpenFlow 1.5 as matches on the 64-bit
+// packet registers that hold them (reg4=0x1f90/0xffff comes back as
+// xreg2=0x1f9000000000/0xffff00000000), so those are split back into
+// 32-bit registers first, and a flow has the same key whichever way it was
+// written.
+func flowKey(f *openflow.Flow) openflow.FlowKey {
+	split := false
+	for i := range f.Match.Fields {
+		if f.Match.Fields[i].Class == oxmClassPktRegs {
+			split = true
+			break
+		}
+	}
+	if !split {
+		return f.Key()
+	}
+	g := *f
+	g.Match.Fields = make([]openflow.Field, 0, len(f.Match.Fields)+2)
+	for _, x := range f.Match.Fields {
+		if x.Class != oxmClassPktRegs || len(x.Value) != 8 || x.Field > 7 {
+			g.Match.Fields = append(g.Match.Fields, x)
+			continue
+		}
+		mask := x.Mask
+		if mask == nil {
+			mask = []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
+		}
+		for half := 0; half < 2; half++ {
+			v := binary.BigEndian.Uint32(x.Value[4*half:])
+			m := binary.BigEndian.Uint32(mask[4*half:])
+			if m != 0 {
+				g.Match.Fields = append(g.Match.Fields, openflow.Reg(2*int(x.Field)+half, v, m))
+			}
+		}
+	}
+	return g.Key()
 }

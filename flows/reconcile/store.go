@@ -221,7 +221,7 @@ func (s *Store) prepare(o *owner) error {
 				return fmt.Errorf("reconcile: owner %s: flow %d (%s): feature %s may not write to %s: %w", o.name, i, strings.TrimSpace(f.String()), o.feature, t, ErrInvalid)
 			}
 		}
-		k := f.Key()
+		k := flowKey(f)
 		if seen != nil {
 			if j, dup := seen[k]; dup {
 				return fmt.Errorf("reconcile: owner %s: flows %d and %d have the same table, priority and match (%s): %w", o.name, j, i, strings.TrimSpace(f.String()), ErrInvalid)

@@ -54,26 +54,32 @@ func (c *Conn) Request(ctx context.Context, req openflow.Message) (openflow.Mess
 
 // MultipartRaw sends a multipart request and returns every reply message,
 // whole and undecoded, in order: the switch sets OFPMPF_REPLY_MORE on all
-// but the last.
+// but the last. A barrier follows the request, and the reply is returned
+// only after the barrier's: Open vSwitch 3.1 sends reply entries larger than
+// 64 KiB (groups with thousands of buckets) with wrapped length fields,
+// which would otherwise pass as a complete, silently truncated reply. Such a
+// reply fails with ErrDisconnected wrapping openflow.ErrMalformed, and the
+// connection is re-established.
 func (c *Conn) MultipartRaw(ctx context.Context, req openflow.Message) ([][]byte, error) {
 	op := "multipart " + typeName(req)
 	s, err := c.currentSession()
 	if err != nil {
 		return nil, c.opErr(op, err)
 	}
-	parts, err := s.roundTrip(ctx, req)
+	parts, err := s.multipart(ctx, req)
 	return parts, c.opErr(op, err)
 }
 
 // Multipart sends a multipart request and returns every reply message
 // decoded, in order. Concatenating the parts' entries gives the whole reply.
+// See MultipartRaw for the barrier that follows the request.
 func (c *Conn) Multipart(ctx context.Context, req openflow.Message) ([]openflow.Message, error) {
 	op := "multipart " + typeName(req)
 	s, err := c.currentSession()
 	if err != nil {
 		return nil, c.opErr(op, err)
 	}
-	parts, err := s.roundTrip(ctx, req)
+	parts, err := s.multipart(ctx, req)
 	if err != nil {
 		return nil, c.opErr(op, err)
 	}

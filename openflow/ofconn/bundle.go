@@ -147,11 +147,18 @@ func (b *Bundle) Commit(ctx context.Context) error {
 		return b.c.opErr(op, ErrBundleDone)
 	}
 	b.done = true
+	// Send the barrier before waiting for anything: open, adds and barrier
+	// travel back to back.
+	barrier, err := b.s.send(ctx, &openflow.BarrierRequest{})
+	if err != nil {
+		b.collect(true)
+		return b.c.opErr(op, err)
+	}
 	if _, err := b.s.wait(ctx, b.open); err != nil {
 		b.collect(true)
 		return b.c.opErr(fmt.Sprintf("bundle %d open", b.id), err)
 	}
-	if _, err := b.s.roundTrip(ctx, &openflow.BarrierRequest{}); err != nil {
+	if _, err := b.s.wait(ctx, barrier); err != nil {
 		b.collect(true)
 		return b.c.opErr(op, err)
 	}

@@ -29,7 +29,9 @@ var ErrGroupTooLarge = errors.New("group does not fit one message")
 //   - the original command (ADD, MODIFY or ADD_OR_MOD) with as many of the
 //     buckets as fit, in order;
 //   - then OF1.5 INSERT_BUCKET group mods with CommandBucketID BucketLast,
-//     each appending as many of the remaining buckets as fit.
+//     each appending as many of the remaining buckets as fit. They carry no
+//     selection method (OVS rejects group properties there); the group keeps
+//     the first message's.
 //
 // Sent in one bundle (InstallGroup does that), the switch sees only the
 // complete group: packets never meet the group with a partial bucket list.
@@ -67,7 +69,18 @@ func SplitGroupMod(v openflow.Version, gm *openflow.GroupMod) ([]openflow.Messag
 	if err != nil {
 		return nil, err
 	}
-	insertBase := len(base) // insert_bucket carries the same type and properties
+	// insert_bucket carries the group type but no selection method: OVS
+	// rejects group properties there (OFPBPC_BAD_VALUE); the group keeps its
+	// own.
+	insert := empty
+	insert.Command = openflow.GroupInsertBucket
+	insert.CommandBucketID = openflow.BucketLast
+	insert.SelectionMethod, insert.SelectionFields, insert.SelectionParam = "", nil, 0
+	ib, err := openflow.Marshal(v, 0, &insert)
+	if err != nil {
+		return nil, err
+	}
+	insertBase := len(ib)
 	sizes := make([]int, len(gm.Buckets))
 	one := empty
 	for i := range gm.Buckets {
@@ -95,11 +108,10 @@ func SplitGroupMod(v openflow.Version, gm *openflow.GroupMod) ([]openflow.Messag
 			end++
 		}
 		part := *gm
-		part.Buckets = gm.Buckets[start:end]
 		if start > 0 {
-			part.Command = openflow.GroupInsertBucket
-			part.CommandBucketID = openflow.BucketLast
+			part = insert
 		}
+		part.Buckets = gm.Buckets[start:end]
 		out = append(out, &part)
 		start = end
 	}

@@ -227,9 +227,34 @@ func (s *session) readLoop() {
 			s.fail(fmt.Errorf("read: %w", err))
 			return
 		}
+		if err := s.checkFraming(msg); err != nil {
+			s.fail(err)
+			return
+		}
 		s.lastRecv.Store(time.Now().UnixNano())
 		s.dispatch(msg)
 	}
+}
+
+// checkFraming rejects a message whose version is not the negotiated one.
+// OVS sends every message in the negotiated version, so another version
+// means the stream is out of step: OVS 3.1 writes a multipart reply entry
+// larger than 64 KiB (a group with thousands of buckets) whole, with its
+// 16-bit length fields wrapped, and the bytes after the stated length would
+// be read as messages. The session is dropped and reconnected instead.
+func (s *session) checkFraming(msg []byte) error {
+	v, t := openflow.Version(msg[0]), openflow.MsgType(msg[1])
+	if v == s.version {
+		return nil
+	}
+	switch t {
+	case openflow.TypeHello, openflow.TypeError, openflow.TypeEchoRequest, openflow.TypeEchoReply:
+		if v != 0 {
+			return nil
+		}
+	}
+	return fmt.Errorf("read: message of version 0x%02x (type %d, length %d) on an %s connection: stream out of step: %w",
+		uint8(v), t, len(msg), s.version, openflow.ErrMalformed)
 }
 
 // mpReplyMore reports whether msg is a multipart reply with more parts to
@@ -291,8 +316,8 @@ func decodeError(msg []byte) error {
 	return fmt.Errorf("error message decoded as %T", m)
 }
 
-// roundTrip sends m and waits for its reply messages.
-func (s *session) roundTrip(ctx context.Context, m openflow.Message) ([][]byte, error) {
+// send sends m and returns the call its reply will complete.
+func (s *session) send(ctx context.Context, m openflow.Message) (*call, error) {
 	xid := s.c.allocXids(1)
 	b, err := openflow.Marshal(s.version, xid, m)
 	if err != nil {
@@ -305,7 +330,52 @@ func (s *session) roundTrip(ctx context.Context, m openflow.Message) ([][]byte, 
 	if err := s.write(ctx, b); err != nil {
 		return nil, err
 	}
+	return cl, nil
+}
+
+// roundTrip sends m and waits for its reply messages.
+func (s *session) roundTrip(ctx context.Context, m openflow.Message) ([][]byte, error) {
+	cl, err := s.send(ctx, m)
+	if err != nil {
+		return nil, err
+	}
 	return s.wait(ctx, cl)
+}
+
+// multipart sends a multipart request followed by a barrier and returns the
+// reply parts once the barrier reply has arrived too. OVS 3.1 sends a reply
+// entry over 64 KiB with wrapped length fields; the reply then looks
+// complete but the stream is out of step, which checkFraming notices before
+// the barrier reply can arrive. Waiting for the barrier turns that into an
+// error instead of a silently truncated reply.
+func (s *session) multipart(ctx context.Context, req openflow.Message) ([][]byte, error) {
+	xid := s.c.allocXids(2)
+	enc := encoder{v: s.version}
+	if err := enc.add(xid, req); err != nil {
+		return nil, err
+	}
+	if err := enc.add(xid+1, &openflow.BarrierRequest{}); err != nil {
+		return nil, err
+	}
+	cl, err := s.register(xid)
+	if err != nil {
+		return nil, err
+	}
+	barrier, err := s.register(xid + 1)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.write(ctx, enc.finish()...); err != nil {
+		return nil, err
+	}
+	parts, err := s.wait(ctx, cl)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := s.wait(ctx, barrier); err != nil {
+		return nil, err
+	}
+	return parts, nil
 }
 
 // request sends m and decodes its single reply.

@@ -212,8 +212,8 @@ func (t *Topology) validate() error {
 				return fmt.Errorf("topology: links[%d]: interface %s:%s is used twice", i, ep.Node, ep.Interface)
 			}
 			seen[ep] = true
-			if n.Kind == KindBridge && ep.Interface == "br" {
-				return fmt.Errorf("topology: links[%d]: %s:br is the bridge itself", i, ep.Node)
+			if n.Kind == KindBridge && ep.Interface == "bridge" {
+				return fmt.Errorf("topology: links[%d]: %s:bridge is the bridge device itself", i, ep.Node)
 			}
 		}
 		if t.Topology.Nodes[eps[0].Node].Kind == KindBridge && t.Topology.Nodes[eps[1].Node].Kind == KindBridge {
