@@ -202,7 +202,7 @@ func setupVeth(hostName string, pl podLink) (host, pod netlink.Link, err error) 
 	if err != nil {
 		return nil, nil, fmt.Errorf("netlink in %s: %w", pl.netns, err)
 	}
-	defer ph.Delete()
+	defer ph.Close()
 	if _, err := ph.LinkByName(pl.ifName); err == nil {
 		return nil, nil, fmt.Errorf("interface %s already exists in %s", pl.ifName, pl.netns)
 	}

@@ -358,7 +358,7 @@ func checkPod(netnsPath, ifName, mac string, prev *current.Result) error {
 	if err != nil {
 		return err
 	}
-	defer h.Delete()
+	defer h.Close()
 	l, err := h.LinkByName(ifName)
 	if err != nil {
 		return fmt.Errorf("interface %s: %w", ifName, err)

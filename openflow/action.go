@@ -140,6 +140,9 @@ func decodeExperimenterAction(b []byte, v Version, ctx actCtx) (Action, error) {
 	switch exp {
 	case ExperimenterNicira:
 		st := binary.BigEndian.Uint16(b[8:10])
+		if ctx == actCtxCT && st != nxastNAT && st != nxastRegLoad && st != nxastRegLoad2 {
+			return nil, fmt.Errorf("not allowed inside ct: %w", ErrMalformed)
+		}
 		fn = nxDecoders[st]
 		if v >= Version15 && (st == nxastRegMove || st == nxastRegLoad || st == nxastRegLoad2) {
 			// OF1.5 replaced these with copy_field and masked

@@ -348,7 +348,7 @@ func TestActionStrings(t *testing.T) {
 		{"nat src persistent without range", NAT{Src: true, Persistent: true}, "nat(src)"},
 		{"controller unknown reason", Controller2{MaxLen: 0xffff, Reason: 9}, "controller(reason=9)"},
 		{"controller defaults", ControllerAction(), "CONTROLLER:65535"},
-		{"controller zero max_len", Controller2{Reason: ControllerReasonAction}, "CONTROLLER:0"},
+		{"controller zero max_len", Controller2{Reason: PacketInAction}, "CONTROLLER:0"},
 		{"note empty", Note{}, "note:00.00.00.00.00.00"},
 		{"output with max_len", Output{Port: 3, MaxLen: 64}, "output:3"},
 		{"output port 0", Output{Port: 0}, "output:0"},

@@ -173,6 +173,8 @@ func TestGroupModErrors(t *testing.T) {
 		{"short weight property", `
 			060f 0036 00000001 | 0000 01 00 00000003 | 001e 0000 ffffffff |
 			001e 0010 00000000 | 0000 0010 00000001 0000 000000000000 | 0000 0006 0001`, ErrMalformed},
+		// Fuzz crasher: the decoder took OF1.5-only commands in OF1.3.
+		{"remove bucket in OF1.3", "040f0010303030300005303030303030", ErrUnsupported},
 		{"selection property without NUL", `
 			060f 0040 00000001 | 0000 01 00 00000003 | 0000 0000 ffffffff |
 			ffff 0028 0000154d 00000001 00000000 | 6161616161616161 6161616161616161 | 0000000000000000`, ErrMalformed},

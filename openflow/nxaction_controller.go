@@ -6,14 +6,15 @@ import (
 	"strings"
 )
 
-// Packet-in reasons a controller action can carry (OFPR_*).
+// Packet-in reasons for Controller2.Reason, under the names the action's
+// documentation uses; they are the PacketInReason values.
 const (
-	ControllerReasonNoMatch    uint8 = 0
-	ControllerReasonAction     uint8 = 1
-	ControllerReasonInvalidTTL uint8 = 2
-	ControllerReasonActionSet  uint8 = 3
-	ControllerReasonGroup      uint8 = 4
-	ControllerReasonPacketOut  uint8 = 5
+	ControllerReasonNoMatch    = PacketInNoMatch
+	ControllerReasonAction     = PacketInAction
+	ControllerReasonInvalidTTL = PacketInInvalidTTL
+	ControllerReasonActionSet  = PacketInActionSet
+	ControllerReasonGroup      = PacketInGroup
+	ControllerReasonPacketOut  = PacketInPacketOut
 )
 
 var controllerReasonNames = []string{"no_match", "action", "invalid_ttl", "action_set", "group", "packet_out"}
@@ -48,7 +49,7 @@ const (
 type Controller2 struct {
 	MaxLen       uint16
 	ControllerID uint16
-	Reason       uint8
+	Reason       PacketInReason
 	Userdata     []byte
 	Pause        bool
 	MeterID      uint32
@@ -57,7 +58,7 @@ type Controller2 struct {
 // ControllerAction returns a Controller2 with ovs-ofctl's defaults: reason
 // action, whole packets, controller id 0.
 func ControllerAction() Controller2 {
-	return Controller2{MaxLen: ControllerMaxLenNoBuffer, Reason: ControllerReasonAction}
+	return Controller2{MaxLen: ControllerMaxLenNoBuffer, Reason: PacketInAction}
 }
 
 func (a Controller2) appendAction(b []byte, v Version) ([]byte, error) {
@@ -65,7 +66,7 @@ func (a Controller2) appendAction(b []byte, v Version) ([]byte, error) {
 		b, start := beginNX(b, nxastController)
 		b = binary.BigEndian.AppendUint16(b, a.MaxLen)
 		b = binary.BigEndian.AppendUint16(b, a.ControllerID)
-		b = append(b, a.Reason, 0)
+		b = append(b, byte(a.Reason), 0)
 		return endAction(b, start)
 	}
 	if len(a.Userdata) > 0xffff-4 {
@@ -85,8 +86,8 @@ func (a Controller2) appendAction(b []byte, v Version) ([]byte, error) {
 	if a.ControllerID != 0 {
 		prop(c2PropControllerID, byte(a.ControllerID>>8), byte(a.ControllerID), 0, 0)
 	}
-	if a.Reason != ControllerReasonAction {
-		prop(c2PropReason, a.Reason)
+	if a.Reason != PacketInAction {
+		prop(c2PropReason, byte(a.Reason))
 	}
 	if len(a.Userdata) > 0 {
 		prop(c2PropUserdata, a.Userdata...)
@@ -104,11 +105,11 @@ func (a Controller2) appendAction(b []byte, v Version) ([]byte, error) {
 // defaults, else e.g. "controller(reason=no_match,max_len=100,id=5)" or
 // "controller(userdata=01.02,pause,meter_id=1)".
 func (a Controller2) String() string {
-	if a.Reason == ControllerReasonAction && a.ControllerID == 0 && len(a.Userdata) == 0 && !a.Pause && a.MeterID == 0 {
+	if a.Reason == PacketInAction && a.ControllerID == 0 && len(a.Userdata) == 0 && !a.Pause && a.MeterID == 0 {
 		return fmt.Sprintf("CONTROLLER:%d", a.MaxLen)
 	}
 	var parts []string
-	if a.Reason != ControllerReasonAction {
+	if a.Reason != PacketInAction {
 		if int(a.Reason) < len(controllerReasonNames) {
 			parts = append(parts, "reason="+controllerReasonNames[a.Reason])
 		} else {
@@ -140,7 +141,7 @@ func decodeController(b []byte, v Version) (Action, error) {
 	return Controller2{
 		MaxLen:       binary.BigEndian.Uint16(b[10:12]),
 		ControllerID: binary.BigEndian.Uint16(b[12:14]),
-		Reason:       b[14],
+		Reason:       PacketInReason(b[14]),
 	}, nil
 }
 
@@ -171,7 +172,7 @@ func decodeController2(b []byte, v Version) (Action, error) {
 		case c2PropControllerID:
 			a.ControllerID = binary.BigEndian.Uint16(payload)
 		case c2PropReason:
-			a.Reason = payload[0]
+			a.Reason = PacketInReason(payload[0])
 		case c2PropUserdata:
 			a.Userdata = clone(payload)
 		case c2PropPause:

@@ -2,6 +2,8 @@ package openflow
 
 import (
 	"bytes"
+	"errors"
+	"io"
 	"net/netip"
 	"reflect"
 	"strings"
@@ -67,6 +69,31 @@ func TestPacketInDecode(t *testing.T) {
 		}
 		otDiffHex(t, "re-encoded", otMarshal(t, Version13, p)[8:], b[8:])
 	})
+}
+
+// TestPacketInDecodeErrors holds inputs the fuzzer found.
+func TestPacketInDecodeErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		hex  string
+		want error
+	}{
+		// The NXT_PACKET_IN2 decoder took a version its encoder refuses.
+		{"packet-in2 of version 0x30", "3004001830303030000023200000001e0003000530303030", ErrUnsupported},
+		{"property longer than the message", "0604001800000000000023200000001e0000004000000000", io.ErrUnexpectedEOF},
+		{"property length below its header", "0604001800000000000023200000001e0000000200000000", ErrMalformed},
+		{"table id property of 2 bytes", "0604001800000000000023200000001e0003000630300000", ErrMalformed},
+		{"cookie property of 8 bytes", "0604001800000000000023200000001e0004000830300000", ErrMalformed},
+		{"standard packet-in without its 2 pad bytes", "060a0020 00000000 | ffffffff 002a 01 00 | 0000000000000000 | 0001 0004 00000000", io.ErrUnexpectedEOF},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, _, err := Unmarshal(otHex(t, tc.hex))
+			if !errors.Is(err, tc.want) || !strings.Contains(err.Error(), "packet in") {
+				t.Errorf("Unmarshal: %v, want %v naming the packet in", err, tc.want)
+			}
+		})
+	}
 }
 
 func TestPacketInAccessors(t *testing.T) {

@@ -28,6 +28,7 @@ type Bundle struct {
 	offsets []int    // index of each batch's first message
 	msgs    []openflow.Message
 	done    bool
+	spoiled error // an Add that could not encode every message
 }
 
 // ID returns the bundle id.
@@ -58,9 +59,10 @@ func (c *Conn) OpenBundle(ctx context.Context, flags openflow.BundleFlags) (*Bun
 }
 
 // Add appends msgs to the bundle. It writes them without waiting for the
-// switch; errors (the switch checks each message as it is added) are
-// reported by Commit. If a message cannot be encoded, nothing of this call
-// is added and the error names the message.
+// switch, encoding the next chunk of messages while the previous one is
+// being written; errors the switch reports (it checks each message as it is
+// added) come back from Commit. If a message cannot be encoded, Add returns
+// an error naming it and the bundle is spoiled: Commit discards it.
 func (b *Bundle) Add(ctx context.Context, msgs ...openflow.Message) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -68,29 +70,66 @@ func (b *Bundle) Add(ctx context.Context, msgs ...openflow.Message) error {
 	if b.done {
 		return b.c.opErr(op, ErrBundleDone)
 	}
+	if b.spoiled != nil {
+		return b.c.opErr(op, b.spoiled)
+	}
 	if len(msgs) == 0 {
 		return nil
 	}
 	n := uint32(len(msgs))
 	first := b.c.allocXids(n)
-	enc := encoder{v: b.s.version}
-	base := len(b.msgs)
-	for i, m := range msgs {
-		xid := first + uint32(i)
-		add := &openflow.BundleAdd{BundleID: b.id, Flags: b.flags, Xid: xid, Message: m}
-		if err := enc.add(xid, add); err != nil {
-			return b.c.opErr(op, &MessageError{Index: base + i, Total: base + len(msgs), Message: m, Err: err})
-		}
-	}
 	bt := &batch{first: first, n: n}
 	if _, err := b.s.registerBatch(bt, 0); err != nil {
 		return b.c.opErr(op, err)
 	}
+	base := len(b.msgs)
 	b.batches = append(b.batches, bt)
 	b.offsets = append(b.offsets, base)
 	b.msgs = append(b.msgs, msgs...)
-	if err := b.s.write(ctx, enc.finish()...); err != nil {
+
+	// A writer goroutine sends full chunks and hands the buffers back.
+	chunks := make(chan []byte, 1)
+	free := make(chan []byte, 2)
+	werr := make(chan error, 1)
+	go func() {
+		var err error
+		for c := range chunks {
+			if err == nil {
+				err = b.s.write(ctx, c)
+			}
+			free <- c[:0]
+		}
+		werr <- err
+	}()
+	var encErr error
+	buf := make([]byte, 0, chunkSize+openflow.MaxMessageLen)
+	add := openflow.BundleAdd{BundleID: b.id, Flags: b.flags}
+	for i, m := range msgs {
+		add.Xid, add.Message = first+uint32(i), m
+		var err error
+		if buf, err = openflow.AppendMessage(buf, b.s.version, add.Xid, &add); err != nil {
+			encErr = &MessageError{Index: base + i, Total: base + len(msgs), Message: m, Err: err}
+			break
+		}
+		if len(buf) >= chunkSize {
+			chunks <- buf
+			select {
+			case buf = <-free:
+			default:
+				buf = make([]byte, 0, chunkSize+openflow.MaxMessageLen)
+			}
+		}
+	}
+	if encErr == nil && len(buf) > 0 {
+		chunks <- buf
+	}
+	close(chunks)
+	if err := <-werr; err != nil {
 		return b.c.opErr(op, err)
+	}
+	if encErr != nil {
+		b.spoiled = encErr
+		return b.c.opErr(op, encErr)
 	}
 	return nil
 }
@@ -147,6 +186,11 @@ func (b *Bundle) Commit(ctx context.Context) error {
 		return b.c.opErr(op, ErrBundleDone)
 	}
 	b.done = true
+	if b.spoiled != nil {
+		derr := b.control(ctx, openflow.BundleDiscardRequest)
+		b.collect(true)
+		return b.c.opErr(op, errors.Join(b.spoiled, derr))
+	}
 	// Send the barrier before waiting for anything: open, adds and barrier
 	// travel back to back.
 	barrier, err := b.s.send(ctx, &openflow.BarrierRequest{})

@@ -133,6 +133,23 @@ func TestIntegrationBundle(t *testing.T) {
 				}
 			})
 
+			t.Run("unencodable message: nothing installed", func(t *testing.T) {
+				huge := &openflow.PacketOut{InPort: openflow.PortController, Data: make([]byte, 70000)}
+				msgs := append(addMods(testFlow(3, 1, 1)), huge)
+				msgs = append(msgs, addMods(testFlow(3, 1, 2))...)
+				err := c.Bundle(ctx, msgs)
+				var me *MessageError
+				if !errors.As(err, &me) || me.Index != 1 || !errors.Is(err, openflow.ErrTooLong) {
+					t.Fatalf("err = %v, want message 2 too long", err)
+				}
+				if got, want := dumpFlows(t, sb), flowStrings(good...); !slices.Equal(got, want) {
+					t.Errorf("flows changed:\n%s", strings.Join(got, "\n"))
+				}
+				if err := c.Barrier(ctx); err != nil {
+					t.Errorf("connection unusable afterwards: %v", err)
+				}
+			})
+
 			t.Run("discard installs nothing", func(t *testing.T) {
 				b, err := c.OpenBundle(ctx, openflow.BundleAtomic|openflow.BundleOrdered)
 				if err != nil {

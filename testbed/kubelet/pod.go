@@ -254,15 +254,19 @@ func ports(pod *v1.Pod) (tcp, udp []int) {
 	seen := map[string]bool{}
 	for _, c := range pod.Spec.Containers {
 		for _, p := range c.Ports {
-			key := string(p.Protocol) + "/" + strconv.Itoa(int(p.ContainerPort))
+			proto := p.Protocol
+			if proto == "" {
+				proto = v1.ProtocolTCP
+			}
+			key := string(proto) + "/" + strconv.Itoa(int(p.ContainerPort))
 			if seen[key] {
 				continue
 			}
 			seen[key] = true
-			switch p.Protocol {
+			switch proto {
 			case v1.ProtocolUDP:
 				udp = append(udp, int(p.ContainerPort))
-			case v1.ProtocolTCP, "":
+			case v1.ProtocolTCP:
 				tcp = append(tcp, int(p.ContainerPort))
 			}
 		}

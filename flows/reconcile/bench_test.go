@@ -1,0 +1,303 @@
+package reconcile
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"nodeflow/flows/plan"
+	"nodeflow/openflow"
+	"nodeflow/testbed/ovs"
+)
+
+// benchOwnerFlows is owner i's flows: n ct/nat flows of the EndpointDNAT
+// kind (the anchor's "100,000 ct/nat flows"), each matching the owner's
+// ServiceID and one endpoint. version changes the first endpoint, so that
+// an update rewrites one flow (a delete and an add).
+func benchOwnerFlows(i, n, version int) []openflow.Flow {
+	fs := make([]openflow.Flow, n)
+	for j := 0; j < n; j++ {
+		ep := ipN("10.128.0.0", i*n+j)
+		port := uint16(8080)
+		if j == 0 {
+			port += uint16(version)
+		}
+		fs[j] = openflow.Flow{
+			Table: uint8(plan.PodEndpointDNAT), Priority: uint16(plan.PriorityNormal),
+			Match: openflow.NewMatch(openflow.EthType(0x0800), openflow.IPProto(6),
+				mustMatch(plan.ServiceID.MatchValue(uint64(i+1))),
+				mustMatch(plan.EndpointIPv4.MatchValue(uint64(binaryAddr(ep)))),
+				mustMatch(plan.EndpointPort.MatchValue(uint64(port)))),
+			Instructions: []openflow.Instruction{openflow.ApplyActions{Actions: []openflow.Action{
+				openflow.CT{Commit: true, Zone: 65000, RecircTable: uint8(plan.PodSNAT),
+					Actions: []openflow.Action{openflow.NAT{Dst: true, MinAddr: ep, MinPort: port}}},
+			}}},
+		}
+	}
+	return fs
+}
+
+func benchOwner(i int) string { return fmt.Sprintf("service/bench/s%05d:80/TCP", i) }
+
+// writeFlowsFile writes the store's flows, with generation gen, as an
+// ovs-ofctl flow file.
+func writeFlowsFile(b *testing.B, s *Store, gen plan.Generation) string {
+	var sb strings.Builder
+	if err := s.Render(&sb, "", gen); err != nil {
+		b.Fatal(err)
+	}
+	var lines []string
+	for _, l := range strings.Split(sb.String(), "\n") {
+		if strings.HasPrefix(l, " cookie=") {
+			lines = append(lines, strings.TrimSpace(l))
+		}
+	}
+	path := filepath.Join(b.TempDir(), "flows.txt")
+	if err := os.WriteFile(path, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	return path
+}
+
+func countFlows(b *testing.B, sb *ovs.Sandbox) int {
+	out, err := sb.Ofctl("-O", "OpenFlow15", "dump-aggregate", "br0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	var n int
+	if i := strings.Index(out, "flow_count="); i >= 0 {
+		fmt.Sscanf(out[i:], "flow_count=%d", &n)
+	}
+	return n
+}
+
+// BenchmarkReconcileFromEmpty measures the start-up reconcile of 100,000
+// ct/nat flows (1,000 owners of 100) into an empty bridge: dial, read the
+// switch, diff, and one atomic bundle up to its commit reply. In the same
+// run it times `ovs-ofctl --bundle add-flows` of the same flows from a file,
+// and reports the ratio (below 1: nodeflow is faster).
+func BenchmarkReconcileFromEmpty(b *testing.B) {
+	const owners, per = 1000, 100
+	sb, addr := testBridge(b, ovs.Options{}, "br0")
+	var ours, theirs, build time.Duration
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		if _, err := sb.Ofctl("-O", "OpenFlow15", "del-flows", "br0"); err != nil {
+			b.Fatal(err)
+		}
+		t0 := time.Now()
+		s := NewStore(StoreOptions{})
+		for o := 0; o < owners; o++ {
+			if err := s.Set(benchOwner(o), State{Flows: benchOwnerFlows(o, per, 0)}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		build += time.Since(t0)
+		b.StartTimer()
+		t1 := time.Now()
+		run := start(b, addr, s, Options{AuditInterval: -1})
+		ours += time.Since(t1)
+		b.StopTimer()
+		run.stop()
+		if n := countFlows(b, sb); n != owners*per+1 {
+			b.Fatalf("%d flows installed, want %d", n, owners*per+1)
+		}
+		file := writeFlowsFile(b, s, run.r.Generation())
+		if _, err := sb.Ofctl("-O", "OpenFlow15", "del-flows", "br0"); err != nil {
+			b.Fatal(err)
+		}
+		t2 := time.Now()
+		if _, err := sb.Ofctl("-O", "OpenFlow15", "--bundle", "add-flows", "br0", file); err != nil {
+			b.Fatal(err)
+		}
+		theirs += time.Since(t2)
+		if n := countFlows(b, sb); n != owners*per+1 {
+			b.Fatalf("ovs-ofctl installed %d flows, want %d", n, owners*per+1)
+		}
+		b.StartTimer()
+	}
+	n := float64(b.N)
+	b.ReportMetric(ours.Seconds()*1000/n, "ms/reconcile")
+	b.ReportMetric(theirs.Seconds()*1000/n, "ms/ovs-ofctl-bundle")
+	b.ReportMetric(ours.Seconds()/theirs.Seconds(), "ratio-vs-ovs-ofctl")
+	b.ReportMetric(float64(owners*per)*n/ours.Seconds(), "flows/s")
+	b.ReportMetric(build.Seconds()*1000/n, "ms/store-build")
+}
+
+// BenchmarkIncrementalUpdate measures one owner's update (one of its 100
+// flows changes: a delete and an add in one bundle), from Set to the
+// commit reply, with 10,000 and then 100,000 flows installed, and reports
+// the median of each and their ratio: the cost must not grow with the
+// total. In the same run it times the openshift-sdn way, forking
+// `ovs-ofctl bundle` for the same change with 100,000 flows installed.
+func BenchmarkIncrementalUpdate(b *testing.B) {
+	const per, samples = 100, 200
+	sb, addr := testBridge(b, ovs.Options{}, "br0")
+	s := NewStore(StoreOptions{})
+	for o := 0; o < 100; o++ {
+		if err := s.Set(benchOwner(o), State{Flows: benchOwnerFlows(o, per, 0)}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	run := start(b, addr, s, Options{AuditInterval: -1})
+	ctx := context.Background()
+	measure := func(owner int) time.Duration {
+		var ds []time.Duration
+		for k := 1; k <= samples; k++ {
+			t0 := time.Now()
+			if err := s.Set(benchOwner(owner), State{Flows: benchOwnerFlows(owner, per, k%7+1)}); err != nil {
+				b.Fatal(err)
+			}
+			if err := run.r.Flush(ctx); err != nil {
+				b.Fatal(err)
+			}
+			ds = append(ds, time.Since(t0))
+		}
+		sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
+		return ds[len(ds)/2]
+	}
+	b.ResetTimer()
+	at10k := measure(50)
+	b.StopTimer()
+	for o := 100; o < 1000; o++ {
+		if err := s.Set(benchOwner(o), State{Flows: benchOwnerFlows(o, per, 0)}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := run.r.Flush(ctx); err != nil {
+		b.Fatal(err)
+	}
+	if n := countFlows(b, sb); n != 1000*per+1 {
+		b.Fatalf("%d flows installed, want %d", n, 1000*per+1)
+	}
+	b.StartTimer()
+	at100k := measure(500)
+	b.StopTimer()
+
+	// The same change forked through ovs-ofctl bundle.
+	old := benchOwnerFlows(700, per, 0)[0]
+	cookie := uint64(plan.MakeCookie(plan.FeatureService, benchOwner(700), run.r.Generation()))
+	var ofctl []time.Duration
+	for k := 1; k <= 50; k++ {
+		nf := benchOwnerFlows(700, per, k)[0]
+		nf.Cookie = cookie
+		prev := old
+		if k > 1 {
+			prev = benchOwnerFlows(700, per, k-1)[0]
+		}
+		prev.Instructions = nil
+		file := filepath.Join(b.TempDir(), "bundle.txt")
+		text := "flow delete_strict " + strings.TrimSpace(strings.TrimSuffix(prev.String(), " actions=drop")) + "\n" +
+			"flow add " + strings.TrimSpace(nf.String()) + "\n"
+		if err := os.WriteFile(file, []byte(text), 0o644); err != nil {
+			b.Fatal(err)
+		}
+		t0 := time.Now()
+		if _, err := sb.Ofctl("-O", "OpenFlow15", "bundle", "br0", file); err != nil {
+			b.Fatal(err)
+		}
+		ofctl = append(ofctl, time.Since(t0))
+	}
+	sort.Slice(ofctl, func(i, j int) bool { return ofctl[i] < ofctl[j] })
+	ref := ofctl[len(ofctl)/2]
+
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+	b.ReportMetric(ms(at10k), "ms/update@10k")
+	b.ReportMetric(ms(at100k), "ms/update@100k")
+	b.ReportMetric(float64(at100k)/float64(at10k), "ratio-100k/10k")
+	b.ReportMetric(ms(ref), "ms/ovs-ofctl-bundle@100k")
+	b.ReportMetric(float64(at100k)/float64(ref), "ratio-vs-ovs-ofctl")
+}
+
+// buildStore returns a store holding owners*per flows, all recorded as
+// installed (as after a successful sync), without any switch.
+func buildStore(b *testing.B, owners, per int) *Store {
+	s := NewStore(StoreOptions{})
+	for o := 0; o < owners; o++ {
+		if err := s.Set(benchOwner(o), State{Flows: benchOwnerFlows(o, per, 0)}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	d := s.diff(DiffOptions{})
+	for _, bt := range d.Batches {
+		s.commitBatch(bt)
+	}
+	return s
+}
+
+// BenchmarkStoreMemory reports the heap held per desired flow: the whole
+// (the flows the builders made plus the store's bookkeeping) and the
+// store's share, for 100,000 flows that are desired and installed.
+func BenchmarkStoreMemory(b *testing.B) {
+	const owners, per = 1000, 100
+	heap := func() uint64 {
+		runtime.GC()
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return m.HeapAlloc
+	}
+	var total, store float64
+	for i := 0; i < b.N; i++ {
+		base := heap()
+		flows := make([][]openflow.Flow, owners)
+		for o := range flows {
+			flows[o] = benchOwnerFlows(o, per, 0)
+		}
+		built := heap()
+		s := NewStore(StoreOptions{})
+		for o := range flows {
+			if err := s.Set(benchOwner(o), State{Flows: flows[o]}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		d := s.diff(DiffOptions{})
+		for _, bt := range d.Batches {
+			s.commitBatch(bt)
+		}
+		flows = nil
+		after := heap()
+		total = float64(after-base) / (owners * per)
+		store = float64(after-built) / (owners * per)
+		runtime.KeepAlive(s)
+	}
+	b.ReportMetric(total, "bytes/flow")
+	b.ReportMetric(store, "store-bytes/flow")
+}
+
+// BenchmarkUpdateAllocs measures the reconciler's pure work for one
+// owner's update (Set, diff, encoding the bundle, recording it as
+// installed), with 10,000 and 100,000 flows in the store: allocations and
+// time per update, which must not grow with the total.
+func BenchmarkUpdateAllocs(b *testing.B) {
+	for _, n := range []int{10_000, 100_000} {
+		b.Run(fmt.Sprintf("installed=%dk", n/1000), func(b *testing.B) {
+			const per = 100
+			s := buildStore(b, n/per, per)
+			owner := n / per / 2
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if err := s.Set(benchOwner(owner), State{Flows: benchOwnerFlows(owner, per, i%7+1)}); err != nil {
+					b.Fatal(err)
+				}
+				d := s.diff(DiffOptions{MaxBundle: 10000})
+				for _, bt := range d.Batches {
+					if _, _, err := batchMessages(bt, openflow.Version15, 1); err != nil {
+						b.Fatal(err)
+					}
+					s.commitBatch(bt)
+				}
+				if d.Stats.Total() != 2 {
+					b.Fatalf("update changed %s", d.Stats)
+				}
+			}
+		})
+	}
+}
