@@ -220,7 +220,7 @@ func actOracleCases() []actOracleCase {
 		{name: "masked set_field prefix", only: Version15, acts: "set_field:10.0.0.0/255.0.0.0->ip_dst"},
 		{name: "masked set_field prefix of13", only: Version13, acts: "set_field:10.0.0.0/255.0.0.0->ip_dst"},
 		{name: "masked set_field mac", acts: "set_field:00:00:00:00:00:01/00:00:00:00:00:ff->eth_src"},
-		{name: "masked set_field ipv6 prefix", match: "ipv6", acts: "set_field:fe80::1/64->ipv6_src"},
+		{name: "masked set_field ipv6 prefix", match: "ipv6", acts: "set_field:fe80::/64->ipv6_src"},
 		{name: "masked set_field of15", only: Version15, acts: "set_field:0x9/0x9->reg0",
 			want: actApply(SetField{Field: actField("reg0", []byte{0, 0, 0, 9}, []byte{0, 0, 0, 9})})},
 		{name: "masked set_field of13 splits into reg_loads", only: Version13, acts: "set_field:0x9/0x9->reg0",

@@ -93,6 +93,7 @@ func binaries(t testing.TB) string {
 		if buildErr != nil {
 			return
 		}
+		// `go test` puts its toolchain's bin directory first on PATH.
 		cmd := exec.Command("go", "build", "-o", buildDir+"/", "nodeflow/cmd/testbed", "nodeflow/cmd/nodeflow")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			buildErr = fmt.Errorf("go build: %v\n%s", err, out)

@@ -120,18 +120,13 @@ func (w *podWorker) run(ctx context.Context) {
 		case <-retry:
 			retry = nil
 		case <-w.procExit:
-			w.procExit = nil
-			pod, gone := w.snapshot()
-			if gone || pod.DeletionTimestamp != nil {
-				break
-			}
+			// The test server died: restart it (restartPolicy is not
+			// consulted; the server is not meant to exit).
+			w.proc, w.procExit = nil, nil
 			w.restarts++
+			pod, _ := w.snapshot()
 			w.log.WithField("restarts", w.restarts).Warn("workload exited; restarting")
 			w.k.recorder.Eventf(pod, v1.EventTypeWarning, "BackOff", "Back-off restarting the test server")
-			if err := w.startWorkload(ctx, pod); err != nil {
-				w.log.WithError(err).Error("restart workload")
-				retry = time.After(backoff)
-			}
 		}
 		pod, gone := w.snapshot()
 		if gone || pod.DeletionTimestamp != nil {
@@ -152,6 +147,15 @@ func (w *podWorker) run(ctx context.Context) {
 				continue
 			}
 			backoff = time.Second
+		}
+		if w.started && w.proc == nil && retry == nil {
+			if err := w.startWorkload(ctx, pod); err != nil {
+				w.log.WithError(err).Error("restart workload")
+				retry = time.After(backoff)
+				backoff = min(2*backoff, 30*time.Second)
+			} else if err := w.writeRecord(pod); err != nil {
+				w.log.WithError(err).Warn("write pod record")
+			}
 		}
 		if w.started {
 			if err := w.syncStatus(ctx, pod); err != nil && ctx.Err() == nil {
