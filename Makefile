@@ -40,7 +40,7 @@ build:
 
 # NODEFLOW_REQUIRE_OVS turns "skip: OVS missing" into a failure, so the
 # integration tests can never pass by not running.
-test: deps
+test: deps testbed-deps
 	NODEFLOW_REQUIRE_OVS=1 $(GO) test -count=1 -timeout 45m $(TEST_FLAGS) ./...
 
 bench:
