@@ -420,3 +420,28 @@ func TestOpenFlowAdapters(t *testing.T) {
 type actionString struct{ a openflow.Action }
 
 func (a actionString) String() string { return a.a.String() }
+
+func TestMissFlows(t *testing.T) {
+	for _, b := range Bridges {
+		fs := MissFlows(b)
+		if len(fs) != len(Tables(b))-1 {
+			t.Errorf("%s: %d miss flows for %d tables", b, len(fs), len(Tables(b)))
+		}
+		for _, f := range fs {
+			tb := MustTable(b, TableID(f.Table))
+			text := f.String()
+			var want string
+			switch tb.Miss {
+			case MissDrop, MissReturn:
+				want = "actions=drop"
+			case MissGoto:
+				want = fmt.Sprintf("actions=goto_table:%d", tb.Next)
+			case MissNormal:
+				want = "actions=NORMAL"
+			}
+			if !strings.HasSuffix(text, want) || f.Priority != 0 {
+				t.Errorf("%s: miss flow %q, want priority 0 and %q", tb, text, want)
+			}
+		}
+	}
+}

@@ -579,6 +579,13 @@ func (s *Store) commitFlow(c flowChange) {
 	if !ok {
 		return
 	}
+	if sl.installed != c.from {
+		// The flow monitor reported someone else's change to this flow
+		// while the bundle was in flight, and the order of the two on the
+		// switch is unknown: keep what was observed and look again.
+		s.markFlow(c.key, &sl)
+		return
+	}
 	sl.installed = c.to
 	switch {
 	case sl.desired == nil && sl.installed == nil:

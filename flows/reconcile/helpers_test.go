@@ -89,8 +89,13 @@ func (run *running) stop() {
 		return
 	}
 	run.cancel()
-	<-run.done
+	select {
+	case <-run.done:
+	case <-time.After(10 * time.Second):
+		// A stuck write: closing the connection ends it.
+	}
 	run.conn.Close()
+	<-run.done
 	run.cancel = nil
 }
 
@@ -323,25 +328,9 @@ func podState(ofport uint32, mac net.HardwareAddr, addr netip.Addr, nsID uint64)
 }
 
 // pipelineState is the explicit miss flow of every table of br0.
-func pipelineState() State {
-	var st State
-	for _, tb := range plan.Tables(plan.Pod) {
-		if tb.ID == plan.VersionTable {
-			continue
-		}
-		f := openflow.Flow{Table: uint8(tb.ID), Priority: uint16(plan.PriorityMiss)}
-		switch tb.Miss {
-		case plan.MissGoto:
-			f.Instructions = []openflow.Instruction{openflow.GotoTable{Table: uint8(tb.Next)}}
-		case plan.MissNormal:
-			f.Instructions = []openflow.Instruction{openflow.ApplyActions{Actions: []openflow.Action{openflow.OutputPort(openflow.PortNormal)}}}
-		}
-		st.Flows = append(st.Flows, f)
-	}
-	return st
-}
+func pipelineState() State { return State{Flows: plan.MissFlows(plan.Pod)} }
 
-// unidleState is an idled service's metered packet-in and the meter.
+// meterState is the meter of the no-endpoint rejects.
 func meterState() State {
 	return State{
 		Meters: []openflow.MeterEntry{{ID: plan.MeterReject, Flags: openflow.MeterFlagPktps | openflow.MeterFlagBurst,

@@ -348,3 +348,48 @@ func TestIntegrationKilledSwitch(t *testing.T) {
 	}
 	poll(t, "reconnect", 20*time.Second, func() error { return c.Barrier(ctx) })
 }
+
+func TestIntegrationFlowMonitorAndRole(t *testing.T) {
+	_, addr := testBridge(t)
+	ctx := testCtx(t)
+	updates := make(chan AsyncMessage, 16)
+	mon := testDial(t, addr, Options{Handlers: Handlers{FlowMonitor: func(m AsyncMessage) { updates <- m }}})
+	req := openflow.NewFlowMonitorRequest(1, openflow.MonitorInitial|openflow.MonitorAdded|openflow.MonitorRemoved|openflow.MonitorModified|openflow.MonitorInstructions)
+	if _, err := mon.Multipart(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	other := testDial(t, addr, Options{})
+	fm := openflow.NewFlowMod(openflow.FlowAdd)
+	fm.Table, fm.Priority = 4, 44
+	if err := other.Apply(ctx, fm); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case m := <-updates:
+		r, ok := m.Message.(*openflow.MultipartReply)
+		if !ok || m.Header.Xid != 0 {
+			t.Fatalf("update %+v %T", m.Header, m.Message)
+		}
+		ups, err := r.FlowUpdates()
+		if err != nil || len(ups) != 1 {
+			t.Fatalf("updates %v %v", ups, err)
+		}
+		t.Logf("flow monitor update: %+v", ups[0])
+	case <-ctx.Done():
+		t.Fatal("no flow monitor update")
+	}
+
+	// Role: become primary, then a stale generation is refused.
+	reply, err := other.Request(ctx, &openflow.RoleRequest{Role: openflow.RolePrimary, GenerationID: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, ok := reply.(*openflow.RoleReply); !ok || r.Role != openflow.RolePrimary || r.GenerationID != 5 {
+		t.Errorf("role reply %#v", reply)
+	}
+	_, err = mon.Request(ctx, &openflow.RoleRequest{Role: openflow.RolePrimary, GenerationID: 4})
+	var oe *openflow.OFError
+	if !errors.As(err, &oe) || oe.Name() != "OFPRRFC_STALE" {
+		t.Errorf("stale role request: %v", err)
+	}
+}

@@ -1,0 +1,147 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	"github.com/urfave/cli/v2"
+
+	"nodeflow/cni"
+	"nodeflow/conntrack"
+	"nodeflow/controller"
+	"nodeflow/flows/reconcile"
+)
+
+func init() {
+	commands = append(commands, agentCommand())
+}
+
+// agentCommand is `nodeflow agent`: the node agent.
+func agentCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "agent",
+		Usage: "run the node agent: own br0 and breth0, configure the host side, keep the flows",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "kubeconfig", EnvVars: []string{"KUBECONFIG"}, Usage: "kubeconfig `PATH` (default: in-cluster)"},
+			&cli.StringFlag{Name: "node-name", EnvVars: []string{"NODEFLOW_NODE_NAME", "NODE_NAME"}, Usage: "this node's name (default: the hostname)"},
+			&cli.StringFlag{Name: "ovs-rundir", Value: "/var/run/openvswitch", EnvVars: []string{"NODEFLOW_OVS_RUNDIR", "OVS_RUNDIR"}, Usage: "`DIR` of db.sock and the bridges' .mgmt sockets"},
+			&cli.StringFlag{Name: "pod-bridge", Value: "br0", EnvVars: []string{"NODEFLOW_POD_BRIDGE"}, Usage: "the pod bridge"},
+			&cli.StringFlag{Name: "gateway-bridge", Value: "breth0", EnvVars: []string{"NODEFLOW_GATEWAY_BRIDGE"}, Usage: "the shared gateway bridge"},
+			&cli.StringFlag{Name: "uplink", Value: "eth0", EnvVars: []string{"NODEFLOW_UPLINK"}, Usage: "the node's uplink interface, moved into the gateway bridge"},
+			&cli.StringFlag{Name: "datapath-type", Value: "auto", EnvVars: []string{"NODEFLOW_DATAPATH_TYPE"},
+				Usage: "system, netdev, or auto: system when the kernel has the openvswitch module, else netdev"},
+			&cli.StringSliceFlag{Name: "cluster-cidr", Value: cli.NewStringSlice("10.244.0.0/16", "fd00:10:244::/56"), EnvVars: []string{"NODEFLOW_CLUSTER_CIDRS"}, Usage: "pod networks, one per family"},
+			&cli.StringSliceFlag{Name: "service-cidr", Value: cli.NewStringSlice("10.96.0.0/16", "fd00:10:96::/112"), EnvVars: []string{"NODEFLOW_SERVICE_CIDRS"}, Usage: "service networks, one per family"},
+			&cli.StringFlag{Name: "masquerade-subnet-v4", Value: conntrack.DefaultMasqueradeV4.String(), EnvVars: []string{"NODEFLOW_MASQUERADE_SUBNET_V4"}, Usage: "IPv4 masquerade subnet"},
+			&cli.StringFlag{Name: "masquerade-subnet-v6", Value: conntrack.DefaultMasqueradeV6.String(), EnvVars: []string{"NODEFLOW_MASQUERADE_SUBNET_V6"}, Usage: "IPv6 masquerade subnet"},
+			&cli.IntFlag{Name: "mtu", Value: 1400, EnvVars: []string{"NODEFLOW_MTU"}, Usage: "MTU of the pod network"},
+			&cli.StringFlag{Name: "health-addr", Value: "127.0.0.1:9476", EnvVars: []string{"NODEFLOW_HEALTH_ADDR"}, Usage: "`ADDR` of /healthz, /readyz and /metrics (empty disables)"},
+			&cli.StringFlag{Name: "socket", EnvVars: []string{"NODEFLOW_SOCKET"},
+				Usage: "introspection socket `PATH` for `nodeflow flows` (default: " + reconcile.DefaultSocket + ", or nodeflow.sock in a non-default --ovs-rundir; \"none\" disables)"},
+			&cli.StringFlag{Name: "cni-conf-dir", EnvVars: []string{"NODEFLOW_CNI_CONF_DIR"}, Usage: "`DIR` to write the pod network's CNI configuration to (empty: none)"},
+			&cli.StringFlag{Name: "cni-data-dir", EnvVars: []string{"NODEFLOW_CNI_DATA_DIR"},
+				Usage: "the CNI plugin's IPAM `DIR`, where mp0's address is reserved (default: " + cni.DefaultDataDir + ", or ipam/ beside a --cni-conf-dir outside /etc/cni)"},
+			&cli.DurationFlag{Name: "host-check-interval", Value: 30 * time.Second, EnvVars: []string{"NODEFLOW_HOST_CHECK_INTERVAL"}, Usage: "how often the host side is re-checked"},
+		},
+		Action: runAgent,
+	}
+}
+
+func parsePrefixes(flag string, ss []string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, s := range ss {
+		for _, part := range strings.Split(s, ",") {
+			part = strings.TrimSpace(part)
+			if part == "" {
+				continue
+			}
+			p, err := netip.ParsePrefix(part)
+			if err != nil {
+				return nil, fmt.Errorf("--%s: %w", flag, err)
+			}
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
+
+// datapathType resolves "auto".
+func datapathType(s string) string {
+	if s != "auto" {
+		return s
+	}
+	if _, err := os.Stat("/sys/module/openvswitch"); err == nil {
+		return "system"
+	}
+	return "netdev"
+}
+
+func runAgent(c *cli.Context) error {
+	if c.NArg() > 0 {
+		return fmt.Errorf("agent: unexpected argument %q", c.Args().First())
+	}
+	cfg := controller.Config{
+		Kubeconfig: c.String("kubeconfig"), NodeName: c.String("node-name"), OVSRundir: c.String("ovs-rundir"),
+		PodBridge: c.String("pod-bridge"), GatewayBridge: c.String("gateway-bridge"), Uplink: c.String("uplink"),
+		DatapathType: datapathType(c.String("datapath-type")), MTU: c.Int("mtu"), HealthAddr: c.String("health-addr"),
+		IntrospectSocket: c.String("socket"), CNIConfDir: c.String("cni-conf-dir"), CNIDataDir: c.String("cni-data-dir"), HostCheckInterval: c.Duration("host-check-interval"),
+	}
+	switch cfg.IntrospectSocket {
+	case "none":
+		cfg.IntrospectSocket = ""
+	case "":
+		cfg.IntrospectSocket = reconcile.DefaultSocket
+		if cfg.OVSRundir != "/var/run/openvswitch" && cfg.OVSRundir != "/run/openvswitch" {
+			cfg.IntrospectSocket = filepath.Join(cfg.OVSRundir, "nodeflow.sock")
+		}
+	}
+	if cfg.CNIDataDir == "" {
+		cfg.CNIDataDir = cni.DefaultDataDir
+		if cfg.CNIConfDir != "" && !strings.HasPrefix(cfg.CNIConfDir, "/etc/cni") {
+			cfg.CNIDataDir = filepath.Join(filepath.Dir(cfg.CNIConfDir), "ipam")
+		}
+	}
+	if cfg.NodeName == "" {
+		h, err := os.Hostname()
+		if err != nil {
+			return fmt.Errorf("agent: --node-name: %w", err)
+		}
+		cfg.NodeName = h
+	}
+	var err error
+	if cfg.ClusterCIDRs, err = parsePrefixes("cluster-cidr", c.StringSlice("cluster-cidr")); err != nil {
+		return err
+	}
+	if cfg.ServiceCIDRs, err = parsePrefixes("service-cidr", c.StringSlice("service-cidr")); err != nil {
+		return err
+	}
+	var v4, v6 netip.Prefix
+	if s := c.String("masquerade-subnet-v4"); s != "" {
+		if v4, err = netip.ParsePrefix(s); err != nil {
+			return fmt.Errorf("--masquerade-subnet-v4: %w", err)
+		}
+	}
+	if s := c.String("masquerade-subnet-v6"); s != "" {
+		if v6, err = netip.ParsePrefix(s); err != nil {
+			return fmt.Errorf("--masquerade-subnet-v6: %w", err)
+		}
+	}
+	if cfg.Masquerade, err = conntrack.NewPlan(v4, v6); err != nil {
+		return fmt.Errorf("agent: %w", err)
+	}
+	a, err := controller.New(cfg, logrus.StandardLogger())
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return a.Run(ctx)
+}

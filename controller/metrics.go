@@ -1,0 +1,62 @@
+package controller
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"nodeflow/flows/reconcile"
+)
+
+// Metrics are the agent's Prometheus metrics.
+type Metrics struct {
+	Registry        *prometheus.Registry
+	SyncLatency     *prometheus.HistogramVec
+	Flows           *prometheus.GaugeVec
+	ReconcileErrors *prometheus.CounterVec
+	PacketIns       *prometheus.CounterVec
+	HostChanges     prometheus.Counter
+	HostErrors      prometheus.Counter
+	ModelErrors     *prometheus.CounterVec
+}
+
+// NewMetrics registers the agent's metrics in a fresh registry.
+func NewMetrics() *Metrics {
+	m := &Metrics{
+		Registry: prometheus.NewRegistry(),
+		SyncLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "nodeflow_sync_duration_seconds", Help: "Duration of one reconcile pass, by bridge and kind.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
+		}, []string{"bridge", "kind"}),
+		Flows: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "nodeflow_flows", Help: "Desired flows per bridge.",
+		}, []string{"bridge"}),
+		ReconcileErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "nodeflow_reconcile_errors_total", Help: "Reconcile passes that did not fully succeed, by bridge.",
+		}, []string{"bridge"}),
+		PacketIns: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "nodeflow_packet_ins_total", Help: "Packet-in messages received, by bridge.",
+		}, []string{"bridge"}),
+		HostChanges: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "nodeflow_host_changes_total", Help: "Host addresses, routes and neighbours the agent had to (re)install.",
+		}),
+		HostErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "nodeflow_host_errors_total", Help: "Failed attempts to configure the host side.",
+		}),
+		ModelErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "nodeflow_model_errors_total", Help: "Objects whose flows could not be built, by kind.",
+		}, []string{"kind"}),
+	}
+	m.Registry.MustRegister(m.SyncLatency, m.Flows, m.ReconcileErrors, m.PacketIns, m.HostChanges, m.HostErrors, m.ModelErrors,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// observe records one sync report of bridge.
+func (m *Metrics) observe(bridge string, store *reconcile.Store, rep reconcile.SyncReport) {
+	m.SyncLatency.WithLabelValues(bridge, string(rep.Kind)).Observe(rep.Duration.Seconds())
+	if rep.Err != nil {
+		m.ReconcileErrors.WithLabelValues(bridge).Inc()
+	}
+	flows, _, _ := store.Counts()
+	m.Flows.WithLabelValues(bridge).Set(float64(flows))
+}

@@ -1,0 +1,432 @@
+// Package node builds br0's node-wide, per-remote-node and per-pod flows:
+// the classifier, ARP and IPv6 neighbour discovery, port security, routing,
+// VXLAN to and from the other nodes, local delivery (pods and mp0), pod
+// egress SNAT and the gateway output toward breth0.
+//
+// The builders are pure: a model in, []openflow.Flow out, no I/O and no
+// cookies (the reconciler stamps each owner's).
+package node
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"slices"
+
+	"nodeflow/conntrack"
+	"nodeflow/flows/plan"
+	"nodeflow/openflow"
+)
+
+// Owners of the flows this package builds.
+const (
+	// OwnerLocal owns the node-wide flows (NodeFlows).
+	OwnerLocal = "node/local"
+	// OwnerNextHops owns the gateway output flows (GatewayOutputFlows).
+	OwnerNextHops = "node/nexthops"
+	// OwnerND owns the IPv6 neighbour discovery flood (NDFlows).
+	OwnerND = "node/nd"
+)
+
+// RemoteOwner is the owner of one remote node's flows.
+func RemoteOwner(name string) string { return "node/remote/" + name }
+
+// PodOwner is the owner of one local pod's flows.
+func PodOwner(namespace, name string) string { return "pod/" + namespace + "/" + name }
+
+// Priorities used on br0 beyond the plan's bands.
+const (
+	// PriorityARP sends ARP and neighbour discovery to the ARP table, above
+	// the in_port dispatch.
+	PriorityARP plan.Priority = 110
+	// PriorityHost routes to the host's addresses (mp0, node IPs), above
+	// the pod subnets.
+	PriorityHost plan.Priority = 110
+	// PriorityReply sends replies of connections that came from the
+	// gateway back out to it, between the subnets and the default route.
+	PriorityReply plan.Priority = 60
+	// PriorityNextHopBase is the priority of a /0 next hop; a /N adds N, so
+	// that the longest prefix wins.
+	PriorityNextHopBase plan.Priority = 100
+	// PriorityNextHopMasquerade routes to the masquerade subnet, above any
+	// next hop.
+	PriorityNextHopMasquerade plan.Priority = 300
+)
+
+// Config is the node-wide model of br0.
+type Config struct {
+	// TunnelPort, PatchPort and MgmtPort are the ofports of vxlan0, the
+	// patch port to breth0 and mp0.
+	TunnelPort, PatchPort, MgmtPort uint32
+	// RouterMAC is the virtual router's MAC: the source of every routed
+	// packet and the answer to ARP for the router address.
+	RouterMAC net.HardwareAddr
+	// MgmtMAC is mp0's MAC.
+	MgmtMAC net.HardwareAddr
+	// HostMAC is breth0's MAC: the source of packets br0 sends out of the
+	// uplink.
+	HostMAC net.HardwareAddr
+	// PodCIDRs are this node's pod subnets, at most one per family.
+	PodCIDRs []netip.Prefix
+	// ClusterCIDRs and ServiceCIDRs are the cluster's pod and service
+	// networks.
+	ClusterCIDRs, ServiceCIDRs []netip.Prefix
+	// NodeIPs are the node's addresses (on breth0), at most one per family.
+	NodeIPs []netip.Addr
+	// Masquerade is the masquerade address plan.
+	Masquerade conntrack.Plan
+}
+
+// RouterIP returns the router address of a pod subnet: its first host.
+func RouterIP(p netip.Prefix) netip.Addr { return p.Masked().Addr().Next() }
+
+// MgmtIP returns mp0's address in a pod subnet: its second host.
+func MgmtIP(p netip.Prefix) netip.Addr { return p.Masked().Addr().Next().Next() }
+
+// Validate reports the first problem of c, naming the field.
+func (c Config) Validate() error {
+	if c.TunnelPort == 0 || c.PatchPort == 0 || c.MgmtPort == 0 {
+		return fmt.Errorf("node: config: tunnel port %d, patch port %d and mgmt port %d must all be set", c.TunnelPort, c.PatchPort, c.MgmtPort)
+	}
+	for name, m := range map[string]net.HardwareAddr{"router MAC": c.RouterMAC, "mgmt MAC": c.MgmtMAC, "host MAC": c.HostMAC} {
+		if len(m) != 6 {
+			return fmt.Errorf("node: config: %s %q: want 6 bytes", name, m)
+		}
+	}
+	if len(c.PodCIDRs) == 0 {
+		return fmt.Errorf("node: config: no pod CIDR")
+	}
+	if err := onePerFamily("pod CIDR", c.PodCIDRs); err != nil {
+		return err
+	}
+	for _, p := range c.PodCIDRs {
+		if p.Addr().BitLen()-p.Bits() < 2 {
+			return fmt.Errorf("node: config: pod CIDR %s: too small for a router and mp0", p)
+		}
+	}
+	seen := map[bool]bool{}
+	for _, ip := range c.NodeIPs {
+		if !ip.IsValid() || ip.Is4In6() {
+			return fmt.Errorf("node: config: node IP %q: not a plain IPv4 or IPv6 address", ip)
+		}
+		if seen[ip.Is6()] {
+			return fmt.Errorf("node: config: node IP %s: two node IPs of one family", ip)
+		}
+		seen[ip.Is6()] = true
+	}
+	for _, list := range [][]netip.Prefix{c.ClusterCIDRs, c.ServiceCIDRs} {
+		for _, p := range list {
+			if !p.IsValid() || p.Masked() != p {
+				return fmt.Errorf("node: config: cluster or service CIDR %q: not a valid masked prefix", p)
+			}
+		}
+	}
+	return nil
+}
+
+func onePerFamily(what string, ps []netip.Prefix) error {
+	seen := map[bool]bool{}
+	for _, p := range ps {
+		if !p.IsValid() || p.Masked() != p || p.Addr().Is4In6() {
+			return fmt.Errorf("node: config: %s %q: not a valid masked prefix", what, p)
+		}
+		if seen[p.Addr().Is6()] {
+			return fmt.Errorf("node: config: %s %s: two of one family", what, p)
+		}
+		seen[p.Addr().Is6()] = true
+	}
+	return nil
+}
+
+// family holds the match constructors of one IP version.
+type family struct {
+	v6      bool
+	ethType uint16
+	src     func(netip.Addr) openflow.Field
+	dst     func(netip.Addr) openflow.Field
+	srcNet  func(netip.Prefix) openflow.Field
+	dstNet  func(netip.Prefix) openflow.Field
+}
+
+var (
+	fam4 = family{false, 0x0800, openflow.IPv4Src, openflow.IPv4Dst, openflow.IPv4SrcPrefix, openflow.IPv4DstPrefix}
+	fam6 = family{true, 0x86dd, openflow.IPv6Src, openflow.IPv6Dst, openflow.IPv6SrcPrefix, openflow.IPv6DstPrefix}
+)
+
+func famOf(a netip.Addr) family {
+	if a.Is4() {
+		return fam4
+	}
+	return fam6
+}
+
+func famOfPrefix(p netip.Prefix) family { return famOf(p.Addr()) }
+
+func (f family) eth() openflow.Field { return openflow.EthType(f.ethType) }
+
+func apply(acts ...openflow.Action) []openflow.Instruction {
+	return []openflow.Instruction{openflow.ApplyActions{Actions: acts}}
+}
+
+func then(acts []openflow.Action, table plan.TableID) []openflow.Instruction {
+	ins := []openflow.Instruction{}
+	if len(acts) > 0 {
+		ins = append(ins, openflow.ApplyActions{Actions: acts})
+	}
+	return append(ins, openflow.GotoTable{Table: uint8(table)})
+}
+
+func flow(table plan.TableID, prio plan.Priority, ins []openflow.Instruction, fields ...openflow.Field) openflow.Flow {
+	return openflow.Flow{Table: uint8(table), Priority: uint16(prio), Match: openflow.NewMatch(fields...), Instructions: ins}
+}
+
+func out(port uint32) openflow.Action { return openflow.OutputPort(port) }
+
+func setEthSrc(m net.HardwareAddr) openflow.Action {
+	return openflow.SetField{Field: openflow.EthSrc(m)}
+}
+func setEthDst(m net.HardwareAddr) openflow.Action {
+	return openflow.SetField{Field: openflow.EthDst(m)}
+}
+
+func ctAct(commit bool, zone conntrack.Zone, table plan.TableID, acts ...openflow.Action) openflow.CT {
+	return openflow.CT{Commit: commit, Zone: uint16(zone), RecircTable: uint8(table), Actions: acts}
+}
+
+var (
+	refEthSrc  = openflow.MustParseFieldRef("NXM_OF_ETH_SRC[]")
+	refEthDst  = openflow.MustParseFieldRef("NXM_OF_ETH_DST[]")
+	refARPSha  = openflow.MustParseFieldRef("NXM_NX_ARP_SHA[]")
+	refARPTha  = openflow.MustParseFieldRef("NXM_NX_ARP_THA[]")
+	refARPSpa  = openflow.MustParseFieldRef("NXM_OF_ARP_SPA[]")
+	refARPTpa  = openflow.MustParseFieldRef("NXM_OF_ARP_TPA[]")
+	refTunID   = openflow.MustParseFieldRef("NXM_NX_TUN_ID[0..23]")
+	ethTypeARP = openflow.EthType(0x0806)
+)
+
+// arpReply turns an ARP request for ip into the reply "ip is at mac" and
+// sends it back out of the port it came from.
+func arpReply(ip netip.Addr, mac net.HardwareAddr) []openflow.Instruction {
+	return apply(
+		openflow.RegMove{Src: refEthSrc, Dst: refEthDst},
+		setEthSrc(mac),
+		openflow.SetField{Field: openflow.ARPOp(2)},
+		openflow.RegMove{Src: refARPSha, Dst: refARPTha},
+		openflow.RegMove{Src: refARPSpa, Dst: refARPTpa},
+		openflow.SetField{Field: openflow.ARPSha(mac)},
+		openflow.SetField{Field: openflow.ARPSpa(ip)},
+		out(openflow.PortInPort),
+	)
+}
+
+// NodeFlows returns br0's node-wide flows (owner OwnerLocal):
+//
+//	table 0   vxlan0, the patch port and mp0 by in_port; mp0's ARP and ND
+//	table 5   ARP for the router and mp0 addresses of each IPv4 pod subnet
+//	table 20  un-SNAT for packets to the node IPs and router addresses
+//	table 25  every IP packet through the service zone
+//	table 40  SNAT after DNAT, by ct_mark
+//	table 50  cluster and service destinations bypass the egress firewall
+//	table 60  local subnet, the host, replies to the gateway, default route
+//	table 70  delivery to mp0
+//	table 90  pod egress SNAT to the node IP
+func NodeFlows(c Config) ([]openflow.Flow, error) {
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	var fs []openflow.Flow
+	add := func(f ...openflow.Flow) { fs = append(fs, f...) }
+
+	// Table 0: classifier.
+	add(
+		flow(plan.PodClassifier, plan.PriorityNormal, then([]openflow.Action{plan.FromTunnel.Load()}, plan.PodTunnelIngress), openflow.InPort(c.TunnelPort)),
+		flow(plan.PodClassifier, plan.PriorityNormal, then([]openflow.Action{plan.FromGateway.Load()}, plan.PodUnSNAT), openflow.InPort(c.PatchPort)),
+		flow(plan.PodClassifier, plan.PriorityNormal, then([]openflow.Action{plan.FromHost.Load()}, plan.PodUnSNAT), openflow.InPort(c.MgmtPort)),
+		flow(plan.PodClassifier, PriorityARP, then(nil, plan.PodARP), ethTypeARP, openflow.InPort(c.MgmtPort)),
+	)
+	add(ndToARPTable(c.MgmtPort, c.MgmtMAC)...)
+
+	// Table 5: ARP for the router and mp0.
+	for _, p := range c.PodCIDRs {
+		if !p.Addr().Is4() {
+			continue
+		}
+		add(
+			flow(plan.PodARP, plan.PriorityOverride, arpReply(RouterIP(p), c.RouterMAC), ethTypeARP, openflow.ARPOp(1), openflow.ARPTpa(RouterIP(p))),
+			flow(plan.PodARP, plan.PriorityOverride, arpReply(MgmtIP(p), c.MgmtMAC), ethTypeARP, openflow.ARPOp(1), openflow.ARPTpa(MgmtIP(p))),
+		)
+	}
+
+	// Table 20: un-SNAT only for packets to a SNAT address.
+	for _, ip := range c.snatAddrs() {
+		f := famOf(ip)
+		add(flow(plan.PodUnSNAT, plan.PriorityOverride, apply(ctAct(false, conntrack.ZoneSNAT, plan.PodConntrack, openflow.NAT{})), f.eth(), f.dst(ip)))
+	}
+
+	// Table 25: the service zone for every IP packet.
+	for _, f := range c.families() {
+		add(flow(plan.PodConntrack, plan.PriorityLow, apply(ctAct(false, conntrack.ZoneService, plan.PodServiceLB, openflow.NAT{})), f.eth()))
+	}
+
+	// Table 40: SNAT after DNAT, per family.
+	newTrk := openflow.CtState(openflow.CtNew|openflow.CtTrk, openflow.CtNew|openflow.CtTrk)
+	estOrig := openflow.CtState(openflow.CtEst|openflow.CtTrk, openflow.CtEst|openflow.CtRpl|openflow.CtTrk)
+	for _, f := range c.families() {
+		nodeIP, okNode := c.nodeIP(f.v6)
+		router, okRouter := c.router(f.v6)
+		if okNode {
+			add(flow(plan.PodSNAT, plan.PriorityHigh,
+				apply(ctAct(true, conntrack.ZoneSNAT, plan.PodEgressFirewall, openflow.NAT{Src: true, MinAddr: nodeIP})),
+				f.eth(), newTrk, plan.SNATToNodeIP.Match()))
+		}
+		if okRouter {
+			add(flow(plan.PodSNAT, plan.PriorityHigh,
+				apply(ctAct(true, conntrack.ZoneSNAT, plan.PodEgressFirewall, openflow.NAT{Src: true, MinAddr: router})),
+				f.eth(), newTrk, plan.SNATToGateway.Match()))
+		}
+		for _, m := range []plan.Mark{plan.SNATToNodeIP, plan.SNATToGateway} {
+			add(flow(plan.PodSNAT, 150, apply(ctAct(false, conntrack.ZoneSNAT, plan.PodEgressFirewall, openflow.NAT{})), f.eth(), estOrig, m.Match()))
+		}
+	}
+
+	// Table 50: cluster and service destinations skip the egress firewall.
+	for _, p := range append(slices.Clone(c.ClusterCIDRs), c.ServiceCIDRs...) {
+		f := famOfPrefix(p)
+		add(flow(plan.PodEgressFirewall, plan.PriorityEgressFirewallBypass, then(nil, plan.PodRouting), f.eth(), f.dstNet(p)))
+	}
+
+	// Table 60: routing.
+	for _, p := range c.PodCIDRs {
+		f := famOfPrefix(p)
+		add(
+			flow(plan.PodRouting, plan.PriorityNormal, then(nil, plan.PodLocalDelivery), f.eth(), f.dstNet(p)),
+			flow(plan.PodRouting, PriorityHost, then(nil, plan.PodLocalDelivery), f.eth(), f.dst(MgmtIP(p))),
+		)
+	}
+	for _, ip := range c.NodeIPs {
+		f := famOf(ip)
+		add(flow(plan.PodRouting, PriorityHost, then(nil, plan.PodLocalDelivery), f.eth(), f.dst(ip)))
+	}
+	for _, f := range c.families() {
+		// Replies of connections that came in from the gateway (a
+		// NodePort client, the host through the masquerade) go back to it.
+		add(flow(plan.PodRouting, PriorityReply, then(nil, plan.PodGatewayOutput), f.eth(),
+			openflow.CtState(openflow.CtRpl|openflow.CtTrk, openflow.CtRpl|openflow.CtTrk)))
+		// The default route, only for pods: egress SNAT.
+		add(flow(plan.PodRouting, plan.PriorityLow, then(nil, plan.PodEgressSNAT), f.eth(), plan.FromPod.Match()))
+		if m, ok := c.masq(f.v6); ok {
+			add(flow(plan.PodRouting, plan.PriorityHigh, then(nil, plan.PodGatewayOutput), f.eth(), f.dstNet(m.Subnet)))
+		}
+	}
+
+	// Table 70: mp0 for the host's addresses.
+	toHost := apply(setEthSrc(c.RouterMAC), setEthDst(c.MgmtMAC), out(c.MgmtPort))
+	toHostHairpin := apply(setEthSrc(c.RouterMAC), setEthDst(c.MgmtMAC), out(openflow.PortInPort))
+	hostIPs := slices.Clone(c.NodeIPs)
+	for _, p := range c.PodCIDRs {
+		hostIPs = append(hostIPs, MgmtIP(p))
+	}
+	for _, ip := range hostIPs {
+		f := famOf(ip)
+		add(
+			flow(plan.PodLocalDelivery, plan.PriorityNormal, toHost, f.eth(), f.dst(ip)),
+			flow(plan.PodLocalDelivery, PriorityHost, toHostHairpin, f.eth(), openflow.InPort(c.MgmtPort), f.dst(ip)),
+		)
+	}
+
+	// Table 90: pod egress SNAT to the node IP.
+	for _, ip := range c.NodeIPs {
+		f := famOf(ip)
+		add(flow(plan.PodEgressSNAT, plan.PriorityNormal,
+			apply(ctAct(true, conntrack.ZoneSNAT, plan.PodGatewayOutput, openflow.NAT{Src: true, MinAddr: ip})), f.eth()))
+	}
+	return fs, nil
+}
+
+// snatAddrs returns the addresses br0 SNATs to: the node IPs and the router
+// address of each pod subnet.
+func (c Config) snatAddrs() []netip.Addr {
+	out := slices.Clone(c.NodeIPs)
+	for _, p := range c.PodCIDRs {
+		out = append(out, RouterIP(p))
+	}
+	return out
+}
+
+func (c Config) families() []family {
+	var v4, v6 bool
+	for _, p := range c.PodCIDRs {
+		v4 = v4 || p.Addr().Is4()
+		v6 = v6 || p.Addr().Is6()
+	}
+	var out []family
+	if v4 {
+		out = append(out, fam4)
+	}
+	if v6 {
+		out = append(out, fam6)
+	}
+	return out
+}
+
+func (c Config) nodeIP(v6 bool) (netip.Addr, bool) {
+	for _, ip := range c.NodeIPs {
+		if ip.Is6() == v6 {
+			return ip, true
+		}
+	}
+	return netip.Addr{}, false
+}
+
+func (c Config) router(v6 bool) (netip.Addr, bool) {
+	for _, p := range c.PodCIDRs {
+		if p.Addr().Is6() == v6 {
+			return RouterIP(p), true
+		}
+	}
+	return netip.Addr{}, false
+}
+
+func (c Config) masq(v6 bool) (conntrack.Masquerade, bool) {
+	m := c.Masquerade.V4
+	if v6 {
+		m = c.Masquerade.V6
+	}
+	return m, m.Subnet.IsValid()
+}
+
+// ndToARPTable sends a port's IPv6 neighbour solicitations and
+// advertisements (from its own MAC) to the ARP table, ahead of port
+// security: they come from link-local addresses.
+func ndToARPTable(port uint32, mac net.HardwareAddr) []openflow.Flow {
+	var fs []openflow.Flow
+	for _, typ := range []uint8{135, 136} {
+		fs = append(fs, flow(plan.PodClassifier, PriorityARP, then(nil, plan.PodARP),
+			fam6.eth(), openflow.IPProto(58), openflow.InPort(port), openflow.EthSrc(mac), openflow.ICMPv6Type(typ)))
+	}
+	return fs
+}
+
+// NDFlows floods IPv6 neighbour solicitations and advertisements among the
+// local ports (pods and mp0) in the ARP table (owner OwnerND): br0 cannot
+// build a neighbour advertisement itself, so the neighbours answer each
+// other, and mp0 (which holds the router address of the IPv6 pod subnet)
+// answers for the router. ports is every local port, mp0 included.
+func NDFlows(ports []uint32) []openflow.Flow {
+	ports = slices.Clone(ports)
+	slices.Sort(ports)
+	ports = slices.Compact(ports)
+	var acts []openflow.Action
+	for _, p := range ports {
+		acts = append(acts, out(p))
+	}
+	var fs []openflow.Flow
+	for _, typ := range []uint8{135, 136} {
+		fs = append(fs, flow(plan.PodARP, plan.PriorityNormal, apply(acts...), fam6.eth(), openflow.IPProto(58), openflow.ICMPv6Type(typ)))
+	}
+	return fs
+}
+
+// macOf is the MAC the masquerade plan gives an address (0a:58 + its last
+// four bytes).
+func macOf(a netip.Addr) net.HardwareAddr { return conntrack.MAC(a) }

@@ -1,0 +1,34 @@
+// Package service builds the OpenFlow state of one service port: pure
+// functions from the proxy model to flows, groups and meters, with no I/O.
+//
+// On br0 (owner "service/<namespace>/<name>:<port>/<PROTOCOL>"):
+//
+//   - table 30 (ServiceLB): a new connection (+new+trk) to a VIP and port
+//     (ClusterIP; node IP and NodePort; ExternalIP; LoadBalancer ingress IP)
+//     loads the ServiceID and goes to a select group with
+//     selection_method=hash over the 5-tuple's addresses and ports (never
+//     dp_hash, which costs a recirculation). With ClientIP affinity it
+//     first looks the client up in table 31.
+//   - one bucket per endpoint: load the endpoint address and port into
+//     registers and resubmit to table 35.
+//   - table 35 (EndpointDNAT): per endpoint,
+//     ct(commit,zone=65000,nat(dst=ip:port),table=40), marking in ct_mark
+//     the SNAT the connection needs: SNATToNodeIP for host-network
+//     endpoints (this node's IP is replaced by the host masquerade address,
+//     169.254.169.2, which gives the seed's hairpin through breth0 tables 4
+//     and 3), SNATToGateway for a remote pod reached from breth0 (the host
+//     or the uplink) and for a pod reaching itself (hairpin). With ClientIP
+//     affinity the flow first learns the client's binding into table 31
+//     (Open vSwitch does not run learn inside a group bucket).
+//   - without endpoints: a reject by metered packet-in (userdata: category
+//     byte PacketInReject, then the ServiceID, big-endian); an idled service
+//     gets nothing here and is left to the unidling hook.
+//
+// On breth0 (owner "service-gateway/..."): table 0 priority 110 flows that
+// bring NodePort, ExternalIP and ingress traffic from the uplink to br0
+// and their replies back.
+//
+// Both IP families come from one code path parameterised by family; each
+// family has its own groups (and ids), as do internal and external traffic
+// when a Local traffic policy gives them different endpoints.
+package service

@@ -1,0 +1,162 @@
+package service
+
+import (
+	"encoding/binary"
+	"net/netip"
+
+	"nodeflow/flows/plan"
+	"nodeflow/openflow"
+	"nodeflow/proxy"
+)
+
+// mustMatch and mustLoad unwrap plan values the builders compute from
+// checked inputs (a group id in ServiceGroups, a 16-bit port); an error is
+// a broken invariant.
+func mustMatch(f openflow.Field, err error) openflow.Field {
+	if err != nil {
+		panic(err)
+	}
+	return f
+}
+
+func mustLoad(a openflow.Action, err error) openflow.Action {
+	if err != nil {
+		panic(err)
+	}
+	return a
+}
+
+func apply(acts ...openflow.Action) []openflow.Instruction {
+	return []openflow.Instruction{openflow.ApplyActions{Actions: acts}}
+}
+
+// withField returns a copy of m with f added.
+func withField(m openflow.Match, f openflow.Field) openflow.Match {
+	fs := make([]openflow.Field, 0, len(m.Fields)+1)
+	fs = append(fs, m.Fields...)
+	return openflow.NewMatch(append(fs, f)...)
+}
+
+// affinityBits matches AffinityChecked and EndpointSelected together (both
+// in reg0) with the given values.
+func affinityBits(checked, chosen bool) openflow.Field {
+	c, e := plan.AffinityChecked, plan.EndpointSelected
+	if c.Space() != plan.SpaceReg || e.Space() != plan.SpaceReg || c.Index() != e.Index() || c.Width() != 1 || e.Width() != 1 {
+		panic("service: AffinityChecked and EndpointSelected are not bits of one register")
+	}
+	mask := uint32(1)<<c.Start() | uint32(1)<<e.Start()
+	var v uint32
+	if checked {
+		v |= 1 << c.Start()
+	}
+	if chosen {
+		v |= 1 << e.Start()
+	}
+	return openflow.Reg(c.Index(), v, mask)
+}
+
+// vipMatch matches a new connection to v.
+func (b *builder) vipMatch(v vip) openflow.Match {
+	return openflow.NewMatch(
+		openflow.CtState(openflow.CtNew|openflow.CtTrk, openflow.CtNew|openflow.CtTrk),
+		openflow.EthType(b.ethType()), openflow.IPProto(b.l4.proto), b.dstIP(v.addr), b.l4.dst(v.port))
+}
+
+// hashFields are the select group's hash fields: addresses and ports of
+// both directions, each field's value being its all-ones mask.
+func (b *builder) hashFields() []openflow.Field {
+	if b.fam == proxy.IPv6 {
+		all := netip.AddrFrom16([16]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff})
+		return []openflow.Field{openflow.IPv6Src(all), openflow.IPv6Dst(all), b.l4.src(0xffff), b.l4.dst(0xffff)}
+	}
+	all := netip.AddrFrom4([4]byte{0xff, 0xff, 0xff, 0xff})
+	return []openflow.Field{openflow.IPv4Src(all), openflow.IPv4Dst(all), b.l4.src(0xffff), b.l4.dst(0xffff)}
+}
+
+// learn returns the affinity learn action of an endpoint's DNAT flow: in
+// table 31, for
+// MaxAffinityTimeout at most, this client and this service (ServiceID)
+// load the endpoint the bucket chose and EndpointChosen. Matching the
+// ServiceID rather than a protocol's port field makes it work the same for
+// TCP, UDP and SCTP, and across the service's VIPs.
+func (b *builder) learn() openflow.Action {
+	timeout := b.port.AffinityTimeout
+	if timeout > MaxAffinityTimeout {
+		timeout = MaxAffinityTimeout
+	}
+	ethType := openflow.MustParseFieldRef("NXM_OF_ETH_TYPE[]")
+	src := openflow.MustParseFieldRef("NXM_OF_IP_SRC[]")
+	var et [2]byte
+	binary.BigEndian.PutUint16(et[:], b.ethType())
+	if b.fam == proxy.IPv6 {
+		src = openflow.MustParseFieldRef("NXM_NX_IPV6_SRC[]")
+	}
+	ep := plan.EndpointIPv4.Ref()
+	if b.fam == proxy.IPv6 {
+		ep = plan.EndpointIPv6.Ref()
+	}
+	return openflow.Learn{
+		TableID:     uint8(plan.PodSessionAffinity),
+		HardTimeout: uint16(timeout.Seconds()),
+		Priority:    uint16(plan.PriorityNormal),
+		Cookie:      uint64(plan.LearnedCookie(Owner(b.port.Name))),
+		Specs: []openflow.LearnSpec{
+			openflow.LearnMatchValue(ethType, et[:]),
+			openflow.LearnMatchField(src, src),
+			openflow.LearnMatchField(plan.ServiceID.Ref(), plan.ServiceID.Ref()),
+			openflow.LearnLoadField(ep, ep),
+			openflow.LearnLoadField(plan.EndpointPort.Ref(), plan.EndpointPort.Ref()),
+			openflow.LearnLoadValue([]byte{1}, plan.EndpointSelected.Ref()),
+		},
+	}
+}
+
+// RejectAction is the packet-in of a new connection to a service port
+// without endpoints: to nodeflow's controller id, through the reject meter,
+// with userdata = PacketInReject and the ServiceID (4 bytes, big-endian).
+// The agent answers with TCP RST+ACK or ICMP port unreachable.
+func RejectAction(gid uint32) openflow.Controller2 {
+	ud := []byte{byte(plan.PacketInReject), 0, 0, 0, 0}
+	binary.BigEndian.PutUint32(ud[1:], gid)
+	return openflow.Controller2{
+		MaxLen: openflow.ControllerMaxLenNoBuffer, ControllerID: plan.ControllerID,
+		Reason: openflow.PacketInAction, Userdata: ud, MeterID: plan.MeterReject,
+	}
+}
+
+// RejectMeterRate is the reject meter's rate in packets per second; its
+// burst is twice that.
+const RejectMeterRate = 100
+
+// RejectMeter is the meter in front of every reject packet-in. It is
+// shared by all service ports, so one owner (RejectMeterOwner) holds it.
+func RejectMeter() openflow.MeterEntry {
+	return openflow.MeterEntry{
+		ID: plan.MeterReject, Flags: openflow.MeterFlagPktps | openflow.MeterFlagBurst,
+		Bands: []openflow.MeterBand{{Type: openflow.MeterBandDrop, Rate: RejectMeterRate, BurstSize: 2 * RejectMeterRate}},
+	}
+}
+
+// RejectMeterOwner is the reconciler owner of RejectMeter.
+const RejectMeterOwner = "service/_meters"
+
+// gateway adds breth0's table-0 flows for the external VIPs: from the
+// uplink to br0, and the replies from br0 to the uplink.
+func (b *builder) gateway(vips []vip) {
+	st := &b.out.Gateway
+	for _, v := range vips {
+		st.Flows = append(st.Flows,
+			openflow.Flow{
+				Table: uint8(plan.GatewayClassifier), Priority: uint16(plan.PriorityServiceIngress),
+				Match: openflow.NewMatch(openflow.InPort(b.node.UplinkPort), openflow.EthType(b.ethType()),
+					openflow.IPProto(b.l4.proto), b.dstIP(v.addr), b.l4.dst(v.port)),
+				Instructions: apply(openflow.OutputPort(b.node.PatchPort)),
+			},
+			openflow.Flow{
+				Table: uint8(plan.GatewayClassifier), Priority: uint16(plan.PriorityServiceIngress),
+				Match: openflow.NewMatch(openflow.InPort(b.node.PatchPort), openflow.EthType(b.ethType()),
+					openflow.IPProto(b.l4.proto), b.srcIP(v.addr), b.l4.src(v.port)),
+				Instructions: apply(openflow.OutputPort(b.node.UplinkPort)),
+			})
+	}
+}

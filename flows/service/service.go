@@ -1,0 +1,406 @@
+package service
+
+import (
+	"encoding/binary"
+	"fmt"
+	"net/netip"
+	"slices"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+
+	"nodeflow/conntrack"
+	"nodeflow/flows/plan"
+	"nodeflow/flows/reconcile"
+	"nodeflow/openflow"
+	"nodeflow/proxy"
+)
+
+// Node is what the builders need to know about this node.
+type Node struct {
+	// Name is the node's name, compared with endpoints' nodeName.
+	Name string
+	// IPs holds the node IP of each family (the address on breth0's LOCAL
+	// port); NodePorts listen on them.
+	IPs []netip.Addr
+	// Secondary holds the node's other addresses. An endpoint on one of
+	// them takes the seed's secondary-IP path.
+	Secondary []netip.Addr
+	// ClusterCIDRs are the pod networks. An endpoint outside them is a
+	// host-network endpoint.
+	ClusterCIDRs []netip.Prefix
+	// Masquerade is the masquerade address plan.
+	Masquerade conntrack.Plan
+	// UplinkPort and PatchPort are breth0's ofports of the uplink and of
+	// the patch port to br0.
+	UplinkPort, PatchPort uint32
+}
+
+func (n *Node) nodeIP(f proxy.Family) (netip.Addr, bool) {
+	for _, a := range n.IPs {
+		if proxy.FamilyOf(a) == f {
+			return a, true
+		}
+	}
+	return netip.Addr{}, false
+}
+
+// GroupIDs returns the group id of a key; a *plan.IDAllocator's Get is
+// one. Keys are stable per service port, family and traffic kind, so
+// groups keep their ids across restarts.
+type GroupIDs func(key string) (uint32, error)
+
+// Input is one service port and all of its endpoints (both families, any
+// condition), as the trackers hold them.
+type Input struct {
+	Port      *proxy.ServicePort
+	Endpoints []proxy.Endpoint
+}
+
+// Output is what one service port wants.
+type Output struct {
+	// Owner and GatewayOwner are the reconciler owners of Pod and Gateway.
+	Owner, GatewayOwner string
+	Pod                 reconcile.State // br0
+	Gateway             reconcile.State // breth0
+	// Idled is set when the service is idled and has no endpoints: nothing
+	// was built for it in table 30, and the unidling hook takes it over.
+	Idled bool
+	// GroupIDs lists the ids of the groups used (and of the ServiceIDs of
+	// reject flows), by key.
+	GroupIDs map[string]uint32
+}
+
+// Owner returns the reconciler owner of a service port's br0 state.
+func Owner(n proxy.ServicePortName) string { return "service/" + n.String() }
+
+// GatewayOwner returns the reconciler owner of its breth0 state.
+func GatewayOwner(n proxy.ServicePortName) string { return "service-gateway/" + n.String() }
+
+// GroupKey returns the GroupIDs key of a service port's group for family
+// f; external is the group of external traffic when it differs.
+func GroupKey(n proxy.ServicePortName, f proxy.Family, external bool) string {
+	k := Owner(n) + "/" + f.String()
+	if external {
+		k += "/external"
+	}
+	return k
+}
+
+// MaxAffinityTimeout is the longest affinity a learned flow can hold (its
+// hard_timeout is 16 bits).
+const MaxAffinityTimeout = 65535 * time.Second
+
+// Build returns the flows, groups and meters of one service port.
+func Build(node *Node, in Input, ids GroupIDs) (Output, error) {
+	p := in.Port
+	if p == nil {
+		return Output{}, fmt.Errorf("service: build: no service port")
+	}
+	out := Output{Owner: Owner(p.Name), GatewayOwner: GatewayOwner(p.Name), GroupIDs: map[string]uint32{}}
+	l4, err := l4For(p.Protocol)
+	if err != nil {
+		return Output{}, fmt.Errorf("service: %s: %w", p.Name, err)
+	}
+	anyEndpoints := false
+	for _, f := range p.Families() {
+		var eps []proxy.Endpoint
+		for _, e := range in.Endpoints {
+			if proxy.FamilyOf(e.IP) == f {
+				eps = append(eps, e)
+			}
+		}
+		if proxy.HasEndpoints(eps) {
+			anyEndpoints = true
+		}
+	}
+	if p.Idled && !anyEndpoints {
+		out.Idled = true
+	}
+	for _, f := range p.Families() {
+		b := builder{node: node, port: p, fam: f, l4: l4, ids: ids, out: &out}
+		if err := b.family(in.Endpoints); err != nil {
+			return Output{}, fmt.Errorf("service: %s: %s: %w", p.Name, f, err)
+		}
+	}
+	return out, nil
+}
+
+// l4 names one protocol's match fields.
+type l4 struct {
+	proto    uint8
+	dst, src func(uint16) openflow.Field
+}
+
+func l4For(p v1.Protocol) (l4, error) {
+	switch p {
+	case v1.ProtocolTCP:
+		return l4{6, openflow.TCPDst, openflow.TCPSrc}, nil
+	case v1.ProtocolUDP:
+		return l4{17, openflow.UDPDst, openflow.UDPSrc}, nil
+	case v1.ProtocolSCTP:
+		return l4{132, openflow.SCTPDst, openflow.SCTPSrc}, nil
+	}
+	return l4{}, fmt.Errorf("protocol %q: not TCP, UDP or SCTP", p)
+}
+
+// builder builds one family of one service port.
+type builder struct {
+	node *Node
+	port *proxy.ServicePort
+	fam  proxy.Family
+	l4   l4
+	ids  GroupIDs
+	out  *Output
+}
+
+func (b *builder) ethType() uint16 {
+	if b.fam == proxy.IPv6 {
+		return 0x86dd
+	}
+	return 0x0800
+}
+
+func (b *builder) dstIP(a netip.Addr) openflow.Field {
+	if b.fam == proxy.IPv6 {
+		return openflow.IPv6Dst(a)
+	}
+	return openflow.IPv4Dst(a)
+}
+
+func (b *builder) srcIP(a netip.Addr) openflow.Field {
+	if b.fam == proxy.IPv6 {
+		return openflow.IPv6Src(a)
+	}
+	return openflow.IPv4Src(a)
+}
+
+// vip is one address and port a service answers on.
+type vip struct {
+	addr netip.Addr
+	port uint16
+}
+
+func (b *builder) family(all []proxy.Endpoint) error {
+	p := b.port
+	var eps []proxy.Endpoint
+	for _, e := range all {
+		if proxy.FamilyOf(e.IP) == b.fam {
+			eps = append(eps, e)
+		}
+	}
+	// Buckets in address order, whatever order the caller holds them in.
+	slices.SortFunc(eps, func(x, y proxy.Endpoint) int {
+		if c := x.IP.Compare(y.IP); c != 0 {
+			return c
+		}
+		return int(x.Port) - int(y.Port)
+	})
+	internal, external := proxy.Categorize(p, eps, b.node.Name)
+	cip, _ := p.ClusterIP(b.fam)
+	internalVIPs := []vip{{cip, p.Port}}
+	var externalVIPs []vip
+	if ip, ok := b.node.nodeIP(b.fam); ok && p.NodePort != 0 {
+		externalVIPs = append(externalVIPs, vip{ip, p.NodePort})
+	}
+	for _, a := range slices.Concat(p.ExternalIPs, p.LoadBalancerIPs) {
+		if proxy.FamilyOf(a) == b.fam {
+			externalVIPs = append(externalVIPs, vip{a, p.Port})
+		}
+	}
+	anyEps := proxy.HasEndpoints(eps)
+	if slices.Equal(internal, external) {
+		if err := b.lb(GroupKey(p.Name, b.fam, false), slices.Concat(internalVIPs, externalVIPs), internal, anyEps); err != nil {
+			return err
+		}
+	} else {
+		if err := b.lb(GroupKey(p.Name, b.fam, false), internalVIPs, internal, anyEps); err != nil {
+			return err
+		}
+		if len(externalVIPs) > 0 {
+			if err := b.lb(GroupKey(p.Name, b.fam, true), externalVIPs, external, anyEps); err != nil {
+				return err
+			}
+		}
+	}
+	b.gateway(externalVIPs)
+	return nil
+}
+
+// lb builds one group's worth: the table-30 flows of vips, the group and
+// the table-35 flows of eps; or, without endpoints, the reject (any is
+// false: the port has none at all) or drop (a Local policy leaves none).
+func (b *builder) lb(key string, vips []vip, eps []proxy.Endpoint, anyEps bool) error {
+	gid, err := b.ids(key)
+	if err != nil {
+		return fmt.Errorf("group id of %s: %w", key, err)
+	}
+	if !plan.ServiceGroups.Contains(gid) {
+		return fmt.Errorf("group id of %s: %d outside %s", key, gid, plan.ServiceGroups.Name)
+	}
+	b.out.GroupIDs[key] = gid
+	st := &b.out.Pod
+	if len(eps) == 0 {
+		if b.out.Idled {
+			return nil
+		}
+		var acts []openflow.Action
+		if !anyEps {
+			acts = []openflow.Action{mustLoad(plan.ServiceID.LoadValue(uint64(gid))), RejectAction(gid)}
+		}
+		for _, v := range vips {
+			st.Flows = append(st.Flows, openflow.Flow{
+				Table: uint8(plan.PodServiceLB), Priority: uint16(plan.PriorityServiceNoEndpoints),
+				Match: b.vipMatch(v), Instructions: apply(acts...),
+			})
+		}
+		return nil
+	}
+	affinity := b.port.AffinityTimeout > 0
+	for _, v := range vips {
+		m := b.vipMatch(v)
+		if !affinity {
+			st.Flows = append(st.Flows, openflow.Flow{
+				Table: uint8(plan.PodServiceLB), Priority: uint16(plan.PriorityHigh), Match: m,
+				Instructions: apply(mustLoad(plan.ServiceID.LoadValue(uint64(gid))), openflow.Group{ID: gid}),
+			})
+			continue
+		}
+		// Affinity: look up table 31 once (bits 00), then either the learned
+		// endpoint (EndpointChosen) or the group (looked up, not chosen).
+		st.Flows = append(st.Flows,
+			openflow.Flow{
+				Table: uint8(plan.PodServiceLB), Priority: uint16(plan.PriorityHigh),
+				Match: withField(m, affinityBits(false, false)),
+				Instructions: apply(mustLoad(plan.ServiceID.LoadValue(uint64(gid))),
+					openflow.ResubmitTable(uint8(plan.PodSessionAffinity)),
+					plan.AffinityLookedUp.Load(),
+					openflow.ResubmitTable(uint8(plan.PodServiceLB))),
+			},
+			openflow.Flow{
+				Table: uint8(plan.PodServiceLB), Priority: uint16(plan.PriorityHigh),
+				Match:        withField(m, plan.EndpointChosen.Match()),
+				Instructions: apply(openflow.ResubmitTable(uint8(plan.PodEndpointDNAT))),
+			},
+			openflow.Flow{
+				Table: uint8(plan.PodServiceLB), Priority: uint16(plan.PriorityHigh),
+				Match:        withField(m, affinityBits(true, false)),
+				Instructions: apply(openflow.Group{ID: gid}),
+			})
+	}
+	g := openflow.GroupEntry{ID: gid, Type: openflow.GroupTypeSelect, SelectionMethod: "hash", SelectionFields: b.hashFields()}
+	for i, e := range eps {
+		ep := b.classify(e)
+		acts := []openflow.Action{b.loadEndpoint(ep.addr), mustLoad(plan.EndpointPort.LoadValue(uint64(e.Port))),
+			openflow.ResubmitTable(uint8(plan.PodEndpointDNAT))}
+		g.Buckets = append(g.Buckets, openflow.Bucket{ID: uint32(i), Weight: 1, Actions: acts})
+		st.Flows = append(st.Flows, b.dnat(gid, ep, e.Port)...)
+	}
+	st.Groups = append(st.Groups, g)
+	return nil
+}
+
+// epKind is how an endpoint is reached.
+type epKind uint8
+
+const (
+	podLocal      epKind = iota // a pod on this node
+	podRemote                   // a pod on another node
+	hostSelf                    // this node's IP: the host masquerade address
+	hostSecondary               // another address of this node
+	hostRemote                  // a host-network address elsewhere
+)
+
+type classified struct {
+	kind epKind
+	addr netip.Addr // the address in the group and the DNAT
+}
+
+func (b *builder) classify(e proxy.Endpoint) classified {
+	if ip, ok := b.node.nodeIP(b.fam); ok && ip == e.IP {
+		if m, ok := b.node.Masquerade.For(e.IP); ok {
+			return classified{hostSelf, m.Host}
+		}
+	}
+	if slices.Contains(b.node.Secondary, e.IP) {
+		return classified{hostSecondary, e.IP}
+	}
+	inCluster := len(b.node.ClusterCIDRs) == 0
+	for _, c := range b.node.ClusterCIDRs {
+		if c.Contains(e.IP) {
+			inCluster = true
+		}
+	}
+	switch {
+	case !inCluster:
+		return classified{hostRemote, e.IP}
+	case e.NodeName == b.node.Name:
+		return classified{podLocal, e.IP}
+	}
+	return classified{podRemote, e.IP}
+}
+
+// dnat returns the table-35 flows of one endpoint of group gid.
+func (b *builder) dnat(gid uint32, ep classified, port uint16) []openflow.Flow {
+	m := openflow.NewMatch(openflow.EthType(b.ethType()), openflow.IPProto(b.l4.proto),
+		mustMatch(plan.ServiceID.MatchValue(uint64(gid))), b.matchEndpoint(ep.addr),
+		mustMatch(plan.EndpointPort.MatchValue(uint64(port))))
+	commit := func(mark *plan.Mark) []openflow.Instruction {
+		nested := []openflow.Action{openflow.NAT{Dst: true, MinAddr: ep.addr, MinPort: port}}
+		if mark != nil {
+			nested = append(nested, mark.Load())
+		}
+		ct := openflow.CT{Commit: true, Zone: uint16(conntrack.ZoneService), RecircTable: uint8(plan.PodSNAT), Actions: nested}
+		if b.port.AffinityTimeout > 0 {
+			// Open vSwitch runs a bucket's actions as an action set, which
+			// cannot hold learn: the binding is learned here instead, on
+			// every new connection, which also restarts its timeout as
+			// kube-proxy's does.
+			return apply(b.learn(), ct)
+		}
+		return apply(ct)
+	}
+	flow := func(prio plan.Priority, m openflow.Match, mark *plan.Mark) openflow.Flow {
+		return openflow.Flow{Table: uint8(plan.PodEndpointDNAT), Priority: uint16(prio), Match: m, Instructions: commit(mark)}
+	}
+	switch ep.kind {
+	case hostSelf, hostSecondary, hostRemote:
+		return []openflow.Flow{flow(plan.PriorityNormal, m, &plan.SNATToNodeIP)}
+	case podRemote:
+		// From breth0 (the host or the uplink) the reply must come back
+		// through this node.
+		return []openflow.Flow{
+			flow(plan.PriorityNormal, m, nil),
+			flow(plan.PriorityHigh, withField(m, plan.FromGateway.Match()), &plan.SNATToGateway),
+		}
+	default:
+		// A pod reaching itself through the service (hairpin).
+		return []openflow.Flow{
+			flow(plan.PriorityNormal, m, nil),
+			flow(plan.PriorityHigh, withField(m, b.srcIP(ep.addr)), &plan.SNATToGateway),
+		}
+	}
+}
+
+// loadEndpoint loads the endpoint address into EndpointIPv4 or
+// EndpointIPv6.
+func (b *builder) loadEndpoint(a netip.Addr) openflow.Action {
+	return openflow.SetField{Field: b.matchEndpoint(a)}
+}
+
+// matchEndpoint matches the endpoint address in EndpointIPv4 or
+// EndpointIPv6.
+func (b *builder) matchEndpoint(a netip.Addr) openflow.Field {
+	if b.fam == proxy.IPv6 {
+		f := plan.EndpointIPv6
+		if f.Space() != plan.SpaceXXReg || f.Width() != 128 {
+			panic("service: EndpointIPv6 is not a whole xxreg")
+		}
+		var ones [16]byte
+		for i := range ones {
+			ones[i] = 0xff
+		}
+		return openflow.XXReg(f.Index(), a.As16(), ones)
+	}
+	return mustMatch(plan.EndpointIPv4.MatchValue(uint64(binary.BigEndian.Uint32(a.AsSlice()))))
+}

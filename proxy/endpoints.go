@@ -1,0 +1,227 @@
+package proxy
+
+import (
+	"cmp"
+	"fmt"
+	"net/netip"
+	"slices"
+
+	v1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// Endpoint is one endpoint of one service port: the address and port
+// traffic is DNATed to, the node it runs on, and its conditions as
+// kube-proxy reads them (a missing ready condition means ready, a missing
+// serving condition copies ready, a missing terminating means false).
+type Endpoint struct {
+	IP          netip.Addr
+	Port        uint16
+	NodeName    string
+	Ready       bool
+	Serving     bool
+	Terminating bool
+}
+
+// String renders "ip:port".
+func (e Endpoint) String() string { return netip.AddrPortFrom(e.IP, e.Port).String() }
+
+func compareEndpoints(a, b Endpoint) int {
+	if c := a.IP.Compare(b.IP); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.Port, b.Port)
+}
+
+// sliceInfo is the processed form of one EndpointSlice.
+type sliceInfo struct {
+	service types.NamespacedName
+	ports   map[ServicePortName][]Endpoint
+}
+
+// SliceEndpoints processes an EndpointSlice into the endpoints of each
+// service port it serves. A slice without the kubernetes.io/service-name
+// label, or of address type FQDN, serves none (kube-proxy ignores them).
+// Bad fields are returned as *InputError and only that entry is skipped;
+// an unknown address type skips the whole slice.
+func SliceEndpoints(s *discovery.EndpointSlice) (types.NamespacedName, map[ServicePortName][]Endpoint, []error) {
+	info, errs := processSlice(s)
+	if info == nil {
+		return types.NamespacedName{}, nil, errs
+	}
+	return info.service, info.ports, errs
+}
+
+func processSlice(s *discovery.EndpointSlice) (*sliceInfo, []error) {
+	if s == nil {
+		return nil, nil
+	}
+	var errs []error
+	bad := func(field string, err error) {
+		errs = append(errs, &InputError{Kind: "EndpointSlice", Namespace: s.Namespace, Name: s.Name, Field: field, Err: err})
+	}
+	svcName := s.Labels[discovery.LabelServiceName]
+	if svcName == "" {
+		return nil, nil
+	}
+	var want Family
+	switch s.AddressType {
+	case discovery.AddressTypeIPv4:
+		want = IPv4
+	case discovery.AddressTypeIPv6:
+		want = IPv6
+	case discovery.AddressTypeFQDN:
+		return nil, nil
+	default:
+		bad("addressType", fmt.Errorf("%w %q", ErrAddressType, s.AddressType))
+		return nil, errs
+	}
+	info := &sliceInfo{service: types.NamespacedName{Namespace: s.Namespace, Name: svcName}, ports: map[ServicePortName][]Endpoint{}}
+
+	// Parse the endpoints once; every port shares them.
+	type parsed struct {
+		ip                          netip.Addr
+		node                        string
+		ready, serving, terminating bool
+	}
+	var eps []parsed
+	for i, ep := range s.Endpoints {
+		if len(ep.Addresses) == 0 {
+			continue
+		}
+		f := fmt.Sprintf("endpoints[%d].addresses[0]", i)
+		a, err := netip.ParseAddr(ep.Addresses[0])
+		if err != nil {
+			bad(f, fmt.Errorf("%w %q", ErrBadIP, ep.Addresses[0]))
+			continue
+		}
+		a = a.Unmap()
+		if FamilyOf(a) != want {
+			bad(f, fmt.Errorf("%w %q in a slice of address type %s", ErrFamilyMismatch, ep.Addresses[0], s.AddressType))
+			continue
+		}
+		p := parsed{ip: a, ready: true, terminating: false}
+		if ep.NodeName != nil {
+			p.node = *ep.NodeName
+		}
+		if c := ep.Conditions.Ready; c != nil {
+			p.ready = *c
+		}
+		p.serving = p.ready
+		if c := ep.Conditions.Serving; c != nil {
+			p.serving = *c
+		}
+		if c := ep.Conditions.Terminating; c != nil {
+			p.terminating = *c
+		}
+		eps = append(eps, p)
+	}
+	for i, port := range s.Ports {
+		f := fmt.Sprintf("ports[%d]", i)
+		if port.Port == nil {
+			continue
+		}
+		if *port.Port < 1 || *port.Port > 65535 {
+			bad(f+".port", fmt.Errorf("%w: %d (1-65535)", ErrPortRange, *port.Port))
+			continue
+		}
+		proto := v1.ProtocolTCP
+		if port.Protocol != nil {
+			proto = *port.Protocol
+		}
+		switch proto {
+		case v1.ProtocolTCP, v1.ProtocolUDP, v1.ProtocolSCTP:
+		default:
+			bad(f+".protocol", fmt.Errorf("%w %q", ErrProtocol, proto))
+			continue
+		}
+		name := ServicePortName{NamespacedName: info.service, Protocol: proto}
+		if port.Name != nil {
+			name.Port = *port.Name
+		}
+		list := info.ports[name]
+		for _, p := range eps {
+			list = append(list, Endpoint{IP: p.ip, Port: uint16(*port.Port), NodeName: p.node,
+				Ready: p.ready, Serving: p.serving, Terminating: p.terminating})
+		}
+		info.ports[name] = list
+	}
+	for n, l := range info.ports {
+		info.ports[n] = sortEndpoints(l)
+	}
+	return info, errs
+}
+
+// sortEndpoints sorts l and drops duplicates of the same address and port,
+// keeping the first (by conditions, a ready one wins).
+func sortEndpoints(l []Endpoint) []Endpoint {
+	slices.SortStableFunc(l, func(a, b Endpoint) int {
+		if c := compareEndpoints(a, b); c != 0 {
+			return c
+		}
+		// Ready before not ready, so Compact keeps the ready one.
+		switch {
+		case a.Ready && !b.Ready:
+			return -1
+		case b.Ready && !a.Ready:
+			return 1
+		}
+		return 0
+	})
+	return slices.CompactFunc(l, func(a, b Endpoint) bool { return compareEndpoints(a, b) == 0 })
+}
+
+// Categorize applies kube-proxy's rules to the endpoints of one service
+// port on node nodeName and returns the endpoints for internal traffic
+// (ClusterIP) and for external traffic (NodePort, ExternalIPs, ingress IPs).
+//
+//   - Cluster-wide, the ready endpoints are used; when none is ready, the
+//     serving endpoints that are terminating are used instead, so that
+//     connections drain instead of failing during a rollout.
+//   - With a Local traffic policy, the same rule is applied to the
+//     endpoints on this node only; with none there, that traffic has no
+//     endpoints (it is dropped, not sent to another node).
+//
+// Both results are sorted by address and port.
+func Categorize(p *ServicePort, eps []Endpoint, nodeName string) (internal, external []Endpoint) {
+	pick := func(local bool) []Endpoint {
+		var ready, terminating []Endpoint
+		for _, e := range eps {
+			if local && e.NodeName != nodeName {
+				continue
+			}
+			switch {
+			case e.Ready:
+				ready = append(ready, e)
+			case e.Serving && e.Terminating:
+				terminating = append(terminating, e)
+			}
+		}
+		if len(ready) > 0 {
+			return ready
+		}
+		return terminating
+	}
+	cluster := pick(false)
+	internal, external = cluster, cluster
+	if p.InternalPolicyLocal {
+		internal = pick(true)
+	}
+	if p.ExternalPolicyLocal {
+		external = pick(true)
+	}
+	return internal, external
+}
+
+// HasEndpoints reports whether any endpoint exists at all for the port,
+// ready or not. kube-proxy rejects traffic to a service port without
+// endpoints, but drops traffic that a Local policy leaves without any.
+func HasEndpoints(eps []Endpoint) bool {
+	for _, e := range eps {
+		if e.Ready || (e.Serving && e.Terminating) {
+			return true
+		}
+	}
+	return false
+}

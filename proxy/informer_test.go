@@ -1,0 +1,79 @@
+package proxy
+
+import (
+	"context"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/cache"
+)
+
+// TestTrackersFromInformers feeds both trackers from client-go informers
+// over a fake clientset, the way the agent wires them.
+func TestTrackersFromInformers(t *testing.T) {
+	client := fake.NewClientset()
+	factory := informers.NewSharedInformerFactory(client, 0)
+	st := NewServiceTracker(nil)
+	et := NewEndpointsTracker(nil)
+	asSvc := func(o any) *v1.Service { s, _ := o.(*v1.Service); return s }
+	asSlice := func(o any) *discovery.EndpointSlice { s, _ := o.(*discovery.EndpointSlice); return s }
+	tombstone := func(o any) any {
+		if d, ok := o.(cache.DeletedFinalStateUnknown); ok {
+			return d.Obj
+		}
+		return o
+	}
+	if _, err := factory.Core().V1().Services().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(o any) { st.Record(nil, asSvc(o)) },
+		UpdateFunc: func(o, n any) { st.Record(asSvc(o), asSvc(n)) },
+		DeleteFunc: func(o any) { st.Record(asSvc(tombstone(o)), nil) },
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := factory.Discovery().V1().EndpointSlices().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(o any) { et.Record(nil, asSlice(o)) },
+		UpdateFunc: func(o, n any) { et.Record(asSlice(o), asSlice(n)) },
+		DeleteFunc: func(o any) { et.Record(asSlice(tombstone(o)), nil) },
+	}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	// Shutdown waits for the informers, which stop only once ctx is done.
+	defer func() { cancel(); factory.Shutdown() }()
+	factory.Start(ctx.Done())
+	factory.WaitForCacheSync(ctx.Done())
+
+	web := spn("default", "web", "http", v1.ProtocolTCP)
+	if _, err := client.CoreV1().Services("default").Create(ctx, svc("default", "web", "10.96.0.10"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.DiscoveryV1().EndpointSlices("default").Create(ctx,
+		slice("default", "web-1", "web", discovery.AddressTypeIPv4, "http", 8080, epSpec{ip: "10.128.0.2", node: "n1"}),
+		metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "service recorded", st.Pending)
+	eventually(t, "slice recorded", et.Pending)
+	changed := st.Update()
+	changed.Merge(et.Update())
+	if !changed.Has(web) || len(changed) != 1 {
+		t.Fatalf("changed: %v", changed.Sorted())
+	}
+	p, ok := st.Port(web)
+	eps := et.Endpoints(web)
+	if !ok || p.Port != 80 || len(eps) != 1 || eps[0].Port != 8080 {
+		t.Fatalf("model: %+v %v", p, eps)
+	}
+
+	if err := client.DiscoveryV1().EndpointSlices("default").Delete(ctx, "web-1", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "slice delete recorded", et.Pending)
+	if got := et.Update(); !got.Has(web) || len(et.Endpoints(web)) != 0 {
+		t.Fatalf("after delete: %v %v", got.Sorted(), et.Endpoints(web))
+	}
+}

@@ -1,0 +1,385 @@
+package proxy
+
+import (
+	"cmp"
+	"fmt"
+	"net/netip"
+	"reflect"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// ErrorFunc receives bad input found while recording a change. It is called
+// from Record (so from the informer's goroutine) and from Update.
+type ErrorFunc func(err error)
+
+// ServiceTracker records Service changes and applies them in Update. It is
+// safe for concurrent use: informer callbacks call Record, the sync loop
+// calls Update and Ports.
+type ServiceTracker struct {
+	mu      sync.Mutex
+	onError ErrorFunc
+	// pending holds, per Service, the processed form before the first
+	// unapplied change (previous) and after the latest (current); nil
+	// stands for "absent".
+	pending map[types.NamespacedName]*serviceChange
+	// all is every valid Service as last applied; active the service ports
+	// in use (a Service that lost a ClusterIP conflict is in all but not
+	// in active).
+	all     map[types.NamespacedName]*serviceInfo
+	active  map[ServicePortName]*ServicePort
+	ipOwner map[netip.Addr]types.NamespacedName
+	blocked map[types.NamespacedName]bool
+}
+
+type serviceChange struct {
+	previous, current *serviceInfo
+}
+
+// NewServiceTracker returns an empty tracker. onError may be nil.
+func NewServiceTracker(onError ErrorFunc) *ServiceTracker {
+	if onError == nil {
+		onError = func(error) {}
+	}
+	return &ServiceTracker{
+		onError: onError,
+		pending: map[types.NamespacedName]*serviceChange{},
+		all:     map[types.NamespacedName]*serviceInfo{},
+		active:  map[ServicePortName]*ServicePort{},
+		ipOwner: map[netip.Addr]types.NamespacedName{},
+		blocked: map[types.NamespacedName]bool{},
+	}
+}
+
+// Record notes a change of one Service from previous to current; either
+// may be nil (an add or a delete). It reports whether a change is pending
+// for that Service afterwards: false when the change cancelled out.
+func (t *ServiceTracker) Record(previous, current *v1.Service) bool {
+	obj := current
+	if obj == nil {
+		obj = previous
+	}
+	if obj == nil {
+		return false
+	}
+	key := types.NamespacedName{Namespace: obj.Namespace, Name: obj.Name}
+	prev, _ := processService(previous)
+	cur, errs := processService(current)
+	for _, err := range errs {
+		t.onError(err)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	ch, ok := t.pending[key]
+	if !ok {
+		ch = &serviceChange{previous: prev}
+		t.pending[key] = ch
+	}
+	ch.current = cur
+	if sameService(ch.previous, ch.current) {
+		delete(t.pending, key)
+		return false
+	}
+	return true
+}
+
+// sameService compares processed forms, ignoring the creation time.
+func sameService(a, b *serviceInfo) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.key == b.key && reflect.DeepEqual(a.clusterIPs, b.clusterIPs) && reflect.DeepEqual(a.ports, b.ports)
+}
+
+// Pending reports whether changes wait for Update.
+func (t *ServiceTracker) Pending() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.pending) > 0
+}
+
+// Update applies the pending changes and returns the service ports whose
+// model changed (added, removed or different).
+//
+// A ClusterIP belongs to the Service that holds it; another Service
+// claiming it is reported (ErrDuplicateIP) and left out until the address
+// is free. Among Services claiming a free address at once, the oldest (then
+// the first by namespace/name) wins.
+func (t *ServiceTracker) Update() ChangeSet {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	changed := ChangeSet{}
+	if len(t.pending) == 0 {
+		return changed
+	}
+	candidates := map[types.NamespacedName]bool{}
+	fresh := map[types.NamespacedName]bool{}
+	for key, ch := range t.pending {
+		fresh[key] = true
+		if ch.current == nil {
+			delete(t.all, key)
+		} else {
+			t.all[key] = ch.current
+		}
+		candidates[key] = true
+		t.release(key)
+	}
+	clear(t.pending)
+	for key := range t.blocked {
+		candidates[key] = true
+	}
+	order := make([]types.NamespacedName, 0, len(candidates))
+	for key := range candidates {
+		order = append(order, key)
+	}
+	slices.SortFunc(order, func(a, b types.NamespacedName) int {
+		ia, ib := t.all[a], t.all[b]
+		if ia != nil && ib != nil {
+			if c := ia.created.Compare(ib.created); c != 0 {
+				return c
+			}
+		}
+		return cmp.Or(strings.Compare(a.Namespace, b.Namespace), strings.Compare(a.Name, b.Name))
+	})
+	for _, key := range order {
+		info := t.all[key]
+		wasBlocked := t.blocked[key]
+		delete(t.blocked, key)
+		var want map[ServicePortName]*ServicePort
+		if info != nil {
+			conflict := false
+			for _, a := range info.clusterIPs {
+				if o, held := t.ipOwner[a]; held && o != key {
+					conflict = true
+					if !wasBlocked || fresh[key] {
+						t.onError(&InputError{Kind: "Service", Namespace: key.Namespace, Name: key.Name,
+							Field: "spec.clusterIPs", Err: fmt.Errorf("%w: %s is held by service %s", ErrDuplicateIP, a, o)})
+					}
+				}
+			}
+			if conflict {
+				t.blocked[key] = true
+			} else {
+				for _, a := range info.clusterIPs {
+					t.ipOwner[a] = key
+				}
+				want = info.ports
+			}
+		}
+		// Diff this Service's active ports against want.
+		for name, p := range t.active {
+			if name.NamespacedName != key {
+				continue
+			}
+			if q, ok := want[name]; !ok || !reflect.DeepEqual(p, q) {
+				changed[name] = struct{}{}
+				delete(t.active, name)
+			}
+		}
+		for name, p := range want {
+			if _, ok := t.active[name]; !ok {
+				t.active[name] = p
+				changed[name] = struct{}{}
+			}
+		}
+	}
+	return changed
+}
+
+// release frees the ClusterIPs key holds.
+func (t *ServiceTracker) release(key types.NamespacedName) {
+	for a, o := range t.ipOwner {
+		if o == key {
+			delete(t.ipOwner, a)
+		}
+	}
+}
+
+// Ports returns the active service ports. The map is a copy; the ports are
+// shared and must not be modified.
+func (t *ServiceTracker) Ports() map[ServicePortName]*ServicePort {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make(map[ServicePortName]*ServicePort, len(t.active))
+	for n, p := range t.active {
+		out[n] = p
+	}
+	return out
+}
+
+// Port returns one active service port.
+func (t *ServiceTracker) Port(n ServicePortName) (*ServicePort, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	p, ok := t.active[n]
+	return p, ok
+}
+
+// EndpointsTracker records EndpointSlice changes and applies them in
+// Update. It merges every slice of a Service into one endpoint list per
+// service port. It is safe for concurrent use.
+type EndpointsTracker struct {
+	mu      sync.Mutex
+	onError ErrorFunc
+	pending map[types.NamespacedName]*sliceChange // by slice namespace/name
+	// slices holds the applied slices of each Service, by slice name.
+	slices    map[types.NamespacedName]map[string]*sliceInfo
+	endpoints map[ServicePortName][]Endpoint
+	// triggers holds the last-change-trigger-time of the changes recorded
+	// since the last Update, per Service.
+	triggers map[types.NamespacedName][]time.Time
+}
+
+type sliceChange struct {
+	previous, current *sliceInfo
+}
+
+// NewEndpointsTracker returns an empty tracker. onError may be nil.
+func NewEndpointsTracker(onError ErrorFunc) *EndpointsTracker {
+	if onError == nil {
+		onError = func(error) {}
+	}
+	return &EndpointsTracker{
+		onError:   onError,
+		pending:   map[types.NamespacedName]*sliceChange{},
+		slices:    map[types.NamespacedName]map[string]*sliceInfo{},
+		endpoints: map[ServicePortName][]Endpoint{},
+		triggers:  map[types.NamespacedName][]time.Time{},
+	}
+}
+
+// Record notes a change of one EndpointSlice from previous to current;
+// either may be nil. It reports whether a change is pending for that slice
+// afterwards: false when the change cancelled out.
+func (t *EndpointsTracker) Record(previous, current *discovery.EndpointSlice) bool {
+	obj := current
+	if obj == nil {
+		obj = previous
+	}
+	if obj == nil {
+		return false
+	}
+	key := types.NamespacedName{Namespace: obj.Namespace, Name: obj.Name}
+	prev, _ := processSlice(previous)
+	cur, errs := processSlice(current)
+	for _, err := range errs {
+		t.onError(err)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if current != nil && cur != nil {
+		if s := current.Annotations[v1.EndpointsLastChangeTriggerTime]; s != "" {
+			if ts, err := time.Parse(time.RFC3339Nano, s); err == nil {
+				t.triggers[cur.service] = append(t.triggers[cur.service], ts)
+			}
+		}
+	}
+	ch, ok := t.pending[key]
+	if !ok {
+		ch = &sliceChange{previous: prev}
+		t.pending[key] = ch
+	}
+	ch.current = cur
+	if reflect.DeepEqual(ch.previous, ch.current) {
+		delete(t.pending, key)
+		return false
+	}
+	return true
+}
+
+// Pending reports whether changes wait for Update.
+func (t *EndpointsTracker) Pending() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.pending) > 0
+}
+
+// Update applies the pending changes and returns the service ports whose
+// endpoints changed.
+func (t *EndpointsTracker) Update() ChangeSet {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	changed := ChangeSet{}
+	affected := map[types.NamespacedName]bool{}
+	for key, ch := range t.pending {
+		if ch.previous != nil {
+			affected[ch.previous.service] = true
+		}
+		if ch.current != nil {
+			affected[ch.current.service] = true
+		}
+		// The slice may have moved between Services (its label changed):
+		// remove it wherever it is, then add it where it belongs.
+		for svc, m := range t.slices {
+			if _, ok := m[key.Name]; ok && svc.Namespace == key.Namespace {
+				delete(m, key.Name)
+				affected[svc] = true
+				if len(m) == 0 {
+					delete(t.slices, svc)
+				}
+			}
+		}
+		if ch.current != nil {
+			m := t.slices[ch.current.service]
+			if m == nil {
+				m = map[string]*sliceInfo{}
+				t.slices[ch.current.service] = m
+			}
+			m[key.Name] = ch.current
+		}
+	}
+	clear(t.pending)
+	for svc := range affected {
+		merged := map[ServicePortName][]Endpoint{}
+		for _, info := range t.slices[svc] {
+			for name, eps := range info.ports {
+				merged[name] = append(merged[name], eps...)
+			}
+		}
+		for name, eps := range merged {
+			merged[name] = sortEndpoints(eps)
+		}
+		for name, old := range t.endpoints {
+			if name.NamespacedName != svc {
+				continue
+			}
+			if eps, ok := merged[name]; !ok || !slices.Equal(old, eps) {
+				changed[name] = struct{}{}
+				delete(t.endpoints, name)
+			}
+		}
+		for name, eps := range merged {
+			if _, ok := t.endpoints[name]; !ok {
+				t.endpoints[name] = eps
+				changed[name] = struct{}{}
+			}
+		}
+	}
+	return changed
+}
+
+// Endpoints returns the endpoints of one service port (sorted; shared, do
+// not modify).
+func (t *EndpointsTracker) Endpoints(n ServicePortName) []Endpoint {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.endpoints[n]
+}
+
+// TakeTriggerTimes returns and forgets the
+// endpoints.kubernetes.io/last-change-trigger-time values recorded since
+// the last call, per Service: the start of kube-proxy's
+// network_programming_duration_seconds.
+func (t *EndpointsTracker) TakeTriggerTimes() map[types.NamespacedName][]time.Time {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := t.triggers
+	t.triggers = map[types.NamespacedName][]time.Time{}
+	return out
+}

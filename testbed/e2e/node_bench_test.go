@@ -1,0 +1,209 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"nodeflow/testbed"
+)
+
+// fakeNodes registers n extra Node objects with podCIDRs and addresses, so
+// that the agent programs tunnels to them as to real nodes, and deletes
+// them when b ends.
+func fakeNodes(b testing.TB, e *env, n int) {
+	b.Helper()
+	ctx := context.Background()
+	for i := 0; i < n; i++ {
+		name := fmt.Sprintf("fake%d", i)
+		node := &v1.Node{
+			ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: v1.NodeSpec{PodCIDRs: []string{fmt.Sprintf("10.244.%d.0/24", 100+i), fmt.Sprintf("fd00:10:244:%x::/64", 0x100+i)},
+				PodCIDR: fmt.Sprintf("10.244.%d.0/24", 100+i)},
+		}
+		created, err := e.client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		created.Status.Addresses = []v1.NodeAddress{{Type: v1.NodeInternalIP, Address: fmt.Sprintf("172.30.0.%d", 200+i)}}
+		if _, err := e.client.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = e.client.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	}
+}
+
+// manyPods runs a Deployment of n pods pinned to node and waits until
+// every pod has its port on br0.
+func manyPods(b testing.TB, e *env, ns, node string, n int) {
+	b.Helper()
+	labels := map[string]string{"app": "many"}
+	dep := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "many", Namespace: ns},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To(int32(n)),
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: v1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: v1.PodSpec{
+					NodeSelector:                  map[string]string{"kubernetes.io/hostname": node},
+					TerminationGracePeriodSeconds: ptr.To(int64(1)),
+					Containers:                    []v1.Container{{Name: "many", Image: "testbed/web"}},
+				},
+			},
+		},
+	}
+	if _, err := e.client.AppsV1().Deployments(ns).Create(context.Background(), dep, metav1.CreateOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	m, _ := e.state.Member(node)
+	eventually(b, 10*time.Minute, fmt.Sprintf("%d pods on %s", n, node), func(ctx context.Context) error {
+		list, err := e.client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		running := 0
+		for _, p := range list.Items {
+			if p.Status.Phase == v1.PodRunning {
+				running++
+			}
+		}
+		if running < n {
+			return fmt.Errorf("%d of %d running", running, n)
+		}
+		if ports := len(cniPortsTB(b, m)); ports < n {
+			return fmt.Errorf("%d of %d ports", ports, n)
+		}
+		return nil
+	})
+}
+
+// cniPortsTB counts the CNI ports of a node (cniPorts for a testing.TB).
+func cniPortsTB(b testing.TB, m *testbed.Member) []string {
+	out, err := exec.Command("ovs-vsctl", "--db=unix:"+filepath.Join(m.OVSRundir, "db.sock"), "--bare", "--columns=name",
+		"find", "Interface", "external_ids:owner=nodeflow-cni").Output()
+	if err != nil {
+		b.Fatalf("ovs-vsctl find on %s: %v", m.Name, err)
+	}
+	return strings.Fields(string(out))
+}
+
+// rssKiB reads a process's resident set size.
+func rssKiB(pid int) (int, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(l, "VmRSS:") {
+			return strconv.Atoi(strings.Fields(l)[1])
+		}
+	}
+	return 0, fmt.Errorf("no VmRSS for pid %d", pid)
+}
+
+// replaceFlows times `ovs-ofctl --bundle replace-flows` of bridge's own
+// flows (the full-replace approach of the ovn-kubernetes gateway), as the
+// reference for the agent's start-up reconcile.
+func replaceFlows(b testing.TB, m *testbed.Member, bridge string) time.Duration {
+	b.Helper()
+	env := append(os.Environ(), "OVS_RUNDIR="+m.OVSRundir)
+	dump := exec.Command("ovs-ofctl", "-O", "OpenFlow15", "dump-flows", "--no-stats", bridge)
+	dump.Env = env
+	out, err := dump.Output()
+	if err != nil {
+		b.Fatal(err)
+	}
+	file := filepath.Join(b.TempDir(), bridge+".flows")
+	var lines []string
+	for _, l := range strings.Split(string(out), "\n") {
+		if strings.HasPrefix(l, " ") {
+			lines = append(lines, strings.TrimSpace(l))
+		}
+	}
+	if err := os.WriteFile(file, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	start := time.Now()
+	cmd := exec.Command("ovs-ofctl", "-O", "OpenFlow15", "--bundle", "replace-flows", bridge, file)
+	cmd.Env = env
+	if out, err := cmd.CombinedOutput(); err != nil {
+		b.Fatalf("replace-flows: %v\n%s", err, out)
+	}
+	return time.Since(start)
+}
+
+// BenchmarkAgentStartup100Pods measures `nodeflow agent` on a node with 100
+// pods, in a cluster of 10 nodes (the testbed's two and eight registered
+// Node objects): the time from process start to both bridges reconciled
+// (/readyz), the same reconcile done by `ovs-ofctl --bundle replace-flows`
+// of both bridges' flows as the reference, and the agent's RSS at idle.
+//
+//	NODEFLOW_REQUIRE_OVS=1 go test -run '^$' -bench AgentStartup100Pods -benchtime 5x ./testbed/e2e
+func BenchmarkAgentStartup100Pods(b *testing.B) {
+	e := up(b)
+	if !e.state.Agent {
+		b.Skipf("nodeflow agent does not run: %s", e.state.AgentReason)
+	}
+	const node, pods = "node1", 100
+	m, _ := e.state.Member(node)
+	ns := fmt.Sprintf("bench-agent-%d", os.Getpid()%10000)
+	if _, err := e.client.CoreV1().Namespaces().Create(context.Background(), &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		_ = e.client.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{})
+	})
+	fakeNodes(b, e, 8)
+	manyPods(b, e, ns, node, pods)
+	stopAgentProcess(b, e, node)
+	var total, ref time.Duration
+	var rss int
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		start := time.Now()
+		cmd := startAgent(b, e, m)
+		eventually(b, 2*time.Minute, "agent ready", func(ctx context.Context) error { return agentReady(ctx, m) })
+		took := time.Since(start)
+		total += took
+		b.StopTimer()
+		ref += replaceFlows(b, m, "br0") + replaceFlows(b, m, "breth0")
+		time.Sleep(3 * time.Second) // idle, by design: RSS after start-up settles
+		if kb, err := rssKiB(cmd.Process.Pid); err == nil && kb > rss {
+			rss = kb
+		}
+		_ = cmd.Process.Signal(os.Interrupt)
+		_ = cmd.Wait()
+		b.StartTimer()
+	}
+	b.StopTimer()
+	// Leave an agent running for the tests after this one.
+	startAgent(b, e, m)
+	per := total / time.Duration(b.N)
+	refPer := ref / time.Duration(b.N)
+	flows := len(mustDump(b, m, "br0")) + len(mustDump(b, m, "breth0"))
+	b.ReportMetric(per.Seconds()*1000, "ms/startup")
+	b.ReportMetric(refPer.Seconds()*1000, "ms/replace-flows")
+	b.ReportMetric(per.Seconds()/refPer.Seconds(), "ratio")
+	b.ReportMetric(float64(rss)/1024, "MiB-RSS")
+	b.ReportMetric(float64(flows), "flows")
+}
+
+func mustDump(b testing.TB, m *testbed.Member, bridge string) []string {
+	lines, err := tryDumpFlows(m, bridge)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return lines
+}

@@ -1,0 +1,261 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"nodeflow/testbed"
+	"nodeflow/testbed/nsutil"
+)
+
+// agentHealthAddr is where `nodeflow agent` serves /readyz by default,
+// inside the node's network namespace.
+const agentHealthAddr = "127.0.0.1:9476"
+
+// agentReady polls the agent's /readyz inside the node's namespace.
+func agentReady(ctx context.Context, m *testbed.Member) error {
+	tr := &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		return nsutil.Dial(ctx, m.Netns, network, addr, time.Second)
+	}}
+	defer tr.CloseIdleConnections()
+	resp, err := (&http.Client{Transport: tr, Timeout: 2 * time.Second}).Get("http://" + agentHealthAddr + "/readyz")
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("readyz: %s", resp.Status)
+	}
+	return nil
+}
+
+// startAgent starts `nodeflow agent` in the node's namespace with the
+// environment the testbed gives it, and stops it when the test ends.
+func startAgent(t testing.TB, e *env, m *testbed.Member) *exec.Cmd {
+	t.Helper()
+	logf, err := os.Create(filepath.Join(t.TempDir(), "agent-"+m.Name+".log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("ip", "netns", "exec", m.Netns, e.state.Nodeflow, "agent")
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+m.Kubeconfig, "NODE_NAME="+m.Name, "NODEFLOW_NODE_NAME="+m.Name,
+		"OVS_RUNDIR="+m.OVSRundir, "NODEFLOW_CNI_CONF_DIR="+filepath.Join(m.Dir, "net.d"))
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+		logf.Close()
+		if t.Failed() {
+			b, _ := os.ReadFile(logf.Name())
+			t.Logf("agent log:\n%s", b)
+		}
+	})
+	return cmd
+}
+
+// stopAgentProcess stops the testbed's agent on the node (SIGTERM) and
+// waits for it to exit.
+func stopAgentProcess(t testing.TB, e *env, node string) {
+	t.Helper()
+	for _, p := range e.state.Processes {
+		if p.Name != "agent "+node {
+			continue
+		}
+		proc, err := os.FindProcess(p.PID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := proc.Signal(syscall.SIGTERM); err != nil {
+			t.Fatalf("stop agent %s (pid %d): %v", node, p.PID, err)
+		}
+		eventually(t, 15*time.Second, "agent exits", func(ctx context.Context) error {
+			if err := proc.Signal(syscall.Signal(0)); err == nil {
+				return fmt.Errorf("pid %d still running", p.PID)
+			}
+			return nil
+		})
+		return
+	}
+	t.Fatalf("no agent process for %s in the testbed state", node)
+}
+
+// TestAgentRestartZeroLoss restarts the agent of one node under continuous
+// ping and TCP traffic between pods on both nodes, and requires that not a
+// packet nor a connection is lost; then it restarts that node's
+// ovs-vswitchd and measures how long the flows take to come back.
+func TestAgentRestartZeroLoss(t *testing.T) {
+	e := up(t)
+	requireAgent(t, e)
+	ns := createNamespace(t, e, "e2e-restart")
+	pods := netPods(t, e, ns)
+	a, _, other := pairs(t, pods)
+	m, _ := e.state.Member(a.node)
+	dst := other.ip(false)
+	eventually(t, 20*time.Second, "path warm", func(ctx context.Context) error {
+		if n, out := ping(a.netns, dst, 1); n != 1 {
+			return fmt.Errorf("%s", out)
+		}
+		_, _, err := httpGet(ctx, a.netns, dst, 8080)
+		return err
+	})
+
+	// Continuous traffic: 500 pings 10 ms apart, and a new TCP connection
+	// every 20 ms, from a pod on this node to a pod on the other.
+	const pings = 500
+	var wg sync.WaitGroup
+	var pingReplies int
+	var pingOut string
+	pingDone := make(chan struct{})
+	go func() {
+		defer close(pingDone)
+		out, _ := exec.Command("ip", "netns", "exec", a.netns, "ping", "-n", "-q", "-c", strconv.Itoa(pings), "-i", "0.01", "-W", "2", dst.String()).CombinedOutput()
+		pingOut = string(out)
+		if i := strings.Index(pingOut, "transmitted, "); i >= 0 {
+			pingReplies, _ = strconv.Atoi(strings.Fields(pingOut[i+len("transmitted, "):])[0])
+		}
+	}()
+	stop := make(chan struct{})
+	var tcpOK, tcpFail atomic.Int64
+	var firstErr atomic.Value
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+			pod, _, err := httpGet(ctx, a.netns, dst, 8080)
+			cancel()
+			if err != nil || pod != other.name {
+				tcpFail.Add(1)
+				firstErr.CompareAndSwap(nil, fmt.Sprintf("%v (pod %q)", err, pod))
+			} else {
+				tcpOK.Add(1)
+			}
+		}
+	}()
+
+	time.Sleep(500 * time.Millisecond) // traffic before the restart, by design of the scenario
+	start := time.Now()
+	stopAgentProcess(t, e, a.node)
+	startAgent(t, e, m)
+	eventually(t, 60*time.Second, "restarted agent ready", func(ctx context.Context) error { return agentReady(ctx, m) })
+	t.Logf("agent restart: stopped and ready again in %s", time.Since(start).Round(time.Millisecond))
+	<-pingDone
+	close(stop)
+	wg.Wait()
+	if pingReplies != pings {
+		t.Errorf("ping across the agent restart: %d of %d replies\n%s", pingReplies, pings, pingOut)
+	}
+	if tcpFail.Load() != 0 || tcpOK.Load() == 0 {
+		t.Errorf("TCP across the agent restart: %d ok, %d failed (first: %v)", tcpOK.Load(), tcpFail.Load(), firstErr.Load())
+	}
+	t.Logf("across the agent restart: %d/%d pings, %d TCP connections, %d failed", pingReplies, pings, tcpOK.Load(), tcpFail.Load())
+
+	t.Run("ovs-vswitchd-restart", func(t *testing.T) {
+		restored := restartVswitchd(t, m)
+		start := time.Now()
+		eventually(t, 60*time.Second, "pod traffic after the ovs-vswitchd restart", func(ctx context.Context) error {
+			if n, out := ping(a.netns, dst, 1); n != 1 {
+				return fmt.Errorf("%s", out)
+			}
+			_, _, err := httpGet(ctx, a.netns, dst, 8080)
+			return err
+		})
+		t.Logf("ovs-vswitchd restart: flows back %s after it started, traffic %s after that", restored.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
+	})
+}
+
+// restartVswitchd kills the node's ovs-vswitchd and starts it again with
+// the same command line, and returns how long after the new one started the
+// agent's flows were back on br0 (the version note in table 253).
+func restartVswitchd(t *testing.T, m *testbed.Member) time.Duration {
+	t.Helper()
+	pidb, err := os.ReadFile(filepath.Join(m.OVSRundir, "ovs-vswitchd.pid"))
+	var pid int
+	if err == nil {
+		pid, _ = strconv.Atoi(strings.TrimSpace(string(pidb)))
+	}
+	if pid == 0 {
+		// The sandbox may not write a pidfile: find the process by its
+		// control socket on the command line.
+		out, _ := exec.Command("pgrep", "-f", "ovs-vswitchd .*"+m.OVSRundir).Output()
+		pid, _ = strconv.Atoi(strings.Fields(string(out) + " 0")[0])
+	}
+	if pid == 0 {
+		t.Skipf("cannot find ovs-vswitchd of %s", m.Name)
+	}
+	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00")
+	proc, _ := os.FindProcess(pid)
+	if err := proc.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "ovs-vswitchd exits", func(ctx context.Context) error {
+		// Its parent (the testbed) reaps it; a zombie counts as gone.
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err == nil && !zombie.Match(b) {
+			return fmt.Errorf("still running")
+		}
+		return nil
+	})
+	cmd := exec.Command("ip", append([]string{"netns", "exec", m.Netns}, args...)...)
+	cmd.Env = append(os.Environ(), "OVS_RUNDIR="+m.OVSRundir)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waited := make(chan struct{})
+	go func() { cmd.Wait(); close(waited) }()
+	t.Cleanup(func() {
+		// The testbed does not know this process: stop it before `down`.
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-waited:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			<-waited
+		}
+	})
+	started := time.Now()
+	eventually(t, 60*time.Second, "flows back on br0", func(ctx context.Context) error {
+		lines, err := tryDumpFlows(m, "br0")
+		if err != nil {
+			return err
+		}
+		for _, l := range lines {
+			if strings.HasPrefix(l, "table=253,") {
+				return nil
+			}
+		}
+		return fmt.Errorf("no version note on br0 yet")
+	})
+	return time.Since(started)
+}
