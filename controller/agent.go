@@ -66,7 +66,12 @@ type Agent struct {
 
 	mu       sync.Mutex
 	reported map[string]string // node name -> last problem reported
+
+	probed map[netip.Addr]time.Time // next hops probed, when (sync goroutine only)
 }
+
+// probeInterval spaces the probes of one unresolved next hop.
+const probeInterval = 10 * time.Second
 
 // New returns an agent for cfg.
 func New(cfg Config, log logrus.FieldLogger) (*Agent, error) {
@@ -79,6 +84,7 @@ func New(cfg Config, log logrus.FieldLogger) (*Agent, error) {
 	return &Agent{
 		cfg: cfg, log: log.WithField("node", cfg.NodeName), metrics: NewMetrics(),
 		dirty: make(chan struct{}, 1), hostDirty: make(chan struct{}, 1), reported: map[string]string{},
+		probed: map[netip.Addr]time.Time{},
 	}, nil
 }
 
@@ -114,6 +120,12 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err := a.ensureHost(); err != nil {
 		a.log.WithError(err).Warn("host side not fully configured yet; will retry")
 	}
+	// The desired state is complete before either reconciler starts: its
+	// start-up pass deletes whatever the store does not want, so an empty
+	// store would empty the bridges for a moment.
+	a.podStore = reconcile.NewStore(reconcile.StoreOptions{Bridge: plan.Pod})
+	a.gwStore = reconcile.NewStore(reconcile.StoreOptions{Bridge: plan.Gateway})
+	a.sync()
 	if err := a.startReconcilers(ctx); err != nil {
 		return err
 	}
@@ -122,7 +134,6 @@ func (a *Agent) Run(ctx context.Context) error {
 			c.Close()
 		}
 	}()
-	a.sync()
 	go a.watchOVSDB(ctx)
 	go a.watchNetlink(ctx)
 	if a.cfg.IntrospectSocket != "" {
@@ -357,9 +368,10 @@ func (a *Agent) ensureHost() error {
 }
 
 func (a *Agent) startReconcilers(ctx context.Context) error {
-	a.podStore = reconcile.NewStore(reconcile.StoreOptions{Bridge: plan.Pod})
-	a.gwStore = reconcile.NewStore(reconcile.StoreOptions{Bridge: plan.Gateway})
 	mk := func(bridge string, store *reconcile.Store) (*reconcile.Reconciler, error) {
+		// Every series exists from the start, at zero.
+		a.metrics.ReconcileErrors.WithLabelValues(bridge)
+		a.metrics.PacketIns.WithLabelValues(bridge)
 		r := reconcile.New(store, reconcile.Options{Bridge: bridge, Logger: a.log,
 			OnSync: func(rep reconcile.SyncReport) { a.metrics.observe(bridge, store, rep) }})
 		opts := r.ConnOptions(ofconn.Options{Logger: a.log.WithField("bridge", bridge), ControllerID: plan.ControllerID,
@@ -457,11 +469,24 @@ func (a *Agent) sync() {
 		a.set(a.podStore, node.OwnerLocal, fs)
 	}
 
-	// Remote nodes.
+	// Remote nodes, oldest first: a node whose pod subnet overlaps an
+	// older node's is refused, so a bad Node object cannot take over
+	// another node's traffic.
 	want := map[string]bool{}
 	var remoteIPs []netip.Addr
+	var nodes []*corev1.Node
 	for _, obj := range a.nodes.GetStore().List() {
-		n := obj.(*corev1.Node)
+		nodes = append(nodes, obj.(*corev1.Node))
+	}
+	sort.Slice(nodes, func(i, j int) bool {
+		ti, tj := nodes[i].CreationTimestamp, nodes[j].CreationTimestamp
+		if !ti.Equal(&tj) {
+			return ti.Before(&tj)
+		}
+		return nodes[i].Name < nodes[j].Name
+	})
+	taken := map[netip.Prefix]string{}
+	for _, n := range nodes {
 		if n.Name == a.cfg.NodeName {
 			continue
 		}
@@ -469,11 +494,17 @@ func (a *Agent) sync() {
 		r, err := remoteOf(n)
 		var fs []openflow.Flow
 		if err == nil {
+			err = overlapping(r, taken)
+		}
+		if err == nil {
 			fs, err = node.RemoteFlows(nc, r)
 		}
 		if err != nil {
 			a.reportNode(n, err)
 			continue // keep whatever was installed for it before
+		}
+		for _, p := range r.PodCIDRs {
+			taken[p] = n.Name
 		}
 		a.clearReport(n.Name)
 		want[owner] = true
@@ -521,7 +552,14 @@ func (a *Agent) sync() {
 	if err != nil {
 		a.log.WithError(err).Warn("next hops")
 	}
+	now := time.Now()
 	for _, ip := range missing {
+		// At most one probe per address every probeInterval: a neighbour
+		// that never answers must not keep the loop busy.
+		if last, ok := a.probed[ip]; ok && now.Sub(last) < probeInterval {
+			continue
+		}
+		a.probed[ip] = now
 		Probe(ip)
 	}
 	if fs, err := node.GatewayOutputFlows(nc, hops); err != nil {
@@ -557,6 +595,19 @@ func remoteOf(n *corev1.Node) (node.Remote, error) {
 		return r, fmt.Errorf("node %s: no podCIDR yet", n.Name)
 	}
 	return r, nil
+}
+
+// overlapping reports whether a pod subnet of r overlaps one already taken
+// by another node.
+func overlapping(r node.Remote, taken map[netip.Prefix]string) error {
+	for _, p := range r.PodCIDRs {
+		for q, other := range taken {
+			if p.Overlaps(q) {
+				return fmt.Errorf("node %s: podCIDR %s overlaps node %s's %s", r.Name, p, other, q)
+			}
+		}
+	}
+	return nil
 }
 
 // reportNode logs a problem with another node once per distinct problem

@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"nodeflow/conntrack"
+	"nodeflow/flows/node"
 )
 
 func TestNamespaceID(t *testing.T) {
@@ -275,4 +276,19 @@ func TestHostSideIdempotent(t *testing.T) {
 			t.Errorf("after deleting the service route: %d changes, %v; want 1", n, err)
 		}
 	})
+}
+
+func TestOverlapping(t *testing.T) {
+	taken := map[netip.Prefix]string{netip.MustParsePrefix("10.244.1.0/24"): "node2"}
+	bad := nodeRemote("bad", "10.244.1.0/25")
+	if err := overlapping(bad, taken); err == nil || !strings.Contains(err.Error(), "overlaps node node2's 10.244.1.0/24") {
+		t.Errorf("err = %v", err)
+	}
+	if err := overlapping(nodeRemote("ok", "10.244.2.0/24"), taken); err != nil {
+		t.Errorf("err = %v, want none", err)
+	}
+}
+
+func nodeRemote(name, cidr string) node.Remote {
+	return node.Remote{Name: name, TunnelIP: netip.MustParseAddr("172.30.0.99"), PodCIDRs: []netip.Prefix{netip.MustParsePrefix(cidr)}}
 }

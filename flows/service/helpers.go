@@ -78,8 +78,10 @@ func (b *builder) hashFields() []openflow.Field {
 // MaxAffinityTimeout at most, this client and this service (ServiceID)
 // load the endpoint the bucket chose and EndpointChosen. Matching the
 // ServiceID rather than a protocol's port field makes it work the same for
-// TCP, UDP and SCTP, and across the service's VIPs.
-func (b *builder) learn() openflow.Action {
+// TCP, UDP and SCTP, and across the service's VIPs. The learned flow's
+// cookie names the endpoint (affinityCookie), so that the bindings to one
+// endpoint can be deleted by cookie when it goes away.
+func (b *builder) learn(ep netip.Addr, port uint16) openflow.Action {
 	timeout := b.port.AffinityTimeout
 	if timeout > MaxAffinityTimeout {
 		timeout = MaxAffinityTimeout
@@ -91,20 +93,20 @@ func (b *builder) learn() openflow.Action {
 	if b.fam == proxy.IPv6 {
 		src = openflow.MustParseFieldRef("NXM_NX_IPV6_SRC[]")
 	}
-	ep := plan.EndpointIPv4.Ref()
+	epRef := plan.EndpointIPv4.Ref()
 	if b.fam == proxy.IPv6 {
-		ep = plan.EndpointIPv6.Ref()
+		epRef = plan.EndpointIPv6.Ref()
 	}
 	return openflow.Learn{
 		TableID:     uint8(plan.PodSessionAffinity),
 		HardTimeout: uint16(timeout.Seconds()),
 		Priority:    uint16(plan.PriorityNormal),
-		Cookie:      uint64(plan.LearnedCookie(Owner(b.port.Name))),
+		Cookie:      uint64(affinityCookie(b.port.Name, ep, port)),
 		Specs: []openflow.LearnSpec{
 			openflow.LearnMatchValue(ethType, et[:]),
 			openflow.LearnMatchField(src, src),
 			openflow.LearnMatchField(plan.ServiceID.Ref(), plan.ServiceID.Ref()),
-			openflow.LearnLoadField(ep, ep),
+			openflow.LearnLoadField(epRef, epRef),
 			openflow.LearnLoadField(plan.EndpointPort.Ref(), plan.EndpointPort.Ref()),
 			openflow.LearnLoadValue([]byte{1}, plan.EndpointSelected.Ref()),
 		},
@@ -159,4 +161,11 @@ func (b *builder) gateway(vips []vip) {
 				Instructions: apply(openflow.OutputPort(b.node.UplinkPort)),
 			})
 	}
+}
+
+// affinityCookie is the cookie of the bindings learned for one endpoint of
+// a service port: a FeatureLearned cookie (never touched by the
+// reconciler) whose owner part hashes the port's owner and the endpoint.
+func affinityCookie(n proxy.ServicePortName, ep netip.Addr, port uint16) plan.Cookie {
+	return plan.LearnedCookie(Owner(n) + "@" + netip.AddrPortFrom(ep, port).String())
 }

@@ -1,6 +1,9 @@
 package service
 
 import (
+	"fmt"
+
+	"nodeflow/proxy"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -281,4 +284,103 @@ func lineDiff(want, got []string) string {
 		}
 	}
 	return sb.String()
+}
+
+// TestOVSStaleAffinity learns two bindings from real packets, removes one
+// endpoint and checks that the delete StaleAffinity builds removes exactly
+// the binding to it.
+func TestOVSStaleAffinity(t *testing.T) {
+	sb := ovstest.New(t, ovs.Options{Dummy: true})
+	if _, err := sb.Vsctl("add-br", "br0", "--", "set", "bridge", "br0", "datapath_type=dummy",
+		"protocols=OpenFlow13,OpenFlow15", "fail_mode=secure",
+		"--", "add-port", "br0", "p1", "--", "set", "interface", "p1", "type=dummy", "ofport_request=1"); err != nil {
+		t.Fatal(err)
+	}
+	var aff Input
+	for _, tc := range goldenCases() {
+		if strings.HasPrefix(tc.name, "aff_") {
+			aff = tc.in
+		}
+	}
+	out, err := Build(testNode(), aff, fixedIDs())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var flows, groups []string
+	for _, f := range out.Pod.Flows {
+		flows = append(flows, strings.TrimSpace(f.String()))
+	}
+	for _, g := range out.Pod.Groups {
+		groups = append(groups, g.String())
+	}
+	if _, err := sb.Ofctl("-O", "OpenFlow15", "add-groups", "br0", writeLines(t, "groups", groups)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sb.Ofctl("-O", "OpenFlow15", "add-flows", "br0", writeLines(t, "flows", slices.Concat(stubPipeline, flows))); err != nil {
+		t.Fatal(err)
+	}
+	// Clients until both endpoints have a binding (the hash spreads them).
+	bindings := func() []string {
+		var out []string
+		for _, l := range dumpLines(t, sb, "-O", "OpenFlow15", "dump-flows", "br0", "table=31") {
+			if strings.Contains(l, "hard_timeout") {
+				out = append(out, l)
+			}
+		}
+		return out
+	}
+	epOf := func(l string) string {
+		if strings.Contains(l, "0xa800002->reg3") {
+			return "10.128.0.2"
+		}
+		return "10.128.1.5"
+	}
+	for i := 10; i < 60; i++ {
+		pkt := fmt.Sprintf("in_port(1),eth(src=0a:58:0a:80:00:05,dst=0a:58:0a:80:00:01),eth_type(0x0800),"+
+			"ipv4(src=10.128.3.%d,dst=10.96.0.11,proto=17,tos=0,ttl=64,frag=no),udp(src=40000,dst=53)", i)
+		if _, err := sb.Appctl("netdev-dummy/receive", "p1", pkt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var learned []string
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		learned = bindings()
+		eps := map[string]bool{}
+		for _, l := range learned {
+			eps[epOf(l)] = true
+		}
+		if len(learned) == 50 && len(eps) == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("bindings: %d, to %v", len(learned), eps)
+		}
+		time.Sleep(20 * time.Millisecond) // polling interval
+	}
+	// 10.128.1.5 goes away.
+	var current []proxy.Endpoint
+	for _, e := range aff.Endpoints {
+		if e.IP != a("10.128.1.5") {
+			current = append(current, e)
+		}
+	}
+	mods := StaleAffinity(testNode(), aff.Port, aff.Endpoints, current)
+	if len(mods) != 1 {
+		t.Fatalf("%d mods", len(mods))
+	}
+	m := mods[0]
+	spec := fmt.Sprintf("table=%d,cookie=0x%x/-1", m.Table, m.Cookie)
+	if _, err := sb.Ofctl("-O", "OpenFlow15", "del-flows", "br0", spec); err != nil {
+		t.Fatal(err)
+	}
+	left := bindings()
+	if len(left) == 0 || len(left) == len(learned) {
+		t.Fatalf("%d of %d bindings left", len(left), len(learned))
+	}
+	for _, l := range left {
+		if epOf(l) != "10.128.0.2" {
+			t.Errorf("binding to the removed endpoint left: %s", l)
+		}
+	}
 }

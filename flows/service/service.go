@@ -356,7 +356,7 @@ func (b *builder) dnat(gid uint32, ep classified, port uint16) []openflow.Flow {
 			// cannot hold learn: the binding is learned here instead, on
 			// every new connection, which also restarts its timeout as
 			// kube-proxy's does.
-			return apply(b.learn(), ct)
+			return apply(b.learn(ep.addr, port), ct)
 		}
 		return apply(ct)
 	}

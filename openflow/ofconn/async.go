@@ -235,7 +235,8 @@ type KindStats struct {
 
 // Stats are counters of a Conn.
 type Stats struct {
-	// Connects counts successful connections (sessions).
+	// Connects counts connections that were set up (each one reported to
+	// OnConnect).
 	Connects uint64
 	// Async has the counters of each kind of asynchronous message.
 	Async map[Kind]KindStats
@@ -244,7 +245,7 @@ type Stats struct {
 // Stats returns the current counters.
 func (c *Conn) Stats() Stats {
 	c.mu.Lock()
-	st := Stats{Connects: c.sessions, Async: map[Kind]KindStats{}}
+	st := Stats{Connects: c.connects, Async: map[Kind]KindStats{}}
 	c.mu.Unlock()
 	for k, q := range c.queues {
 		st.Async[Kind(k)] = KindStats{Received: q.received.Load(), Delivered: q.delivered.Load(), Dropped: q.dropped.Load()}

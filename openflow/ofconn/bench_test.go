@@ -66,7 +66,8 @@ func BenchmarkInstall100kCtNatFlows(b *testing.B) {
 	const n = 100000
 	sb, addr := testBridge(b)
 	c := testDial(b, addr, Options{})
-	ctx := context.Background()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
 	msgs := make([]openflow.Message, n)
 	var text strings.Builder
 	for i := 0; i < n; i++ {
@@ -148,7 +149,8 @@ func BenchmarkOneFlowChange100k(b *testing.B) {
 	const n = 100000
 	sb, addr := testBridge(b)
 	c := testDial(b, addr, Options{})
-	ctx := context.Background()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
 	msgs := make([]openflow.Message, n)
 	for i := 0; i < n; i++ {
 		f, _ := ctNatFlow(i)
@@ -302,4 +304,3 @@ func BenchmarkPacketInBehindMeter(b *testing.B) {
 	b.ReportMetric(rate, "meter-pps")
 	b.ReportMetric(float64(st.Dropped), "queue-drops")
 }
-

@@ -97,7 +97,10 @@ func (b *Bundle) Add(ctx context.Context, msgs ...openflow.Message) error {
 			if err == nil {
 				err = b.s.write(ctx, c)
 			}
-			free <- c[:0]
+			select {
+			case free <- c[:0]:
+			default:
+			}
 		}
 		werr <- err
 	}()

@@ -145,6 +145,11 @@ type ConnectEvent struct {
 
 // Conn is an OpenFlow connection to one switch that reconnects by itself.
 // It is safe for concurrent use.
+//
+// Every operation takes a context. A context that ends while the operation
+// waits for the switch just abandons the wait; one that ends in the middle
+// of writing a message resets the connection, since half a message cannot
+// be taken back.
 type Conn struct {
 	addr             string
 	network, address string
@@ -157,8 +162,9 @@ type Conn struct {
 	mu       sync.Mutex
 	cur      *session // nil while disconnected
 	closed   bool
-	lastErr  error // why the last session ended
-	sessions uint64
+	lastErr  error                   // why the last session ended
+	sessions uint64                  // connections that completed the HELLO exchange
+	connects uint64                  // sessions set up and handed to OnConnect
 	features *openflow.FeaturesReply // of the last session
 
 	ctx    context.Context // ends at Close
@@ -230,7 +236,8 @@ func Dial(ctx context.Context, addr string, opts Options) (*Conn, error) {
 }
 
 // Close shuts the connection down and stops reconnecting. Pending
-// operations fail with ErrClosed.
+// operations fail with ErrClosed. Close waits for running handlers and
+// OnConnect to return; queued asynchronous messages are dropped.
 func (c *Conn) Close() error {
 	c.mu.Lock()
 	if c.closed {
@@ -343,10 +350,13 @@ func (c *Conn) supervise(s *session, ev ConnectEvent, first chan struct{}) {
 		if c.closed {
 			c.mu.Unlock()
 			s.fail(ErrClosed)
-			close(first)
+			if first != nil {
+				close(first)
+			}
 			return
 		}
 		c.cur = s
+		c.connects++
 		c.mu.Unlock()
 		c.log.WithFields(logrus.Fields{"session": ev.Session, "version": ev.Version,
 			"dpid": fmt.Sprintf("%016x", ev.Features.DatapathID), "restarted": ev.Restarted, "reason": ev.Reason}).Info("openflow connected")

@@ -634,3 +634,43 @@ func TestErrorTexts(t *testing.T) {
 		t.Error("single failure text")
 	}
 }
+
+// TestFakeLargeBundleStreams sends a bundle of many chunks to a switch that
+// reads slowly, so that encoding runs ahead of writing.
+func TestFakeLargeBundleStreams(t *testing.T) {
+	f := newFakeSwitch(t)
+	c, fc := dialFake(t, f, Options{})
+	const n = 20000
+	msgs := make([]openflow.Message, n)
+	for i := range msgs {
+		msgs[i] = testFlow(1, 1, uint16(i)).AddMod()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- c.Bundle(ctx, msgs) }()
+	var openXid uint32
+	adds := 0
+	for {
+		h, m, _ := fc.read()
+		if _, ok := m.(*openflow.BarrierRequest); ok {
+			fc.send(openXid, &openflow.BundleControl{Type: openflow.BundleOpenReply})
+			fc.send(h.Xid, &openflow.BarrierReply{})
+			break
+		}
+		switch m.(type) {
+		case *openflow.BundleControl:
+			openXid = h.Xid
+		case *openflow.BundleAdd:
+			adds++
+		}
+	}
+	h, _, _ := fc.read()
+	fc.send(h.Xid, &openflow.BundleControl{Type: openflow.BundleCommitReply})
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if adds != n {
+		t.Errorf("switch read %d adds, want %d", adds, n)
+	}
+}

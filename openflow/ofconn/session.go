@@ -169,8 +169,9 @@ func (s *session) wait(ctx context.Context, cl *call) ([][]byte, error) {
 	}
 }
 
-// write sends whole messages. A failed or interrupted write leaves the
-// stream in an unknown state, so it ends the session.
+// write sends whole messages. A failed write, or one interrupted by ctx
+// after some bytes went out, leaves the stream in an unknown state, so it
+// ends the session (Conn reconnects).
 func (s *session) write(ctx context.Context, chunks ...[]byte) error {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
@@ -189,8 +190,12 @@ func (s *session) write(ctx context.Context, chunks ...[]byte) error {
 		close(fired)
 	})
 	var err error
+	written := 0
 	for _, b := range chunks {
-		if _, err = s.nc.Write(b); err != nil {
+		var n int
+		n, err = s.nc.Write(b)
+		written += n
+		if err != nil {
 			break
 		}
 	}
@@ -200,7 +205,11 @@ func (s *session) write(ctx context.Context, chunks ...[]byte) error {
 	}
 	if err != nil {
 		if ctx.Err() != nil {
-			err = fmt.Errorf("write interrupted: %w", ctx.Err())
+			if written == 0 {
+				// Nothing went out: the stream is intact.
+				return ctx.Err()
+			}
+			err = fmt.Errorf("write interrupted after %d bytes: %w", written, ctx.Err())
 		}
 		s.fail(fmt.Errorf("write: %w", err))
 		if ctx.Err() != nil {

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -19,9 +20,11 @@ import (
 	"nodeflow/testbed"
 )
 
+var benchSetup sync.Once
+
 // fakeNodes registers n extra Node objects with podCIDRs and addresses, so
-// that the agent programs tunnels to them as to real nodes, and deletes
-// them when b ends.
+// that the agent programs tunnels to them as to real nodes, (the
+// testbed's down removes them with the cluster).
 func fakeNodes(b testing.TB, e *env, n int) {
 	b.Helper()
 	ctx := context.Background()
@@ -32,15 +35,19 @@ func fakeNodes(b testing.TB, e *env, n int) {
 			Spec: v1.NodeSpec{PodCIDRs: []string{fmt.Sprintf("10.244.%d.0/24", 100+i), fmt.Sprintf("fd00:10:244:%x::/64", 0x100+i)},
 				PodCIDR: fmt.Sprintf("10.244.%d.0/24", 100+i)},
 		}
-		created, err := e.client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
-		if err != nil {
+		if _, err := e.client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
 			b.Fatal(err)
 		}
-		created.Status.Addresses = []v1.NodeAddress{{Type: v1.NodeInternalIP, Address: fmt.Sprintf("172.30.0.%d", 200+i)}}
-		if _, err := e.client.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { _ = e.client.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
+		// The controller manager updates new Nodes too: retry on conflicts.
+		eventually(b, 30*time.Second, "address of "+name, func(ctx context.Context) error {
+			cur, err := e.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			cur.Status.Addresses = []v1.NodeAddress{{Type: v1.NodeInternalIP, Address: fmt.Sprintf("172.30.0.%d", 200+i)}}
+			_, err = e.client.CoreV1().Nodes().UpdateStatus(ctx, cur, metav1.UpdateOptions{})
+			return err
+		})
 	}
 }
 
@@ -150,6 +157,9 @@ func replaceFlows(b testing.TB, m *testbed.Member, bridge string) time.Duration 
 // (/readyz), the same reconcile done by `ovs-ofctl --bundle replace-flows`
 // of both bridges' flows as the reference, and the agent's RSS at idle.
 //
+// It uses the shared testbed, so run it without the tests (the last of
+// them takes the testbed down):
+//
 //	NODEFLOW_REQUIRE_OVS=1 go test -run '^$' -bench AgentStartup100Pods -benchtime 5x ./testbed/e2e
 func BenchmarkAgentStartup100Pods(b *testing.B) {
 	e := up(b)
@@ -158,16 +168,17 @@ func BenchmarkAgentStartup100Pods(b *testing.B) {
 	}
 	const node, pods = "node1", 100
 	m, _ := e.state.Member(node)
-	ns := fmt.Sprintf("bench-agent-%d", os.Getpid()%10000)
-	if _, err := e.client.CoreV1().Namespaces().Create(context.Background(), &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() {
-		_ = e.client.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{})
+	// The benchmark function runs more than once (b.N = 1, then more):
+	// the cluster is prepared once, and left for the testbed's down.
+	benchSetup.Do(func() {
+		ns := fmt.Sprintf("bench-agent-%d", os.Getpid()%10000)
+		if _, err := e.client.CoreV1().Namespaces().Create(context.Background(), &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+			b.Fatal(err)
+		}
+		fakeNodes(b, e, 8)
+		manyPods(b, e, ns, node, pods)
+		stopAgentProcess(b, e, node)
 	})
-	fakeNodes(b, e, 8)
-	manyPods(b, e, ns, node, pods)
-	stopAgentProcess(b, e, node)
 	var total, ref time.Duration
 	var rss int
 	b.ResetTimer()
@@ -188,8 +199,6 @@ func BenchmarkAgentStartup100Pods(b *testing.B) {
 		b.StartTimer()
 	}
 	b.StopTimer()
-	// Leave an agent running for the tests after this one.
-	startAgent(b, e, m)
 	per := total / time.Duration(b.N)
 	refPer := ref / time.Duration(b.N)
 	flows := len(mustDump(b, m, "br0")) + len(mustDump(b, m, "breth0"))

@@ -388,6 +388,110 @@ func TestNodeNetworking(t *testing.T) {
 		}
 	})
 
+	t.Run("bad-nodes-do-not-disturb-others", func(t *testing.T) {
+		ctx := context.Background()
+		local, err := e.client.CoreV1().Nodes().Get(ctx, other.node, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// One Node claims another node's pod subnet; one has no address.
+		bad := map[string]struct {
+			cidr, addr string
+		}{
+			"e2e-steals-cidr": {local.Spec.PodCIDRs[0], "172.30.0.250"},
+			"e2e-no-address":  {"10.244.250.0/24", ""},
+		}
+		for name, b := range bad {
+			n := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1.NodeSpec{PodCIDR: b.cidr, PodCIDRs: []string{b.cidr}}}
+			if _, err := e.client.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = e.client.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
+			if b.addr != "" {
+				eventually(t, 30*time.Second, "address of "+name, func(ctx context.Context) error {
+					cur, err := e.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+					if err != nil {
+						return err
+					}
+					cur.Status.Addresses = []v1.NodeAddress{{Type: v1.NodeInternalIP, Address: b.addr}}
+					_, err = e.client.CoreV1().Nodes().UpdateStatus(ctx, cur, metav1.UpdateOptions{})
+					return err
+				})
+			}
+		}
+		// Each gets a Warning event from the agents.
+		for name := range bad {
+			eventually(t, 30*time.Second, "event on "+name, func(ctx context.Context) error {
+				evs, err := e.client.CoreV1().Events(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + name})
+				if err != nil {
+					return err
+				}
+				for _, ev := range evs.Items {
+					if ev.Reason == "NodeflowBadNode" && ev.Type == v1.EventTypeWarning {
+						return nil
+					}
+				}
+				return fmt.Errorf("no NodeflowBadNode event among %d", len(evs.Items))
+			})
+		}
+		// Traffic between the real nodes goes on, both ways.
+		for _, dir := range []struct{ from, to netPod }{{a, other}, {other, a}} {
+			if n, out := ping(dir.from.netns, dir.to.ip(false), 10); n != 10 {
+				t.Errorf("ping %s -> %s with bad nodes around: %d of 10\n%s", dir.from.name, dir.to.name, n, out)
+			}
+			if pod, _, err := httpGet(ctx, dir.from.netns, dir.to.ip(false), 8080); err != nil || pod != dir.to.name {
+				t.Errorf("tcp %s -> %s with bad nodes around: %q %v", dir.from.name, dir.to.name, pod, err)
+			}
+		}
+	})
+
+	t.Run("host-side-kept-true", func(t *testing.T) {
+		m, _ := e.state.Member(a.node)
+		show := func(args ...string) string {
+			out, _ := exec.Command("ip", append([]string{"-n", m.Netns}, args...)...).CombinedOutput()
+			return string(out)
+		}
+		want := map[string][]string{
+			"route":   {"-4", "route", "show", defaultServiceCIDRv4},
+			"address": {"-6", "addr", "show", "dev", "breth0"},
+			"neigh":   {"-4", "neigh", "show", "169.254.169.4", "dev", "breth0"},
+		}
+		checks := map[string]func(string) bool{
+			"route": func(s string) bool {
+				return strings.Contains(s, "via 169.254.169.4") && strings.Contains(s, "mtu 1400")
+			},
+			"address": func(s string) bool {
+				return strings.Contains(s, "fd69::2/125") && strings.Contains(s, "nodad") && strings.Contains(s, "deprecated")
+			},
+			"neigh": func(s string) bool {
+				return strings.Contains(s, "0a:58:a9:fe:a9:04") && strings.Contains(s, "PERMANENT")
+			},
+		}
+		for what, args := range want {
+			if out := show(args...); !checks[what](out) {
+				t.Errorf("%s on %s: %q", what, m.Name, out)
+			}
+		}
+		// Take them away: netlink events bring them back.
+		for _, del := range [][]string{
+			{"route", "del", defaultServiceCIDRv4},
+			{"-6", "addr", "del", "fd69::2/125", "dev", "breth0"},
+			{"neigh", "del", "169.254.169.4", "dev", "breth0"},
+		} {
+			if out, err := exec.Command("ip", append([]string{"-n", m.Netns}, del...)...).CombinedOutput(); err != nil {
+				t.Fatalf("ip %v: %v\n%s", del, err, out)
+			}
+		}
+		for what, args := range want {
+			eventually(t, 15*time.Second, what+" restored", func(ctx context.Context) error {
+				if out := show(args...); !checks[what](out) {
+					return fmt.Errorf("%q", out)
+				}
+				return nil
+			})
+		}
+	})
+
 	t.Run("port-security-drops-spoofed-source", func(t *testing.T) {
 		m, _ := e.state.Member(a.node)
 		before := missPackets(t, m, 10)

@@ -20,6 +20,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -102,7 +103,8 @@ func Start(ctx context.Context, opts Options) (*Sandbox, error) {
 	if opts.StartTimeout == 0 {
 		opts.StartTimeout = 20 * time.Second
 	}
-	dir, err := os.MkdirTemp(opts.BaseDir, "nfovs-")
+	reapStale(ctx, opts.BaseDir)
+	dir, err := os.MkdirTemp(opts.BaseDir, fmt.Sprintf("nfovs-%d-", os.Getpid()))
 	if err != nil {
 		return nil, fmt.Errorf("ovs sandbox: create directory: %w", err)
 	}
@@ -144,6 +146,45 @@ func (s *Sandbox) start(ctx context.Context) error {
 		return fmt.Errorf("ovs sandbox: initialise database: %w", err)
 	}
 	return s.StartVswitchd(ctx)
+}
+
+// reapStale deletes the namespaces and directories of sandboxes whose test
+// process died without stopping them (a killed `go test`). Both names carry
+// the pid that created them; the daemons inside died with it (Pdeathsig).
+func reapStale(ctx context.Context, baseDir string) {
+	if out, err := exec.CommandContext(ctx, "ip", "netns", "list").Output(); err == nil {
+		for _, line := range strings.Split(string(out), "\n") {
+			name, _, _ := strings.Cut(strings.TrimSpace(line), " ")
+			if ownerDead(name) {
+				_ = exec.CommandContext(ctx, "ip", "netns", "delete", name).Run()
+			}
+		}
+	}
+	dirs, _ := filepath.Glob(filepath.Join(baseDir, "nfovs-*"))
+	for _, d := range dirs {
+		if ownerDead(filepath.Base(d)) {
+			_ = os.RemoveAll(d)
+		}
+	}
+}
+
+// ownerDead reports whether name is "nfovs-<pid>-<suffix>" for a pid, other
+// than ours, that no longer runs.
+func ownerDead(name string) bool {
+	rest, ok := strings.CutPrefix(name, "nfovs-")
+	if !ok {
+		return false
+	}
+	pidText, _, ok := strings.Cut(rest, "-")
+	if !ok {
+		return false
+	}
+	pid, err := strconv.Atoi(pidText)
+	if err != nil || pid <= 0 || pid == os.Getpid() {
+		return false
+	}
+	err = syscall.Kill(pid, 0)
+	return errors.Is(err, syscall.ESRCH)
 }
 
 // command builds a daemon command that runs in the sandbox namespace with the

@@ -65,3 +65,33 @@ func TestSandboxLifecycle(t *testing.T) {
 		t.Errorf("ovs-vswitchd pid %d still running", pid)
 	}
 }
+
+// A sandbox left behind by a killed test process (its namespace and its
+// directory) is removed by the next sandbox's Start.
+func TestSandboxReapsLeftovers(t *testing.T) {
+	ovstest.Require(t)
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	pid := dead.Process.Pid
+	ns := "nfovs-" + strconv.Itoa(pid) + "-1"
+	if out, err := exec.Command("ip", "netns", "add", ns).CombinedOutput(); err != nil {
+		t.Fatalf("ip netns add: %v: %s", err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("ip", "netns", "delete", ns).Run() })
+	dir, err := os.MkdirTemp("/tmp", "nfovs-"+strconv.Itoa(pid)+"-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+
+	ovstest.New(t, ovs.Options{})
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("leftover directory %s still there", dir)
+	}
+	out, _ := exec.Command("ip", "netns", "list").Output()
+	if strings.Contains(string(out), ns+" ") || strings.Contains(string(out), ns+"\n") {
+		t.Errorf("leftover namespace %s still there", ns)
+	}
+}

@@ -3,11 +3,13 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -104,7 +106,9 @@ func stopAgentProcess(t testing.TB, e *env, node string) {
 // TestAgentRestartZeroLoss restarts the agent of one node under continuous
 // ping and TCP traffic between pods on both nodes, and requires that not a
 // packet nor a connection is lost; then it restarts that node's
-// ovs-vswitchd and measures how long the flows take to come back.
+// ovs-vswitchd and measures how long the flows take to come back. Its file
+// sorts just before zz_down_test.go: the replacement agent stops when the
+// test ends, and no later test should run without it.
 func TestAgentRestartZeroLoss(t *testing.T) {
 	e := up(t)
 	requireAgent(t, e)
@@ -166,6 +170,7 @@ func TestAgentRestartZeroLoss(t *testing.T) {
 	startAgent(t, e, m)
 	eventually(t, 60*time.Second, "restarted agent ready", func(ctx context.Context) error { return agentReady(ctx, m) })
 	t.Logf("agent restart: stopped and ready again in %s", time.Since(start).Round(time.Millisecond))
+	checkMetrics(t, m)
 	<-pingDone
 	close(stop)
 	wg.Wait()
@@ -258,4 +263,40 @@ func restartVswitchd(t *testing.T, m *testbed.Member) time.Duration {
 		return fmt.Errorf("no version note on br0 yet")
 	})
 	return time.Since(started)
+}
+
+// checkMetrics reads the agent's Prometheus metrics inside the node's
+// namespace and checks the ones the agent promises.
+func checkMetrics(t *testing.T, m *testbed.Member) {
+	t.Helper()
+	tr := &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		return nsutil.Dial(ctx, m.Netns, network, addr, time.Second)
+	}}
+	defer tr.CloseIdleConnections()
+	resp, err := (&http.Client{Transport: tr, Timeout: 5 * time.Second}).Get("http://" + agentHealthAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	text := string(b)
+	for _, want := range []string{
+		`nodeflow_sync_duration_seconds_count{bridge="br0",kind="startup"} 1`,
+		`nodeflow_sync_duration_seconds_count{bridge="breth0",kind="startup"} 1`,
+		`nodeflow_reconcile_errors_total`,
+		`nodeflow_packet_ins_total`,
+	} {
+		if want == "nodeflow_reconcile_errors_total" || want == "nodeflow_packet_ins_total" {
+			if !strings.Contains(text, "# HELP "+want) {
+				t.Errorf("metrics lack %s", want)
+			}
+			continue
+		}
+		if !strings.Contains(text, want) {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
+	if !regexp.MustCompile(`nodeflow_flows\{bridge="br0"\} [1-9]`).MatchString(text) {
+		t.Errorf("metrics: no non-zero nodeflow_flows for br0")
+	}
 }
