@@ -93,9 +93,10 @@ func NodeIPs(uplink, bridge string, masq conntrack.Plan) ([]netip.Prefix, error)
 }
 
 // MoveUplinkConfig moves the global addresses of uplink, and the routes
-// through it, to bridge. It is idempotent: when the uplink holds no
-// address, only the bridge's state is ensured (up, addresses as given by
-// keep). It returns the addresses now on bridge.
+// through it that the kernel did not derive from an address (default and
+// static routes), to bridge, and sets bridge up. It is idempotent: once the
+// uplink holds no global address there is nothing left to move. Addresses
+// are added to the bridge before they leave the uplink.
 func MoveUplinkConfig(log logrus.FieldLogger, uplink, bridge string) error {
 	ul, err := netlink.LinkByName(uplink)
 	if err != nil {
@@ -161,15 +162,26 @@ func MoveUplinkConfig(log logrus.FieldLogger, uplink, bridge string) error {
 
 // HostPlan is the host side the agent keeps true.
 type HostPlan struct {
+	// Gateway and Mgmt name the gateway bridge's interface (breth0) and
+	// the management port (mp0).
 	Gateway, Mgmt string
-	NodeIPs       []netip.Addr
-	ServiceCIDRs  []netip.Prefix
-	ClusterCIDRs  []netip.Prefix
-	PodCIDRs      []netip.Prefix
-	Masquerade    conntrack.Plan
-	MgmtMAC       net.HardwareAddr
-	RouterMAC     net.HardwareAddr
-	MTU           int
+	// NodeIPs are the node's addresses, one per family: the source of the
+	// route to the router masquerade address.
+	NodeIPs []netip.Addr
+	// ServiceCIDRs are routed via the masquerade next hop.
+	ServiceCIDRs []netip.Prefix
+	// ClusterCIDRs are routed via the router address through mp0.
+	ClusterCIDRs []netip.Prefix
+	// PodCIDRs are this node's pod subnets; mp0 takes the second address
+	// of each.
+	PodCIDRs []netip.Prefix
+	// Masquerade is the masquerade address plan.
+	Masquerade conntrack.Plan
+	// MgmtMAC is set on mp0; RouterMAC is the permanent neighbour entry
+	// for the router address on mp0.
+	MgmtMAC, RouterMAC net.HardwareAddr
+	// MTU of mp0 and of the routes through it.
+	MTU int
 }
 
 // EnsureHost makes the host side match p: on breth0 the masquerade host
