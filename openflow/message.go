@@ -20,19 +20,13 @@ type Message interface {
 type decodeFunc func(h Header, body []byte) (Message, error)
 
 var (
-	decoders     = map[MsgType]decodeFunc{}
-	expDecoders  = map[expKey]decodeFunc{}
-	typeDecoders = map[versionedType]decodeFunc{}
+	decoders    = map[MsgType]decodeFunc{}
+	expDecoders = map[expKey]decodeFunc{}
 )
 
 type expKey struct {
 	experimenter uint32
 	expType      uint32
-}
-
-type versionedType struct {
-	v Version
-	t MsgType
 }
 
 // registerType registers the decoder of a message type for every version.
@@ -41,16 +35,6 @@ func registerType(t MsgType, fn decodeFunc) {
 		panic(fmt.Sprintf("openflow: duplicate decoder for type %d", t))
 	}
 	decoders[t] = fn
-}
-
-// registerVersionedType registers a decoder that applies to only one version,
-// taking precedence over registerType.
-func registerVersionedType(v Version, t MsgType, fn decodeFunc) {
-	k := versionedType{v, t}
-	if _, dup := typeDecoders[k]; dup {
-		panic(fmt.Sprintf("openflow: duplicate decoder for %s type %d", v, t))
-	}
-	typeDecoders[k] = fn
 }
 
 // registerExperimenter registers the decoder of an experimenter message
@@ -147,10 +131,7 @@ func Unmarshal(b []byte) (Header, Message, error) {
 		}
 		return h, &RawMessage{Header: h, Experimenter: exp, ExpType: et, Body: clone(body[8:])}, nil
 	}
-	fn, ok := typeDecoders[versionedType{h.Version, h.Type}]
-	if !ok {
-		fn, ok = decoders[h.Type]
-	}
+	fn, ok := decoders[h.Type]
 	if !ok {
 		return h, &RawMessage{Header: h, Body: clone(body)}, nil
 	}
