@@ -268,6 +268,29 @@ func TestHostSideIdempotent(t *testing.T) {
 		if len(cl) != 1 || cl[0].LinkIndex != mp.Attrs().Index {
 			t.Errorf("cluster route = %v, want via mp0", cl)
 		}
+		// Next hops: the default gateway (as /0) and resolved neighbours (as
+		// host prefixes) with their MACs; unresolved wanted ones to probe;
+		// the masquerade neighbours are left out.
+		gwMAC, _ := net.ParseMAC("02:00:00:00:00:01")
+		if err := netlink.NeighSet(&netlink.Neigh{LinkIndex: gw.Attrs().Index, Family: netlink.FAMILY_V4, State: netlink.NUD_PERMANENT,
+			IP: net.ParseIP("172.30.0.1"), HardwareAddr: gwMAC}); err != nil {
+			t.Fatal(err)
+		}
+		hops, missing, err := NextHops("breth0", []netip.Addr{netip.MustParseAddr("172.30.0.12")}, []netip.Prefix{conntrack.DefaultMasqueradeV4, conntrack.DefaultMasqueradeV6})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, h := range hops {
+			got = append(got, h.Prefix.String()+"="+h.MAC.String())
+		}
+		if strings.Join(got, " ") != "0.0.0.0/0=02:00:00:00:00:01 172.30.0.1/32=02:00:00:00:00:01" {
+			t.Errorf("next hops = %v", got)
+		}
+		if len(missing) != 1 || missing[0] != netip.MustParseAddr("172.30.0.12") {
+			t.Errorf("missing = %v, want 172.30.0.12", missing)
+		}
+
 		// Something removes a route: the next check restores it.
 		if err := netlink.RouteDel(&svc[0]); err != nil {
 			t.Fatal(err)
