@@ -68,6 +68,9 @@ type Agent struct {
 	reported map[string]string // node name -> last problem reported
 
 	probed map[netip.Addr]time.Time // next hops probed, when (sync goroutine only)
+
+	servicesOn bool          // run the service proxy (SetServices)
+	svc        *serviceProxy // nil when off
 }
 
 // probeInterval spaces the probes of one unresolved next hop.
@@ -126,6 +129,16 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.podStore = reconcile.NewStore(reconcile.StoreOptions{Bridge: plan.Pod})
 	a.gwStore = reconcile.NewStore(reconcile.StoreOptions{Bridge: plan.Gateway})
 	a.sync()
+	if a.servicesOn {
+		// Services too are in the store before the reconcilers start.
+		a.svc = newServiceProxy(a)
+		if err := a.svc.start(ctx); err != nil {
+			return err
+		}
+		if err := a.svc.sync(ctx, true); err != nil {
+			a.log.WithError(err).Warn("first service sync")
+		}
+	}
 	if err := a.startReconcilers(ctx); err != nil {
 		return err
 	}
@@ -134,6 +147,9 @@ func (a *Agent) Run(ctx context.Context) error {
 			c.Close()
 		}
 	}()
+	if a.svc != nil {
+		go a.svc.run(ctx, a.conns[0], a.conns[1])
+	}
 	go a.watchOVSDB(ctx)
 	go a.watchNetlink(ctx)
 	if a.cfg.IntrospectSocket != "" {
@@ -376,8 +392,11 @@ func (a *Agent) startReconcilers(ctx context.Context) error {
 			OnSync: func(rep reconcile.SyncReport) { a.metrics.observe(bridge, store, rep) }})
 		opts := r.ConnOptions(ofconn.Options{Logger: a.log.WithField("bridge", bridge), ControllerID: plan.ControllerID,
 			DetectEmptyTables: true,
-			Handlers: ofconn.Handlers{PacketIn: func(ofconn.AsyncMessage) {
+			Handlers: ofconn.Handlers{PacketIn: func(m ofconn.AsyncMessage) {
 				a.metrics.PacketIns.WithLabelValues(bridge).Inc()
+				if a.svc != nil && bridge == a.cfg.PodBridge {
+					a.svc.packetIn(m)
+				}
 			}}})
 		dctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 		defer cancel()

@@ -49,6 +49,8 @@ func agentCommand() *cli.Command {
 			&cli.StringFlag{Name: "cni-conf-dir", EnvVars: []string{"NODEFLOW_CNI_CONF_DIR"}, Usage: "`DIR` to write the pod network's CNI configuration to (empty: none)"},
 			&cli.StringFlag{Name: "cni-data-dir", EnvVars: []string{"NODEFLOW_CNI_DATA_DIR"},
 				Usage: "the CNI plugin's IPAM `DIR`, where mp0's address is reserved (default: " + cni.DefaultDataDir + ", or ipam/ beside a --cni-conf-dir outside /etc/cni)"},
+			&cli.BoolFlag{Name: "services", Value: true, EnvVars: []string{"NODEFLOW_SERVICES"},
+				Usage: "run the service proxy (in place of kube-proxy): Services and EndpointSlices load-balanced on br0"},
 			&cli.DurationFlag{Name: "host-check-interval", Value: 30 * time.Second, EnvVars: []string{"NODEFLOW_HOST_CHECK_INTERVAL"}, Usage: "how often the host side is re-checked"},
 		},
 		Action: runAgent,
@@ -141,6 +143,7 @@ func runAgent(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	a.SetServices(c.Bool("services"))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	return a.Run(ctx)

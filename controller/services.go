@@ -1,0 +1,517 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"net/netip"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	"github.com/vishvananda/netlink"
+	corev1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/tools/cache"
+
+	"nodeflow/flows/plan"
+	"nodeflow/flows/reconcile"
+	"nodeflow/flows/service"
+	"nodeflow/openflow"
+	"nodeflow/openflow/ofconn"
+	"nodeflow/proxy"
+)
+
+// Service proxy timing.
+const (
+	// serviceMinSyncInterval spaces two service syncs; changes arriving
+	// in between merge into one sync.
+	serviceMinSyncInterval = 20 * time.Millisecond
+	// serviceFullSyncInterval is how often every service port is rebuilt
+	// even without changes.
+	serviceFullSyncInterval = 15 * time.Minute
+	// serviceRetryInterval is the wait before retrying a failed sync.
+	serviceRetryInterval = time.Second
+	// serviceFlushTimeout bounds the wait for the bridges to hold a sync's
+	// flows.
+	serviceFlushTimeout = 30 * time.Second
+)
+
+// serviceProxy is the agent's service proxy (in place of kube-proxy):
+// informers on every Service and EndpointSlice feed the change trackers of
+// package proxy; each sync rebuilds the service ports that changed with
+// flows/service and sets their reconciler owners on br0 and breth0.
+type serviceProxy struct {
+	a       *Agent
+	log     logrus.FieldLogger
+	metrics *serviceMetrics
+
+	svcs   *proxy.ServiceTracker
+	eps    *proxy.EndpointsTracker
+	ids    *plan.IDAllocator
+	runner *proxy.Runner
+
+	svcInf, sliceInf cache.SharedIndexInformer
+
+	// started is when the proxy started: changes triggered before it are
+	// not counted in the network programming latency, whose start the
+	// agent never saw (kube-proxy skips them too).
+	started time.Time
+
+	// podConn is br0's OpenFlow connection, for packet-outs, conntrack
+	// flushes and affinity deletes; gwConn is breth0's, for rejects to the
+	// host. Both are nil until the reconcilers run.
+	podConn, gwConn atomic.Pointer[ofconn.Conn]
+
+	// Sync state: syncs run one at a time (the start-up sync, then the
+	// Runner's).
+	mu    sync.Mutex
+	built map[proxy.ServicePortName]builtPort
+	// failed holds the ports whose last build or set failed (a conflict
+	// with another service, say): every sync tries them again.
+	failed proxy.ChangeSet
+	node   service.Node
+	first  bool // the start-up sync has run
+
+	// byID maps group ids (ServiceIDs) to their service port, for the
+	// packet-in handler, which must not wait for a sync.
+	idMu sync.Mutex
+	byID map[uint32]proxy.ServicePortName
+
+	repMu    sync.Mutex
+	reported map[string]string // object/field -> last message reported
+}
+
+// builtPort is what the last sync installed for one service port.
+type builtPort struct {
+	port *proxy.ServicePort
+	// used are the endpoints its groups hold (internal and external).
+	used []proxy.Endpoint
+	ids  map[string]uint32
+}
+
+func newServiceProxy(a *Agent) *serviceProxy {
+	p := &serviceProxy{
+		a: a, log: a.log.WithField("component", "services"),
+		ids:   plan.NewIDAllocator(plan.ServiceGroups),
+		built: map[proxy.ServicePortName]builtPort{}, failed: proxy.ChangeSet{}, byID: map[uint32]proxy.ServicePortName{},
+		reported: map[string]string{}, started: time.Now(),
+	}
+	p.metrics = newServiceMetrics(a.metrics.Registry)
+	p.svcs = proxy.NewServiceTracker(p.reportInput)
+	p.eps = proxy.NewEndpointsTracker(p.reportInput)
+	p.runner = proxy.NewRunner(p.sync, proxy.RunnerOptions{
+		MinInterval: serviceMinSyncInterval, MaxInterval: serviceFullSyncInterval, RetryInterval: serviceRetryInterval,
+	})
+	return p
+}
+
+// start creates the Service and EndpointSlice informers (the whole
+// cluster) and waits until both have listed everything.
+func (p *serviceProxy) start(ctx context.Context) error {
+	f := informers.NewSharedInformerFactory(p.a.kube, 10*time.Minute)
+	p.svcInf = f.Core().V1().Services().Informer()
+	p.sliceInf = f.Discovery().V1().EndpointSlices().Informer()
+	svc := func(obj any) *corev1.Service {
+		if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = t.Obj
+		}
+		s, _ := obj.(*corev1.Service)
+		return s
+	}
+	slice := func(obj any) *discovery.EndpointSlice {
+		if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = t.Obj
+		}
+		s, _ := obj.(*discovery.EndpointSlice)
+		return s
+	}
+	recordSvc := func(old, cur *corev1.Service) {
+		if old == nil && cur == nil {
+			return
+		}
+		if p.svcs.Record(old, cur) {
+			p.metrics.serviceChanges.Inc()
+			p.runner.Run()
+		}
+	}
+	recordSlice := func(old, cur *discovery.EndpointSlice) {
+		if old == nil && cur == nil {
+			return
+		}
+		if p.eps.Record(old, cur) {
+			p.metrics.endpointChanges.Inc()
+			p.runner.Run()
+		}
+	}
+	if _, err := p.svcInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { recordSvc(nil, svc(obj)) },
+		UpdateFunc: func(old, cur any) { recordSvc(svc(old), svc(cur)) },
+		DeleteFunc: func(obj any) { recordSvc(svc(obj), nil) },
+	}); err != nil {
+		return fmt.Errorf("controller: services: %w", err)
+	}
+	if _, err := p.sliceInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { recordSlice(nil, slice(obj)) },
+		UpdateFunc: func(old, cur any) { recordSlice(slice(old), slice(cur)) },
+		DeleteFunc: func(obj any) { recordSlice(slice(obj), nil) },
+	}); err != nil {
+		return fmt.Errorf("controller: endpointslices: %w", err)
+	}
+	f.Start(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), p.svcInf.HasSynced, p.sliceInf.HasSynced) {
+		return fmt.Errorf("controller: service informers did not sync: %w", ctx.Err())
+	}
+	return nil
+}
+
+// run drives the sync loop until ctx ends. pod and gw are br0's and
+// breth0's connections.
+func (p *serviceProxy) run(ctx context.Context, pod, gw *ofconn.Conn) {
+	p.podConn.Store(pod)
+	p.gwConn.Store(gw)
+	p.runner.Loop(ctx)
+}
+
+// nodeModel is what the builders need to know about this node.
+func (p *serviceProxy) nodeModel() service.Node {
+	a := p.a
+	n := service.Node{
+		Name: a.cfg.NodeName, ClusterCIDRs: a.cfg.ClusterCIDRs, Masquerade: a.cfg.Masquerade,
+		UplinkPort: a.ports.Uplink, PatchPort: a.ports.GatewayPatch,
+	}
+	have := map[proxy.Family]bool{}
+	for _, ip := range a.nodeAddrs() {
+		if f := proxy.FamilyOf(ip); !have[f] {
+			have[f] = true
+			n.IPs = append(n.IPs, ip)
+		} else {
+			n.Secondary = append(n.Secondary, ip)
+		}
+	}
+	return n
+}
+
+func sameNode(x, y service.Node) bool {
+	return x.Name == y.Name && slices.Equal(x.IPs, y.IPs) && slices.Equal(x.Secondary, y.Secondary) &&
+		slices.Equal(x.ClusterCIDRs, y.ClusterCIDRs) && x.Masquerade == y.Masquerade &&
+		x.UplinkPort == y.UplinkPort && x.PatchPort == y.PatchPort
+}
+
+// usedEndpoints returns the endpoints the port's groups hold: the union of
+// those for internal and external traffic.
+func usedEndpoints(port *proxy.ServicePort, eps []proxy.Endpoint, nodeName string) []proxy.Endpoint {
+	in, ex := proxy.Categorize(port, eps, nodeName)
+	all := slices.Concat(in, ex)
+	slices.SortFunc(all, func(x, y proxy.Endpoint) int {
+		if c := x.IP.Compare(y.IP); c != 0 {
+			return c
+		}
+		return int(x.Port) - int(y.Port)
+	})
+	return slices.CompactFunc(all, func(x, y proxy.Endpoint) bool { return x.IP == y.IP && x.Port == y.Port })
+}
+
+// sync applies the trackers' pending changes: it rebuilds each changed
+// service port (every port when full), sets its owners, waits for both
+// bridges to hold the result, then flushes stale UDP conntrack entries and
+// stale affinity bindings.
+func (p *serviceProxy) sync(ctx context.Context, full bool) error {
+	start := time.Now()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	changed := p.svcs.Update()
+	changed.Merge(p.eps.Update())
+	triggers := p.eps.TakeTriggerTimes()
+	changed.Merge(p.failed)
+	clear(p.failed)
+	node := p.nodeModel()
+	if full || !p.first || !sameNode(node, p.node) {
+		for n := range p.svcs.Ports() {
+			changed[n] = struct{}{}
+		}
+		for n := range p.built {
+			changed[n] = struct{}{}
+		}
+		if err := p.a.podStore.Set(service.RejectMeterOwner, reconcile.State{Meters: []openflow.MeterEntry{service.RejectMeter()}}); err != nil {
+			p.log.WithError(err).Error("reject meter")
+		}
+	}
+	p.node = node
+	p.first = true
+
+	var flushes []openflow.Message
+	for _, name := range changed.Sorted() {
+		old, had := p.built[name]
+		port, ok := p.svcs.Port(name)
+		if !ok {
+			if !had {
+				continue
+			}
+			p.set(p.a.podStore, service.Owner(name), reconcile.State{})
+			p.set(p.a.gwStore, service.GatewayOwner(name), reconcile.State{})
+			p.forget(name, old, nil)
+			for _, m := range service.StaleConntrack(&node, old.port.Protocol, old.used, nil) {
+				flushes = append(flushes, m)
+			}
+			delete(p.built, name)
+			continue
+		}
+		eps := p.eps.Endpoints(name)
+		var keys []string
+		out, err := service.Build(&node, service.Input{Port: port, Endpoints: eps}, func(key string) (uint32, error) {
+			keys = append(keys, key)
+			return p.ids.Get(key)
+		})
+		podSet := err == nil && p.set(p.a.podStore, out.Owner, out.Pod)
+		if err == nil && !podSet {
+			err = fmt.Errorf("controller: services: %s: br0's store refused its state", name)
+		}
+		if err != nil {
+			p.metrics.buildErrors.Inc()
+			p.log.WithError(err).WithField("service", name.String()).Error("cannot build or set service flows; keeping what was installed")
+			p.failed[name] = struct{}{}
+			// Give back the ids this attempt took that the installed
+			// state does not use.
+			for _, k := range keys {
+				if _, used := old.ids[k]; !used {
+					p.ids.Release(k)
+				}
+			}
+			continue
+		}
+		if !p.set(p.a.gwStore, out.GatewayOwner, out.Gateway) {
+			// br0 has the new state; breth0 keeps the old one (another
+			// service wants the same external flows) until a later sync.
+			p.metrics.buildErrors.Inc()
+			p.failed[name] = struct{}{}
+		}
+		used := usedEndpoints(port, eps, node.Name)
+		p.forget(name, old, out.GroupIDs)
+		p.idMu.Lock()
+		for _, id := range out.GroupIDs {
+			p.byID[id] = name
+		}
+		p.idMu.Unlock()
+		if had {
+			for _, m := range service.StaleConntrack(&node, port.Protocol, old.used, used) {
+				flushes = append(flushes, m)
+			}
+			for _, m := range service.StaleAffinity(&node, port, old.used, used) {
+				flushes = append(flushes, m)
+			}
+		}
+		p.built[name] = builtPort{port: port, used: used, ids: out.GroupIDs}
+	}
+	p.metrics.services.Set(float64(len(p.built)))
+
+	// Wait for the bridges, then clean up after the endpoints that left.
+	if p.a.podRec != nil && p.a.gwRec != nil && len(changed) > 0 {
+		fctx, cancel := context.WithTimeout(ctx, serviceFlushTimeout)
+		defer cancel()
+		for _, r := range []*reconcile.Reconciler{p.a.podRec, p.a.gwRec} {
+			if err := r.Flush(fctx); err != nil {
+				p.metrics.syncErrors.Inc()
+				return fmt.Errorf("controller: services: waiting for the bridges: %w", err)
+			}
+		}
+		if c := p.podConn.Load(); c != nil && len(flushes) > 0 {
+			if err := c.Send(fctx, flushes...); err != nil {
+				p.log.WithError(err).Warn("cannot flush stale conntrack entries and affinity bindings")
+			} else {
+				p.metrics.staleFlushes.Add(float64(len(flushes)))
+			}
+		}
+	}
+	now := time.Now()
+	for _, ts := range triggers {
+		for _, t := range ts {
+			if d := now.Sub(t); d >= 0 && t.After(p.started) {
+				p.metrics.programming.Observe(d.Seconds())
+			}
+		}
+	}
+	p.metrics.syncDuration.Observe(time.Since(start).Seconds())
+	p.metrics.lastSync.SetToCurrentTime()
+	if len(changed) > 0 {
+		p.log.WithFields(logrus.Fields{"ports": len(changed), "full": full, "took": time.Since(start).String()}).Debug("services synced")
+	}
+	return nil
+}
+
+// forget releases the group ids old used that keep is without, and their
+// reverse mapping.
+func (p *serviceProxy) forget(name proxy.ServicePortName, old builtPort, keep map[string]uint32) {
+	p.idMu.Lock()
+	defer p.idMu.Unlock()
+	for key, id := range old.ids {
+		if _, ok := keep[key]; ok {
+			continue
+		}
+		p.ids.Release(key)
+		if p.byID[id] == name {
+			delete(p.byID, id)
+		}
+	}
+}
+
+// set replaces owner's state in store; a failure (a conflict with another
+// service's flows, say) is logged and leaves the owner as it was.
+func (p *serviceProxy) set(store *reconcile.Store, owner string, st reconcile.State) bool {
+	if err := store.Set(owner, st); err != nil {
+		p.log.WithError(err).WithField("owner", owner).Error("cannot set service flows")
+		return false
+	}
+	return true
+}
+
+// portOf returns the service port whose group (and ServiceID) is id.
+func (p *serviceProxy) portOf(id uint32) (proxy.ServicePortName, bool) {
+	p.idMu.Lock()
+	defer p.idMu.Unlock()
+	n, ok := p.byID[id]
+	return n, ok
+}
+
+// reportInput logs bad input once per object and field and message, and
+// records a Warning event on the object.
+func (p *serviceProxy) reportInput(err error) {
+	var ie *proxy.InputError
+	if !errors.As(err, &ie) {
+		p.log.WithError(err).Warn("service input")
+		return
+	}
+	key := ie.Kind + "/" + ie.Namespace + "/" + ie.Name + "/" + ie.Field
+	p.repMu.Lock()
+	same := p.reported[key] == err.Error()
+	p.reported[key] = err.Error()
+	p.repMu.Unlock()
+	if same {
+		return
+	}
+	p.metrics.inputErrors.WithLabelValues(ie.Kind).Inc()
+	p.log.WithError(err).WithFields(logrus.Fields{"kind": ie.Kind, "namespace": ie.Namespace, "name": ie.Name, "field": ie.Field}).
+		Warn("bad input ignored; the rest keeps working")
+	if p.a.kube == nil {
+		return
+	}
+	apiVersion := "v1"
+	if ie.Kind == "EndpointSlice" {
+		apiVersion = "discovery.k8s.io/v1"
+	}
+	ns := ie.Namespace
+	if ns == "" {
+		ns = metav1.NamespaceDefault
+	}
+	now := metav1.Now()
+	ev := &corev1.Event{
+		ObjectMeta:     metav1.ObjectMeta{GenerateName: ie.Name + ".", Namespace: ns},
+		InvolvedObject: corev1.ObjectReference{Kind: ie.Kind, Namespace: ie.Namespace, Name: ie.Name, APIVersion: apiVersion, FieldPath: ie.Field},
+		Reason:         "NodeflowBadInput", Message: err.Error(), Type: corev1.EventTypeWarning,
+		Source:         corev1.EventSource{Component: "nodeflow-agent", Host: p.a.cfg.NodeName},
+		FirstTimestamp: now, LastTimestamp: now, Count: 1,
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if _, err := p.a.kube.CoreV1().Events(ns).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
+			p.log.WithError(err).Debug("cannot record event")
+		}
+	}()
+}
+
+// packetIn answers a reject packet-in from br0: a new connection to a
+// service port without endpoints gets a TCP RST+ACK or an ICMP port
+// unreachable, sent back out of the port it came in on.
+//
+// The host's connections are the exception. They reach br0 from the host
+// masquerade address, through breth0's SNAT conntrack zone, and the
+// answer could go back the same way, but Open vSwitch 3.1's userspace
+// conntrack aborts (an assertion in conn_update_state) on a reset in the
+// reply direction of such a connection. So the answer to the host is
+// addressed to the source the host uses toward the service (its route's
+// source: the masquerade address or the node IP) and sent by packet-out
+// straight to breth0's LOCAL port, past conntrack; the entry left in
+// breth0's zone expires on its own.
+func (p *serviceProxy) packetIn(m ofconn.AsyncMessage) {
+	pin, ok := m.Message.(*openflow.PacketIn)
+	if !ok || len(pin.Userdata) < 5 || pin.Userdata[0] != byte(plan.PacketInReject) {
+		return
+	}
+	id := uint32(pin.Userdata[1])<<24 | uint32(pin.Userdata[2])<<16 | uint32(pin.Userdata[3])<<8 | uint32(pin.Userdata[4])
+	frame, c, outPort := pin.Data, p.podConn.Load(), pin.InPort()
+	if src, dst, ok := frameAddrs(frame); ok {
+		if mq, ok := p.a.cfg.Masquerade.For(src); ok && mq.Host == src {
+			hostSrc, ok := p.hostSource(dst)
+			if !ok {
+				p.metrics.rejectErrors.Inc()
+				return
+			}
+			f, err := withSource(frame, p.a.hostMAC, hostSrc)
+			if err != nil {
+				p.metrics.rejectErrors.Inc()
+				p.log.WithError(err).Debug("cannot answer reject packet-in")
+				return
+			}
+			frame, c, outPort = f, p.gwConn.Load(), openflow.PortLocal
+		}
+	}
+	reply, err := rejectReply(frame)
+	if err != nil {
+		if !errors.Is(err, errNotRejectable) {
+			p.metrics.rejectErrors.Inc()
+			p.log.WithError(err).Debug("cannot answer reject packet-in")
+		}
+		return
+	}
+	if c == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	out := &openflow.PacketOut{InPort: openflow.PortController, Actions: []openflow.Action{openflow.OutputPort(outPort)}, Data: reply}
+	if err := c.Send(ctx, out); err != nil {
+		p.metrics.rejectErrors.Inc()
+		p.log.WithError(err).Debug("cannot send reject")
+		return
+	}
+	p.metrics.rejects.Inc()
+	if n, ok := p.portOf(id); ok {
+		p.log.WithFields(logrus.Fields{"service": n.String(), "in_port": pin.InPort()}).Trace("rejected a connection to a service without endpoints")
+	}
+}
+
+// hostSource returns the address the host sends from to the service
+// address dst: the source of its route (the masquerade address itself,
+// or the node IP), else the node IP of dst's family.
+func (p *serviceProxy) hostSource(dst netip.Addr) (netip.Addr, bool) {
+	if rs, err := netlink.RouteGet(dst.AsSlice()); err == nil && len(rs) > 0 && rs[0].Src != nil {
+		if a, ok := netip.AddrFromSlice(rs[0].Src); ok && a.Unmap().Is4() == dst.Is4() {
+			return a.Unmap(), true
+		}
+	}
+	for _, ip := range p.a.nodeAddrs() {
+		if ip.Is4() == dst.Is4() {
+			return ip, true
+		}
+	}
+	return netip.Addr{}, false
+}
+
+// servicePorts returns the names of the service ports built, sorted (for
+// tests and introspection).
+func (p *serviceProxy) servicePorts() []proxy.ServicePortName {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.SortedFunc(maps.Keys(p.built), proxy.ServicePortName.Compare)
+}
+
+// SetServices turns the service proxy on or off; call it before Run. With
+// it on, the agent replaces kube-proxy: it watches every Service and
+// EndpointSlice and load-balances them on br0.
+func (a *Agent) SetServices(on bool) { a.servicesOn = on }

@@ -1,0 +1,269 @@
+package controller
+
+import (
+	"context"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/sirupsen/logrus"
+	v1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"nodeflow/conntrack"
+	"nodeflow/flows/plan"
+	"nodeflow/flows/reconcile"
+	"nodeflow/flows/service"
+	"nodeflow/openflow"
+	"nodeflow/proxy"
+)
+
+// testServiceProxy returns a service proxy over empty stores, without
+// Kubernetes or switches: syncs only fill the stores.
+func testServiceProxy(t *testing.T) *serviceProxy {
+	t.Helper()
+	masq, err := conntrack.NewPlan(conntrack.DefaultMasqueradeV4, conntrack.DefaultMasqueradeV6)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := logrus.New()
+	log.SetLevel(logrus.ErrorLevel)
+	a := &Agent{
+		cfg: Config{NodeName: "node1", ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")},
+			ServiceCIDRs: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/16")}, Masquerade: masq},
+		log: log, metrics: NewMetrics(),
+		nodeIPs: []netip.Prefix{netip.MustParsePrefix("172.30.0.11/24")},
+		ports:   Ports{Uplink: 1, GatewayPatch: 2},
+	}
+	a.podStore = reconcile.NewStore(reconcile.StoreOptions{Bridge: plan.Pod})
+	a.gwStore = reconcile.NewStore(reconcile.StoreOptions{Bridge: plan.Gateway})
+	p := newServiceProxy(a)
+	// The slices' trigger times (a second ago) count as after the start.
+	p.started = time.Now().Add(-time.Hour)
+	return p
+}
+
+func webService(clusterIP string) *v1.Service {
+	return &v1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web"},
+		Spec: v1.ServiceSpec{
+			Type: v1.ServiceTypeNodePort, ClusterIP: clusterIP, ClusterIPs: []string{clusterIP},
+			Ports: []v1.ServicePort{{Name: "http", Port: 80, NodePort: 30080, Protocol: v1.ProtocolTCP}},
+		},
+	}
+}
+
+func webSlice(ips ...string) *discovery.EndpointSlice {
+	s := &discovery.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web-abc", Labels: map[string]string{discovery.LabelServiceName: "web"},
+			Annotations: map[string]string{v1.EndpointsLastChangeTriggerTime: time.Now().Add(-time.Second).Format(time.RFC3339Nano)}},
+		AddressType: discovery.AddressTypeIPv4,
+		Ports:       []discovery.EndpointPort{{Name: ptr.To("http"), Port: ptr.To(int32(8080)), Protocol: ptr.To(v1.ProtocolTCP)}},
+	}
+	for _, ip := range ips {
+		s.Endpoints = append(s.Endpoints, discovery.Endpoint{Addresses: []string{ip}, NodeName: ptr.To("node2"),
+			Conditions: discovery.EndpointConditions{Ready: ptr.To(true)}})
+	}
+	return s
+}
+
+var webPort = proxy.ServicePortName{Port: "http", Protocol: v1.ProtocolTCP}
+
+func init() { webPort.Namespace, webPort.Name = "default", "web" }
+
+// hasController reports whether a flow's actions send to the controller
+// (the reject packet-in).
+func hasController(f openflow.Flow) bool {
+	for _, ins := range f.Instructions {
+		if aa, ok := ins.(openflow.ApplyActions); ok {
+			for _, act := range aa.Actions {
+				if _, ok := act.(openflow.Controller2); ok {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+func TestServiceProxySync(t *testing.T) {
+	p := testServiceProxy(t)
+	ctx := context.Background()
+	svc := webService("10.96.0.10")
+	p.svcs.Record(nil, svc)
+	slice := webSlice("10.244.2.5", "10.244.2.6")
+	p.eps.Record(nil, slice)
+	if err := p.sync(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+
+	pod, ok := p.a.podStore.Get(service.Owner(webPort))
+	if !ok || len(pod.Groups) != 1 || len(pod.Groups[0].Buckets) != 2 {
+		t.Fatalf("br0 state of %s: %d groups (%+v), want one with two buckets", webPort, len(pod.Groups), pod.Groups)
+	}
+	if g := pod.Groups[0]; g.SelectionMethod != "hash" {
+		t.Errorf("group selection method %q, want hash", g.SelectionMethod)
+	}
+	gw, ok := p.a.gwStore.Get(service.GatewayOwner(webPort))
+	if !ok || len(gw.Flows) != 2 {
+		t.Errorf("breth0 state: %d flows, want the NodePort's two", len(gw.Flows))
+	}
+	if m, ok := p.a.podStore.Get(service.RejectMeterOwner); !ok || len(m.Meters) != 1 {
+		t.Errorf("reject meter not wanted: %+v", m)
+	}
+	if n := histCount(t, p.metrics.programming); n != 1 {
+		t.Errorf("network programming latency observed %d times, want once (one slice with a trigger time)", n)
+	}
+	if n := histCount(t, p.metrics.syncDuration); n != 1 {
+		t.Errorf("sync duration observed %d times, want 1", n)
+	}
+	if n := value(t, p.metrics.endpointChanges) + value(t, p.metrics.serviceChanges); n != 0 {
+		t.Errorf("change counters %v: they count informer events, and there were none", n)
+	}
+	if c := value(t, p.metrics.services); c != 1 {
+		t.Errorf("nodeflow_service_ports %v, want 1", c)
+	}
+	gid := pod.Groups[0].ID
+	if n, ok := p.portOf(gid); !ok || n != webPort {
+		t.Errorf("group %d maps to %v %v, want %s", gid, n, ok, webPort)
+	}
+
+	// No endpoints left: the group goes, a reject takes its place.
+	p.eps.Record(slice, webSlice())
+	if err := p.sync(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	pod, _ = p.a.podStore.Get(service.Owner(webPort))
+	rejects := 0
+	for _, f := range pod.Flows {
+		if hasController(f) {
+			rejects++
+		}
+	}
+	if len(pod.Groups) != 0 || rejects != 2 {
+		t.Errorf("without endpoints: %d groups and %d reject flows, want 0 and 2 (ClusterIP, NodePort)", len(pod.Groups), rejects)
+	}
+
+	// The Service goes: both owners go, and its id is free again.
+	p.svcs.Record(svc, nil)
+	if err := p.sync(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	if owners := append(p.a.podStore.Owners("service/default/"), p.a.gwStore.Owners("service-gateway/")...); len(owners) != 0 {
+		t.Errorf("owners left after the service was deleted: %v", owners)
+	}
+	if p.ids.Len() != 0 {
+		t.Errorf("%d group ids still held", p.ids.Len())
+	}
+	if _, ok := p.portOf(gid); ok {
+		t.Errorf("group %d still maps to a service port", gid)
+	}
+	if len(p.servicePorts()) != 0 {
+		t.Errorf("service ports still built: %v", p.servicePorts())
+	}
+}
+
+func TestServiceProxyBadInput(t *testing.T) {
+	p := testServiceProxy(t)
+	bad := webService("10.96.0.300")
+	bad.Name = "bad"
+	dup := webService("10.96.0.10")
+	dup.Name = "dup"
+	dup.CreationTimestamp = metav1.NewTime(time.Now())
+	good := webService("10.96.0.10")
+	good.CreationTimestamp = metav1.NewTime(time.Now().Add(-time.Hour))
+	for _, s := range []*v1.Service{bad, dup, good} {
+		p.svcs.Record(nil, s)
+	}
+	p.eps.Record(nil, webSlice("10.244.2.5"))
+	if err := p.sync(context.Background(), false); err != nil {
+		t.Fatal(err)
+	}
+	if n := value(t, p.metrics.inputErrors.WithLabelValues("Service")); n != 2 {
+		t.Errorf("service input errors %v, want 2 (bad IP, duplicate ClusterIP)", n)
+	}
+	got := p.servicePorts()
+	if len(got) != 1 || got[0] != webPort {
+		t.Errorf("service ports built: %v, want only %s", got, webPort)
+	}
+	// The same errors again are not reported twice.
+	p.svcs.Record(nil, bad)
+	if n := value(t, p.metrics.inputErrors.WithLabelValues("Service")); n != 2 {
+		t.Errorf("service input errors %v after a repeat, want still 2", n)
+	}
+	fams, err := p.a.metrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]bool{"kubeproxy_sync_proxy_rules_duration_seconds": true, "kubeproxy_network_programming_duration_seconds": true,
+		"kubeproxy_sync_proxy_rules_endpoint_changes_total": true, "kubeproxy_sync_proxy_rules_service_changes_total": true}
+	for _, f := range fams {
+		delete(want, f.GetName())
+	}
+	if len(want) != 0 {
+		t.Errorf("metrics missing from the registry: %v", want)
+	}
+}
+
+// histCount returns how many observations h holds.
+func histCount(t *testing.T, h prometheus.Histogram) uint64 {
+	t.Helper()
+	var m dto.Metric
+	if err := h.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetHistogram().GetSampleCount()
+}
+
+// value returns a counter's or gauge's value.
+func value(t *testing.T, c prometheus.Metric) float64 {
+	t.Helper()
+	var m dto.Metric
+	if err := c.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	if m.Counter != nil {
+		return m.GetCounter().GetValue()
+	}
+	return m.GetGauge().GetValue()
+}
+
+func TestServiceProxyConflict(t *testing.T) {
+	p := testServiceProxy(t)
+	a := webService("10.96.0.10")
+	a.Name = "a"
+	a.Spec.ExternalIPs = []string{"192.0.2.7"}
+	b := webService("10.96.0.11")
+	b.Name = "b"
+	b.Spec.ExternalIPs = []string{"192.0.2.7"}
+	p.svcs.Record(nil, a)
+	p.svcs.Record(nil, b)
+	if err := p.sync(context.Background(), false); err != nil {
+		t.Fatal(err)
+	}
+	// Both want table 30's flows for 192.0.2.7:80 and NodePort 30080: the
+	// first in name order gets them, the other is refused whole and holds
+	// no group id.
+	got := p.servicePorts()
+	if len(got) != 1 || got[0].Name != "a" {
+		t.Errorf("service ports built: %v, want only a's", got)
+	}
+	if n := value(t, p.metrics.buildErrors); n != 1 {
+		t.Errorf("build errors %v, want 1", n)
+	}
+	if n := p.ids.Len(); n != 1 {
+		t.Errorf("%d group ids held, want 1 (a's)", n)
+	}
+	// Once a goes, the next sync gives b its flows.
+	p.svcs.Record(a, nil)
+	if err := p.sync(context.Background(), false); err != nil {
+		t.Fatal(err)
+	}
+	if got := p.servicePorts(); len(got) != 1 || got[0].Name != "b" {
+		t.Errorf("after a left: %v, want only b's", got)
+	}
+}
