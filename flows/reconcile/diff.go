@@ -334,7 +334,7 @@ func (s *Store) diff(opts DiffOptions) *Diff {
 			c.kind = Delete
 		case sl.installed == nil:
 			c.kind = Add
-		case sl.desired.sum != sl.installed.sum:
+		case sl.desired.fp() != sl.installed.fp():
 			c.kind = Modify
 		default:
 			sl.installed = sl.desired
@@ -418,6 +418,11 @@ func (s *Store) diff(opts DiffOptions) *Diff {
 			for name := range u.owners {
 				if name != foreignOwner {
 					d.Blocked[name] = u.err
+					if o := s.owners[name]; o != nil && o.err == nil {
+						// Visible in Errors until it goes through; no
+						// back-off: it waits for the change it needs.
+						o.err = u.err
+					}
 				}
 			}
 			s.requeueUnit(u)
@@ -594,7 +599,7 @@ func (s *Store) commitFlow(c flowChange) {
 			return
 		}
 	case sl.desired != sl.installed:
-		if sl.desired == nil || sl.installed == nil || sl.desired.sum != sl.installed.sum {
+		if sl.desired == nil || sl.installed == nil || sl.desired.fp() != sl.installed.fp() {
 			s.markFlow(c.key, &sl)
 			return
 		}

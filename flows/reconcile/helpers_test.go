@@ -91,11 +91,12 @@ func (run *running) stop() {
 	run.cancel()
 	select {
 	case <-run.done:
+		run.conn.Close()
 	case <-time.After(10 * time.Second):
 		// A stuck write: closing the connection ends it.
+		run.conn.Close()
+		<-run.done
 	}
-	run.conn.Close()
-	<-run.done
 	run.cancel = nil
 }
 

@@ -11,6 +11,9 @@ type Observed struct {
 	Flows  []openflow.Flow
 	Groups []openflow.GroupEntry
 	Meters []openflow.MeterEntry
+	// GroupIDs, when not nil, says that only these groups were read (one
+	// by one): the others are unknown, not absent.
+	GroupIDs []uint32
 }
 
 // learned reports whether a flow was created by a learn action; those are
@@ -22,7 +25,13 @@ func learned(cookie uint64) bool {
 // observe replaces the installed view with a full dump and queues every
 // difference from the desired state. The Store keeps references into obs.
 // It returns how many flows and groups on the switch nobody wants.
-func (s *Store) observe(obs *Observed) (unwanted int) {
+//
+// When obs read only some groups (obs.GroupIDs), the groups it did not
+// read are handled without reading them: a desired group that is too big
+// to read is re-sent when fresh is set (start-up, reconnect) and otherwise
+// assumed unchanged; a group that flows on the switch use but nobody wants
+// is deleted.
+func (s *Store) observe(obs *Observed, fresh bool) (unwanted int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.epoch++
@@ -76,8 +85,44 @@ func (s *Store) observe(obs *Observed) (unwanted int) {
 			}
 		}
 	}
+	var queried map[uint32]bool
+	if obs.GroupIDs != nil {
+		queried = make(map[uint32]bool, len(obs.GroupIDs))
+		for _, id := range obs.GroupIDs {
+			queried[id] = true
+		}
+		// Groups that flows on the switch use: unread, but if nobody
+		// wants them they must go.
+		for i := range obs.Flows {
+			visitInstructions(obs.Flows[i].Instructions, func(id uint32) {
+				if queried[id] {
+					return
+				}
+				sl := s.groups[id]
+				if sl == nil {
+					sl = &groupSlot{}
+					s.groups[id] = sl
+				}
+				if sl.desired == nil && sl.epoch != ep {
+					sl.epoch = ep
+					sl.installed = &groupEntry{group: &openflow.GroupEntry{ID: id}}
+					s.markGroup(id, sl)
+					unwanted++
+				}
+			}, func(uint32) {})
+		}
+	}
 	for id, sl := range s.groups {
 		if sl.epoch == ep {
+			continue
+		}
+		if queried != nil && !queried[id] {
+			// Not read: keep what we believe, except that a fresh
+			// connection re-sends the desired groups it could not read.
+			if fresh && sl.desired != nil {
+				sl.installed = nil
+				s.markGroup(id, sl)
+			}
 			continue
 		}
 		sl.epoch = ep
@@ -124,7 +169,7 @@ func (s *Store) observe(obs *Observed) (unwanted int) {
 // the slot when that is not what is desired. It stores sl. s.mu is held.
 func (s *Store) observeFlowLocked(k openflow.FlowKey, sl *flowSlot, f *openflow.Flow) {
 	sum := fingerprint(f, f.Cookie)
-	if sl.desired != nil && sl.desired.sum == sum {
+	if sl.desired != nil && sl.desired.fp() == sum {
 		sl.installed = sl.desired
 		s.flows[k] = *sl
 		return
@@ -145,6 +190,10 @@ func (s *Store) observeFlow(f *openflow.Flow, present, fromMonitor bool) bool {
 	k := flowKey(f)
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.observeFlowKeyLocked(k, f, present, fromMonitor)
+}
+
+func (s *Store) observeFlowKeyLocked(k openflow.FlowKey, f *openflow.Flow, present, fromMonitor bool) bool {
 	sl, ok := s.flows[k]
 	if present {
 		if fromMonitor && sl.desired != nil {
@@ -165,4 +214,46 @@ func (s *Store) observeFlow(f *openflow.Flow, present, fromMonitor bool) bool {
 	}
 	s.markFlow(k, &sl)
 	return true
+}
+
+// monitorResult says what a batch of flow monitor updates calls for.
+type monitorResult struct {
+	repair bool // some flow differs from the desired state now
+	audit  bool // groups were deleted, or updates were lost: read everything
+}
+
+// observeUpdates records a flow monitor reply's updates, under one lock.
+func (s *Store) observeUpdates(us []openflow.FlowUpdate) monitorResult {
+	var res monitorResult
+	type item struct {
+		k       openflow.FlowKey
+		f       openflow.Flow
+		present bool
+	}
+	items := make([]item, 0, len(us))
+	for i := range us {
+		u := &us[i]
+		switch u.Event {
+		case openflow.FlowUpdateAdded, openflow.FlowUpdateModified, openflow.FlowUpdateRemoved:
+			f := u.Flow()
+			if learned(f.Cookie) {
+				continue
+			}
+			items = append(items, item{flowKey(&f), f, u.Event != openflow.FlowUpdateRemoved})
+			if u.Event == openflow.FlowUpdateRemoved && u.Reason == openflow.FlowRemovedReasonGroupDelete {
+				res.audit = true
+			}
+		case openflow.FlowUpdateResumed:
+			res.audit = true
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := range items {
+		it := &items[i]
+		if s.observeFlowKeyLocked(it.k, &it.f, it.present, true) {
+			res.repair = true
+		}
+	}
+	return res
 }

@@ -86,6 +86,9 @@ type Reconciler struct {
 	conn atomic.Pointer[ofconn.Conn]
 	gen  atomic.Uint32 // plan.Generation; 0 until the first full sync
 
+	monitorDropped atomic.Uint64 // flow monitor messages the connection dropped
+	groupsByID     atomic.Bool   // read groups one by one (see dump)
+
 	wake    chan struct{} // repairs queued by the flow monitor
 	full    chan SyncKind // a full pass is needed
 	flushes chan chan error
@@ -216,8 +219,16 @@ func (r *Reconciler) poke() {
 }
 
 // handleFlowMonitor turns flow monitor updates about other connections'
-// changes into repairs.
+// changes into repairs. Updates the connection had to drop (its handler
+// queue was full) make it read the whole switch instead.
 func (r *Reconciler) handleFlowMonitor(m ofconn.AsyncMessage) {
+	if c := r.conn.Load(); c != nil {
+		if d := c.Stats().Async[ofconn.KindFlowMonitor].Dropped; d > r.monitorDropped.Load() {
+			r.monitorDropped.Store(d)
+			r.log.WithField("dropped", d).Warn("flow monitor updates were dropped; auditing")
+			r.requestFull(SyncAudit)
+		}
+	}
 	reply, ok := m.Message.(*openflow.MultipartReply)
 	if !ok {
 		return
@@ -228,32 +239,18 @@ func (r *Reconciler) handleFlowMonitor(m ofconn.AsyncMessage) {
 		r.requestFull(SyncAudit)
 		return
 	}
-	repair := false
-	for i := range updates {
-		u := &updates[i]
-		switch u.Event {
-		case openflow.FlowUpdateAdded, openflow.FlowUpdateModified:
-			f := u.Flow()
-			repair = r.store.observeFlow(&f, true, true) || repair
-		case openflow.FlowUpdateRemoved:
-			f := u.Flow()
-			repair = r.store.observeFlow(&f, false, true) || repair
-			if u.Reason == openflow.FlowRemovedReasonGroupDelete {
-				// Someone deleted groups: the flow monitor cannot say which.
-				r.requestFull(SyncAudit)
-			}
-		case openflow.FlowUpdateResumed:
-			r.requestFull(SyncAudit)
-		}
+	res := r.store.observeUpdates(updates)
+	if res.audit {
+		r.requestFull(SyncAudit)
 	}
-	if repair {
+	if res.repair {
 		r.poke()
 	}
 }
 
-// Flush waits until every change queued before the call is on the switch
-// (or has failed), and returns the first error of the passes it waited
-// for.
+// Flush runs a sync pass that starts after the call and waits for it:
+// every change queued before the call is then on the switch, or held back
+// (see Store.Errors). It returns the pass's error.
 func (r *Reconciler) Flush(ctx context.Context) error {
 	ch := make(chan error, 1)
 	select {
@@ -270,7 +267,8 @@ func (r *Reconciler) Flush(ctx context.Context) error {
 }
 
 // Run reconciles until ctx ends. The connection must have been dialled
-// with ConnOptions; Run waits for its first OnConnect.
+// with ConnOptions; until its first OnConnect, passes fail with "not
+// connected" and changes stay queued.
 func (r *Reconciler) Run(ctx context.Context) error {
 	var audit <-chan time.Time
 	if r.opts.AuditInterval > 0 {
@@ -303,9 +301,8 @@ func (r *Reconciler) Run(ctx context.Context) error {
 		}
 		last = time.Now()
 		err := r.pass(ctx)
-		// A flush must see a pass that started after it arrived; the pass
-		// above did. Further passes run while changes remain that are not
-		// held back.
+		// Changes queued during the pass have signalled Changed again, so
+		// the next iteration picks them up.
 		if flush != nil {
 			flush <- err
 		}
@@ -341,9 +338,6 @@ func (r *Reconciler) pass(ctx context.Context) error {
 		// Try the full pass again on the next wake-up.
 		r.requestFull(kind)
 	}
-	if err == nil && kind != SyncIncremental {
-		r.syncedOnce.Do(func() { close(r.synced) })
-	}
 	log := r.log.WithFields(logrus.Fields{"sync": kind, "changes": rep.Stats.String(), "bundles": rep.Bundles, "took": rep.Duration.Round(time.Microsecond)})
 	switch {
 	case err != nil:
@@ -360,13 +354,16 @@ func (r *Reconciler) pass(ctx context.Context) error {
 	if r.opts.OnSync != nil {
 		r.opts.OnSync(rep)
 	}
+	if err == nil && kind != SyncIncremental {
+		r.syncedOnce.Do(func() { close(r.synced) })
+	}
 	return err
 }
 
 func (r *Reconciler) sync(ctx context.Context, c *ofconn.Conn, rep *SyncReport) error {
 	maxBundle := r.opts.MaxBundle
 	if rep.Kind != SyncIncremental {
-		obs, err := Dump(ctx, c)
+		obs, err := r.dump(ctx, c)
 		if err != nil {
 			return fmt.Errorf("reconcile: %s: read the switch: %w", r.opts.Bridge, err)
 		}
@@ -377,7 +374,7 @@ func (r *Reconciler) sync(ctx context.Context, c *ofconn.Conn, rep *SyncReport) 
 				return err
 			}
 		}
-		rep.Unwanted = r.store.observe(obs)
+		rep.Unwanted = r.store.observe(obs, rep.Kind != SyncAudit)
 		maxBundle = 0 // one atomic bundle
 	}
 	d := r.store.diff(DiffOptions{MaxBundle: maxBundle})
@@ -497,8 +494,20 @@ func (r *Reconciler) applyMeter(ctx context.Context, c *ofconn.Conn, ch meterCha
 	return nil
 }
 
-// Dump reads every flow, group and meter of the switch on c.
-func Dump(ctx context.Context, c *ofconn.Conn) (*Observed, error) {
+// DumpOptions choose how Dump reads groups.
+type DumpOptions struct {
+	// GroupIDs, when not nil, makes Dump read only these groups, one
+	// request each, instead of every group at once: a group too big to
+	// describe in one message breaks the connection when read (see
+	// groupReadLimit).
+	GroupIDs []uint32
+}
+
+// errDumpGroups marks a failure while reading groups.
+var errDumpGroups = errors.New("dump groups")
+
+// Dump reads the flows, groups and meters of the switch on c.
+func Dump(ctx context.Context, c *ofconn.Conn, opts DumpOptions) (*Observed, error) {
 	obs := &Observed{}
 	fr, err := c.MultipartReply(ctx, openflow.NewFlowStatsRequest())
 	if err != nil {
@@ -509,12 +518,19 @@ func Dump(ctx context.Context, c *ofconn.Conn) (*Observed, error) {
 		return nil, fmt.Errorf("dump flows: %w", err)
 	}
 	obs.Flows = openflow.FlowsFromStats(stats)
-	gr, err := c.MultipartReply(ctx, &openflow.GroupDescRequest{GroupID: openflow.GroupAll})
-	if err != nil {
-		return nil, fmt.Errorf("dump groups: %w", err)
-	}
-	if obs.Groups, err = gr.GroupDesc(); err != nil {
-		return nil, fmt.Errorf("dump groups: %w", err)
+	if opts.GroupIDs == nil {
+		gr, err := c.MultipartReply(ctx, &openflow.GroupDescRequest{GroupID: openflow.GroupAll})
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", errDumpGroups, err)
+		}
+		if obs.Groups, err = gr.GroupDesc(); err != nil {
+			return nil, fmt.Errorf("%w: %w", errDumpGroups, err)
+		}
+	} else {
+		obs.GroupIDs = opts.GroupIDs
+		if obs.Groups, err = dumpGroupsByID(ctx, c, opts.GroupIDs); err != nil {
+			return nil, fmt.Errorf("%w: %w", errDumpGroups, err)
+		}
 	}
 	mr, err := c.MultipartReply(ctx, &openflow.MeterConfigRequest{MeterID: openflow.MeterAll})
 	if err != nil {
@@ -526,6 +542,60 @@ func Dump(ctx context.Context, c *ofconn.Conn) (*Observed, error) {
 	return obs, nil
 }
 
+// dumpGroupsByID reads the given groups, several requests in flight at a
+// time. Absent groups are simply not in the result.
+func dumpGroupsByID(ctx context.Context, c *ofconn.Conn, ids []uint32) ([]openflow.GroupEntry, error) {
+	const inFlight = 32
+	results := make([][]openflow.GroupEntry, len(ids))
+	errs := make([]error, len(ids))
+	sem := make(chan struct{}, inFlight)
+	var wg sync.WaitGroup
+	for i, id := range ids {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			gr, err := c.MultipartReply(ctx, &openflow.GroupDescRequest{GroupID: id})
+			if err == nil {
+				results[i], err = gr.GroupDesc()
+			}
+			if err != nil {
+				errs[i] = fmt.Errorf("group %d: %w", id, err)
+			}
+		}()
+	}
+	wg.Wait()
+	var out []openflow.GroupEntry
+	for i := range ids {
+		if errs[i] != nil {
+			return nil, errs[i]
+		}
+		out = append(out, results[i]...)
+	}
+	return out, nil
+}
+
+// dump reads the switch for a full pass, reading groups one by one when
+// some desired group is too big to read, or when reading all of them once
+// broke the connection.
+func (r *Reconciler) dump(ctx context.Context, c *ofconn.Conn) (*Observed, error) {
+	var opts DumpOptions
+	readable, someLarge := r.store.groupReadSet()
+	if someLarge || r.groupsByID.Load() {
+		opts.GroupIDs = readable
+		if opts.GroupIDs == nil {
+			opts.GroupIDs = []uint32{}
+		}
+	}
+	obs, err := Dump(ctx, c, opts)
+	if err != nil && opts.GroupIDs == nil && errors.Is(err, errDumpGroups) && errors.Is(err, ofconn.ErrDisconnected) {
+		r.log.WithError(err).Warn("reading all groups broke the connection (a group too big to describe?); reading them one by one from now on")
+		r.groupsByID.Store(true)
+	}
+	return obs, err
+}
+
 // Compare reads the switch and reports how it differs from what the
 // owners whose name starts with prefix want, changing nothing.
 func (r *Reconciler) Compare(ctx context.Context, prefix string) ([]Difference, error) {
@@ -533,7 +603,7 @@ func (r *Reconciler) Compare(ctx context.Context, prefix string) ([]Difference, 
 	if c == nil {
 		return nil, fmt.Errorf("reconcile: %s: not connected", r.opts.Bridge)
 	}
-	obs, err := Dump(ctx, c)
+	obs, err := r.dump(ctx, c)
 	if err != nil {
 		return nil, fmt.Errorf("reconcile: %s: %w", r.opts.Bridge, err)
 	}

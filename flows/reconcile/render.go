@@ -109,7 +109,8 @@ type Difference struct {
 }
 
 // Compare reports how obs differs from what the owners whose name starts
-// with prefix want. It changes nothing. With an empty prefix, flows and
+// with prefix want. It changes nothing. Groups too big to read back (see
+// groupReadLimit) are not compared. With an empty prefix, flows and
 // groups that nobody wants (foreign ones included) are reported too; with
 // a prefix, only those carrying a matching owner's cookie. Flows are
 // compared as the reconciler compares them (cookie generation ignored,
@@ -135,7 +136,7 @@ func (s *Store) Compare(obs *Observed, prefix string, gen plan.Generation) []Dif
 				out = append(out, Difference{Kind: Delete, Owner: ownerName(have), What: "flow", Have: f.String()})
 			}
 		case !match(sl.desired.owner):
-		case sl.desired.sum != fingerprint(f, f.Cookie):
+		case sl.desired.fp() != fingerprint(f, f.Cookie):
 			w := stamped(sl.desired.flow, sl.desired.owner.cookie|uint64(gen))
 			out = append(out, Difference{Kind: Modify, Owner: sl.desired.owner.name, What: "flow", Have: f.String(), Want: w.String()})
 		}
@@ -162,8 +163,19 @@ func (s *Store) Compare(obs *Observed, prefix string, gen plan.Generation) []Dif
 			out = append(out, Difference{Kind: Modify, Owner: sl.desired.owner.name, What: "group", Have: " " + g.String(), Want: " " + sl.desired.group.String()})
 		}
 	}
+	var queried map[uint32]bool
+	if obs.GroupIDs != nil {
+		queried = map[uint32]bool{}
+		for _, id := range obs.GroupIDs {
+			queried[id] = true
+		}
+	}
 	for id, sl := range s.groups {
 		if sl.desired == nil || gseen[id] || !match(sl.desired.owner) {
+			continue
+		}
+		if queried != nil && !queried[id] {
+			// Too big to read back: unknown, not missing.
 			continue
 		}
 		out = append(out, Difference{Kind: Add, Owner: sl.desired.owner.name, What: "group", Want: " " + sl.desired.group.String()})

@@ -38,7 +38,8 @@ func fingerprint(f *openflow.Flow, ownerCookie uint64) uint64 {
 	binary.BigEndian.PutUint16(b[14:16], f.Importance)
 	h.Write(b[:])
 	h.Write([]byte(openflow.InstructionsString(f.Instructions)))
-	return h.Sum64()
+	// Never 0, which flowEntry uses for "not computed yet".
+	return h.Sum64() | 1
 }
 
 func stringSum(s string) uint64 {

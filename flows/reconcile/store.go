@@ -67,13 +67,30 @@ type flowEntry struct {
 	key   openflow.FlowKey
 	flow  *openflow.Flow
 	owner *owner // nil for an observed flow nobody wants
-	sum   uint64
+	// sum is the fingerprint, computed when first needed (0 until then):
+	// a flow that only ever gets added never needs it.
+	sum uint64
+}
+
+// fp returns the entry's fingerprint. s.mu must be held.
+func (e *flowEntry) fp() uint64 {
+	if e.sum == 0 {
+		cookie := uint64(0)
+		if e.owner != nil {
+			cookie = e.owner.cookie
+		}
+		e.sum = fingerprint(e.flow, cookie) | 1
+	}
+	return e.sum
 }
 
 type groupEntry struct {
 	group *openflow.GroupEntry
 	owner *owner
 	sum   uint64
+	// large marks a group whose description cannot be read back (see
+	// groupReadLimit).
+	large bool
 }
 
 type meterEntry struct {
@@ -228,7 +245,7 @@ func (s *Store) prepare(o *owner) error {
 			}
 			seen[k] = i
 		}
-		o.flows[i] = flowEntry{key: k, flow: f, owner: o, sum: fingerprint(f, o.cookie)}
+		o.flows[i] = flowEntry{key: k, flow: f, owner: o}
 	}
 	o.groups = make([]groupEntry, len(st.Groups))
 	gseen := map[uint32]bool{}
@@ -251,7 +268,7 @@ func (s *Store) prepare(o *owner) error {
 				return fmt.Errorf("reconcile: owner %s: group %d: bucket %d: weight 0 in a select group is never chosen: %w", o.name, g.ID, j, ErrInvalid)
 			}
 		}
-		o.groups[i] = groupEntry{group: g, owner: o, sum: stringSum(g.String())}
+		o.groups[i] = groupEntry{group: g, owner: o, sum: stringSum(g.String()), large: tooBigToRead(g)}
 	}
 	o.meters = make([]meterEntry, len(st.Meters))
 	mseen := map[uint32]bool{}
@@ -439,4 +456,36 @@ func (s *Store) OwnerOfCookie(c uint64) (string, bool) {
 		return o.name, true
 	}
 	return "", false
+}
+
+// groupReadLimit is the largest group description the reconciler reads
+// back. Open vSwitch 3.1 cannot report a group whose description does not
+// fit one OpenFlow message: the length fields of its reply overflow and
+// the connection's byte stream falls out of step (ovs-ofctl dump-groups
+// fails the same way). Such groups are written, never read.
+const groupReadLimit = 60000
+
+func tooBigToRead(g *openflow.GroupEntry) bool {
+	b, err := openflow.Marshal(openflow.Version15, 0, g.AddMod())
+	return err != nil || len(b) > groupReadLimit
+}
+
+// groupReadSet returns the ids of the desired groups that can be read
+// back, and whether some desired group cannot (then groups must be read
+// one by one, by id, and never all at once).
+func (s *Store) groupReadSet() (readable []uint32, someLarge bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for id, sl := range s.groups {
+		if sl.desired == nil {
+			continue
+		}
+		if sl.desired.large {
+			someLarge = true
+			continue
+		}
+		readable = append(readable, id)
+	}
+	sort.Slice(readable, func(i, j int) bool { return readable[i] < readable[j] })
+	return readable, someLarge
 }

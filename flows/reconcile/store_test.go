@@ -218,10 +218,16 @@ func TestBlockedUntilTheGroupExists(t *testing.T) {
 	if !s.Pending() {
 		t.Fatal("the blocked change must stay queued")
 	}
+	if err := s.Errors()["service/a"]; err == nil || !strings.Contains(err.Error(), "group 5") {
+		t.Fatalf("Errors() = %v", s.Errors())
+	}
 	mustSet(t, s, "service/g", State{Groups: []openflow.GroupEntry{selectGroup(5, 1)}})
 	d = mustSync(t, s, sw, DiffOptions{})
 	if len(d.Blocked) != 0 || d.Stats.FlowAdds != 1 || d.Stats.GroupAdds != 1 {
 		t.Fatalf("after the group came: %s blocked %v", d.Stats, d.Blocked)
+	}
+	if len(s.Errors()) != 0 {
+		t.Fatalf("errors left: %v", s.Errors())
 	}
 	// Now the provider may not withdraw the group while it is used.
 	mustSet(t, s, "service/g", State{})
@@ -331,7 +337,7 @@ func TestObserveKeepsWhatMatches(t *testing.T) {
 
 	s2 := NewStore(StoreOptions{})
 	mustSet(t, s2, "pod/a", State{Flows: []openflow.Flow{keep, dstFlow(0, 100, 2, openflow.OutputPort(9))}, Groups: []openflow.GroupEntry{selectGroup(3, 1)}})
-	if unwanted := s2.observe(sw.observed()); unwanted != 2 {
+	if unwanted := s2.observe(sw.observed(), true); unwanted != 2 {
 		t.Fatalf("unwanted = %d, want the foreign flow and group", unwanted)
 	}
 	d, err := syncFake(s2, sw, DiffOptions{}, 2)
@@ -352,7 +358,7 @@ func TestObserveKeepsWhatMatches(t *testing.T) {
 		t.Error("the learned flow was deleted")
 	}
 	// And then there is nothing left to do.
-	s2.observe(sw.observed())
+	s2.observe(sw.observed(), true)
 	if d := s2.diff(DiffOptions{}); !d.Empty() {
 		t.Fatalf("after start-up: %s", d.Stats)
 	}
