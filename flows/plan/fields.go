@@ -309,12 +309,12 @@ var (
 
 var declaredFields = []Field{
 	PktSource, EndpointSelected, NamespaceID, OutPort, EndpointIPv4, EndpointPort, ServiceID, EndpointIPv6, SNATKind,
-	GatewayOrigin,
+	GatewayOrigin, AffinityChecked,
 }
 
 var declaredMarks = []Mark{
 	FromPod, FromTunnel, FromGateway, FromHost, FromController, EndpointChosen,
-	SNATToNodeIP, SNATToGateway, OriginRouter, OriginHost,
+	SNATToNodeIP, SNATToGateway, OriginRouter, OriginHost, AffinityLookedUp,
 }
 
 // Alias declares an intended overlap between two fields.

@@ -1,10 +1,8 @@
 package plan
 
-// Additions for the service flows (flows/service). They are kept in this
-// file so that the plan's owner can fold them into fields.go and
-// priority.go; until then CheckFields does not see AffinityChecked, and
-// its bit (reg0[5]) is checked against the declared fields by a test in
-// flows/service.
+// Fields, marks and priorities that only the service flows (flows/service)
+// use. AffinityChecked and AffinityLookedUp are declared in fields.go, so
+// CheckFields and docs/pipeline.md cover them.
 
 // AffinityChecked, reg0[5], says table 30 has already looked the
 // connection up in the session-affinity table (31): a service with

@@ -14,16 +14,6 @@ import (
 	"nodeflow/proxy"
 )
 
-// TestAffinityCheckedBit checks the plan addition against every declared
-// field: reg0[5] must not overlap any of them.
-func TestAffinityCheckedBit(t *testing.T) {
-	for _, f := range plan.Fields() {
-		if f.Overlaps(plan.AffinityChecked) {
-			t.Errorf("AffinityChecked (%s) overlaps %s (%s)", plan.AffinityChecked, f.Name(), f)
-		}
-	}
-}
-
 // TestLargeGroup builds a service with 5,000 endpoints: one bucket and one
 // DNAT flow per endpoint, distinct bucket ids, and group mods that split
 // into messages that each fit, carrying every bucket once.
