@@ -13,6 +13,8 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"nodeflow/nsrun"
 )
 
 // HostVethName is the name of the host end of an attachment's veth, and of
@@ -33,43 +35,6 @@ func MACFromIP(a netip.Addr) net.HardwareAddr {
 	return net.HardwareAddr{0x0a, 0x58, b[len(b)-4], b[len(b)-3], b[len(b)-2], b[len(b)-1]}
 }
 
-// inNetns runs fn on a thread that has joined the network namespace at path.
-// It uses a fresh goroutine locked to its thread; if the thread cannot return
-// to its original namespace it stays locked, so the runtime discards it
-// instead of reusing a thread in the wrong namespace.
-func inNetns(path string, fn func() error) error {
-	target, err := netns.GetFromPath(path)
-	if err != nil {
-		return fmt.Errorf("open netns %s: %w", path, err)
-	}
-	defer target.Close()
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := netns.Get()
-		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("get current netns: %w", err)
-			return
-		}
-		defer orig.Close()
-		if err := netns.Set(target); err != nil {
-			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("enter netns %s: %w", path, err)
-			return
-		}
-		ferr := fn()
-		if err := netns.Set(orig); err != nil {
-			// Thread stays locked and dies with this goroutine.
-			errc <- errors.Join(ferr, fmt.Errorf("leave netns %s: %w", path, err))
-			return
-		}
-		runtime.UnlockOSThread()
-		errc <- ferr
-	}()
-	return <-errc
-}
-
 // socketIn opens a datagram socket in the network namespace at path (the
 // current one when path is ""); ethtool ioctls on it address that namespace's
 // interfaces.
@@ -84,7 +49,7 @@ func socketIn(path string) (int, error) {
 	if path == "" {
 		err = open()
 	} else {
-		err = inNetns(path, open)
+		err = nsrun.Do(path, open)
 	}
 	return fd, err
 }

@@ -5,14 +5,12 @@ package nsutil
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"path/filepath"
-	"runtime"
 	"time"
 
-	"github.com/vishvananda/netns"
+	"nodeflow/nsrun"
 )
 
 // Path returns the path of the named network namespace (as `ip netns` names it).
@@ -29,36 +27,10 @@ func Path(name string) string {
 // it. fn must not start processes: a child started on that thread would be
 // killed with it (Pdeathsig).
 func Do(ns string, fn func() error) error {
-	path := Path(ns)
-	target, err := netns.GetFromPath(path)
-	if err != nil {
-		return fmt.Errorf("nsutil: open netns %s: %w", path, err)
+	if err := nsrun.Do(Path(ns), fn); err != nil {
+		return fmt.Errorf("nsutil: %w", err)
 	}
-	defer target.Close()
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := netns.Get()
-		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("nsutil: current netns: %w", err)
-			return
-		}
-		defer orig.Close()
-		if err := netns.Set(target); err != nil {
-			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("nsutil: enter netns %s: %w", path, err)
-			return
-		}
-		ferr := fn()
-		if err := netns.Set(orig); err != nil {
-			errc <- errors.Join(ferr, fmt.Errorf("nsutil: leave netns %s: %w", path, err))
-			return
-		}
-		runtime.UnlockOSThread()
-		errc <- ferr
-	}()
-	return <-errc
+	return nil
 }
 
 // Listen opens a listener in the network namespace.
