@@ -1,18 +1,10 @@
 package gateway
 
 import (
-	"context"
-	"io"
-	"slices"
-	"strings"
 	"testing"
-	"time"
 
-	"github.com/sirupsen/logrus"
-
+	"nodeflow/flows/flowtest"
 	"nodeflow/flows/plan"
-	"nodeflow/openflow"
-	"nodeflow/openflow/ofconn"
 	"nodeflow/testbed/ovs"
 	"nodeflow/testbed/ovs/ovstest"
 )
@@ -41,40 +33,7 @@ func TestOVSRendersTheSame(t *testing.T) {
 			for i := range fs {
 				fs[i].Cookie = uint64(plan.MakeCookie(plan.FeatureGateway, Owner, 7))
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			defer cancel()
-			l := logrus.New()
-			l.SetOutput(io.Discard)
-			c, err := ofconn.Dial(ctx, "unix:"+sb.MgmtSock("breth0"), ofconn.Options{Logger: l})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
-			msgs := []openflow.Message{openflow.DeleteCookieMod(openflow.TableAll, 0, 0)}
-			for _, f := range fs {
-				msgs = append(msgs, f.AddMod())
-			}
-			if err := c.Bundle(ctx, msgs); err != nil {
-				t.Fatal(err)
-			}
-			out, err := sb.Ofctl("-O", "OpenFlow15", "dump-flows", "--no-stats", "breth0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			var got, want []string
-			for _, line := range strings.Split(out, "\n") {
-				if strings.HasPrefix(line, " ") {
-					got = append(got, line)
-				}
-			}
-			for _, f := range fs {
-				want = append(want, f.String())
-			}
-			slices.Sort(got)
-			slices.Sort(want)
-			if !slices.Equal(got, want) {
-				t.Errorf("dump-flows differs from Flow.String:\n--- dump\n%s\n--- built\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
-			}
+			flowtest.InstallAndCompare(t, sb, "breth0", fs)
 		})
 	}
 }

@@ -1,25 +1,19 @@
 package node
 
 import (
-	"context"
 	"flag"
-	"io"
 	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
-	"time"
-
-	"github.com/sirupsen/logrus"
 
 	"nodeflow/conntrack"
+	"nodeflow/flows/flowtest"
 	"nodeflow/flows/gateway"
 	"nodeflow/flows/plan"
 	"nodeflow/openflow"
-	"nodeflow/openflow/ofconn"
 	"nodeflow/testbed/ovs"
 	"nodeflow/testbed/ovs/ovstest"
 )
@@ -233,38 +227,5 @@ func TestOVSRendersTheSame(t *testing.T) {
 	for _, part := range all(t) {
 		fs = append(fs, part...)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	l := logrus.New()
-	l.SetOutput(io.Discard)
-	c, err := ofconn.Dial(ctx, "unix:"+sb.MgmtSock("br0"), ofconn.Options{Logger: l})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	var msgs []openflow.Message
-	for _, f := range fs {
-		msgs = append(msgs, f.AddMod())
-	}
-	if err := c.Bundle(ctx, msgs); err != nil {
-		t.Fatal(err)
-	}
-	out, err := sb.Ofctl("-O", "OpenFlow15", "dump-flows", "--no-stats", "br0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got, want []string
-	for _, line := range strings.Split(out, "\n") {
-		if strings.HasPrefix(line, " ") {
-			got = append(got, line)
-		}
-	}
-	for _, f := range fs {
-		want = append(want, f.String())
-	}
-	slices.Sort(got)
-	slices.Sort(want)
-	if !slices.Equal(got, want) {
-		t.Errorf("dump-flows differs from Flow.String:\n--- dump\n%s\n--- built\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
-	}
+	flowtest.InstallAndCompare(t, sb, "br0", fs)
 }

@@ -16,12 +16,9 @@ import (
 	"testing"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 
-	"nodeflow/cni"
 	"nodeflow/testbed"
 	"nodeflow/testbed/nsutil"
 	"nodeflow/testbed/workload"
@@ -55,68 +52,7 @@ func requireAgent(t *testing.T, e *env) {
 // returns them with their namespaces and ports.
 func netPods(t *testing.T, e *env, ns string) []netPod {
 	t.Helper()
-	ctx := context.Background()
-	labels := map[string]string{"app": "net"}
-	dep := &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: "net", Namespace: ns},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr.To(int32(4)),
-			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: v1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec: v1.PodSpec{
-					TopologySpreadConstraints: []v1.TopologySpreadConstraint{{
-						MaxSkew: 1, TopologyKey: "kubernetes.io/hostname", WhenUnsatisfiable: v1.DoNotSchedule,
-						LabelSelector: &metav1.LabelSelector{MatchLabels: labels},
-					}},
-					TerminationGracePeriodSeconds: ptr.To(int64(2)),
-					Containers: []v1.Container{{
-						Name: "net", Image: "testbed/web",
-						Ports: []v1.ContainerPort{{ContainerPort: 8080}, {ContainerPort: 5353, Protocol: v1.ProtocolUDP}},
-					}},
-				},
-			},
-		},
-	}
-	if _, err := e.client.AppsV1().Deployments(ns).Create(ctx, dep, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	var pods []netPod
-	eventually(t, 90*time.Second, "4 pods running with ports", func(ctx context.Context) error {
-		list, err := e.client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return err
-		}
-		pods = pods[:0]
-		for _, p := range list.Items {
-			if p.Status.Phase != v1.PodRunning || len(p.Status.PodIPs) != 2 || p.DeletionTimestamp != nil {
-				return fmt.Errorf("pod %s: %s, %d addresses", p.Name, p.Status.Phase, len(p.Status.PodIPs))
-			}
-			np := netPod{name: p.Name, node: p.Spec.NodeName}
-			for _, ip := range p.Status.PodIPs {
-				np.ips = append(np.ips, netip.MustParseAddr(ip.IP))
-			}
-			m, ok := e.state.Member(p.Spec.NodeName)
-			if !ok {
-				return fmt.Errorf("no member %s", p.Spec.NodeName)
-			}
-			for _, op := range cniPorts(t, m) {
-				if op.ExternalIDs[cni.ExternalIDPodName] == p.Name && op.ExternalIDs[cni.ExternalIDPodNamespace] == ns {
-					np.netns = strings.TrimPrefix(op.ExternalIDs[cni.ExternalIDNetns], "/run/netns/")
-					np.port = op.Ofport
-				}
-			}
-			if np.netns == "" || np.port <= 0 {
-				return fmt.Errorf("pod %s: no port on %s yet", p.Name, p.Spec.NodeName)
-			}
-			pods = append(pods, np)
-		}
-		if len(pods) != 4 {
-			return fmt.Errorf("%d pods", len(pods))
-		}
-		return nil
-	})
-	return pods
+	return deployPods(t, e, ns, "net", 4)
 }
 
 // pairs returns two pods on one node and one on the other node.
