@@ -69,8 +69,11 @@ type Agent struct {
 
 	probed map[netip.Addr]time.Time // next hops probed, when (sync goroutine only)
 
-	servicesOn bool          // run the service proxy (SetServices)
-	svc        *serviceProxy // nil when off
+	secondary hostAddrSet // the host's secondary addresses (hostaddrs.go)
+
+	servicesOn  bool          // run the service proxy (SetServices)
+	idleHandler IdleHandler   // takes over idled service ports (SetIdleHandler)
+	svc         *serviceProxy // nil when off
 }
 
 // probeInterval spaces the probes of one unresolved next hop.
@@ -135,6 +138,11 @@ func (a *Agent) Run(ctx context.Context) error {
 		if err := a.svc.start(ctx); err != nil {
 			return err
 		}
+		if installed, err := a.readServiceFlows(ctx); err != nil {
+			a.log.WithError(err).Warn("cannot read the installed service flows; group ids start afresh")
+		} else {
+			a.svc.installed = installed
+		}
 		if err := a.svc.sync(ctx, true); err != nil {
 			a.log.WithError(err).Warn("first service sync")
 		}
@@ -152,6 +160,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	go a.watchOVSDB(ctx)
 	go a.watchNetlink(ctx)
+	go a.watchHostAddrs(ctx)
 	if a.cfg.IntrospectSocket != "" {
 		go func() {
 			if err := reconcile.ServeIntrospection(ctx, a.cfg.IntrospectSocket, reconcile.NewIntrospection(a.podRec, a.gwRec)); err != nil && ctx.Err() == nil {
@@ -467,11 +476,13 @@ func (a *Agent) set(store *reconcile.Store, owner string, fs []openflow.Flow) {
 
 // sync computes the desired state of both bridges from the models.
 func (a *Agent) sync() {
+	a.refreshHostAddrs(true)
 	nc := a.nodeConfig()
 	// breth0.
 	gfs, err := gateway.Flows(gateway.Config{
 		UplinkPort: a.ports.Uplink, PatchPort: a.ports.GatewayPatch, NodeIPs: a.nodeAddrs(),
 		ServiceCIDRs: a.cfg.ServiceCIDRs, Masquerade: a.cfg.Masquerade, RouterMAC: a.routerMAC, HostMAC: a.hostMAC,
+		SecondaryIPs: a.hostSecondaryIPs(),
 	})
 	if err != nil {
 		a.log.WithError(err).Error("breth0 default flows")

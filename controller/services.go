@@ -77,6 +77,9 @@ type serviceProxy struct {
 	failed proxy.ChangeSet
 	node   service.Node
 	first  bool // the start-up sync has run
+	// installed are br0's service flows as a restarted agent found them,
+	// for the start-up sync to keep their group ids (restoreGroupIDs).
+	installed []openflow.Flow
 
 	// byID maps group ids (ServiceIDs) to their service port, for the
 	// packet-in handler, which must not wait for a sync.
@@ -85,6 +88,9 @@ type serviceProxy struct {
 
 	repMu    sync.Mutex
 	reported map[string]string // object/field -> last message reported
+
+	// health serves the health-check node ports (services_healthcheck.go).
+	health *healthChecks
 }
 
 // builtPort is what the last sync installed for one service port.
@@ -93,6 +99,8 @@ type builtPort struct {
 	// used are the endpoints its groups hold (internal and external).
 	used []proxy.Endpoint
 	ids  map[string]uint32
+	// idled: the port is idled and left to the idle handler.
+	idled bool
 }
 
 func newServiceProxy(a *Agent) *serviceProxy {
@@ -102,10 +110,11 @@ func newServiceProxy(a *Agent) *serviceProxy {
 		built: map[proxy.ServicePortName]builtPort{}, failed: proxy.ChangeSet{}, byID: map[uint32]proxy.ServicePortName{},
 		reported: map[string]string{}, started: time.Now(),
 	}
-	p.metrics = newServiceMetrics(a.metrics.Registry)
 	p.svcs = proxy.NewServiceTracker(p.reportInput)
 	p.eps = proxy.NewEndpointsTracker(p.reportInput)
-	p.runner = proxy.NewRunner(p.sync, proxy.RunnerOptions{
+	p.metrics = newServiceMetrics(a.metrics.Registry, p.svcs.PendingCount, p.eps.PendingCount)
+	p.health = newHealthChecks(p.log)
+	p.runner = proxy.NewRunner(p.syncReportingHealth, proxy.RunnerOptions{
 		MinInterval: serviceMinSyncInterval, MaxInterval: serviceFullSyncInterval, RetryInterval: serviceRetryInterval,
 	})
 	return p
@@ -137,6 +146,7 @@ func (p *serviceProxy) start(ctx context.Context) error {
 		}
 		if p.svcs.Record(old, cur) {
 			p.metrics.serviceChanges.Inc()
+			p.metrics.lastQueued.SetToCurrentTime()
 			p.runner.Run()
 		}
 	}
@@ -146,6 +156,7 @@ func (p *serviceProxy) start(ctx context.Context) error {
 		}
 		if p.eps.Record(old, cur) {
 			p.metrics.endpointChanges.Inc()
+			p.metrics.lastQueued.SetToCurrentTime()
 			p.runner.Run()
 		}
 	}
@@ -176,6 +187,7 @@ func (p *serviceProxy) run(ctx context.Context, pod, gw *ofconn.Conn) {
 	p.podConn.Store(pod)
 	p.gwConn.Store(gw)
 	p.runner.Loop(ctx)
+	p.health.closeAll()
 }
 
 // nodeModel is what the builders need to know about this node.
@@ -194,6 +206,11 @@ func (p *serviceProxy) nodeModel() service.Node {
 			n.Secondary = append(n.Secondary, ip)
 		}
 	}
+	// The host's other addresses (hostaddrs.go), sorted: sameNode
+	// compares them in order.
+	n.Secondary = append(n.Secondary, a.hostSecondaryIPs()...)
+	slices.SortFunc(n.Secondary, netip.Addr.Compare)
+	n.Secondary = slices.Compact(n.Secondary)
 	return n
 }
 
@@ -231,7 +248,14 @@ func (p *serviceProxy) sync(ctx context.Context, full bool) error {
 	changed.Merge(p.failed)
 	clear(p.failed)
 	node := p.nodeModel()
-	if full || !p.first || !sameNode(node, p.node) {
+	fullSync := full || !p.first || !sameNode(node, p.node)
+	var restored []string
+	if !p.first && p.installed != nil {
+		restored = p.restoreGroupIDs(p.installed)
+		p.installed = nil
+		p.log.WithField("groups", len(restored)).Info("kept the group ids installed")
+	}
+	if fullSync {
 		for n := range p.svcs.Ports() {
 			changed[n] = struct{}{}
 		}
@@ -246,6 +270,7 @@ func (p *serviceProxy) sync(ctx context.Context, full bool) error {
 	p.first = true
 
 	var flushes []openflow.Message
+	var idle []idleChange
 	for _, name := range changed.Sorted() {
 		old, had := p.built[name]
 		port, ok := p.svcs.Port(name)
@@ -256,6 +281,7 @@ func (p *serviceProxy) sync(ctx context.Context, full bool) error {
 			p.set(p.a.podStore, service.Owner(name), reconcile.State{})
 			p.set(p.a.gwStore, service.GatewayOwner(name), reconcile.State{})
 			p.forget(name, old, nil)
+			idle = append(idle, idleChanges(name, nil, nil, old.idled, false)...)
 			for _, m := range service.StaleConntrack(&node, old.port.Protocol, old.used, nil) {
 				flushes = append(flushes, m)
 			}
@@ -306,9 +332,14 @@ func (p *serviceProxy) sync(ctx context.Context, full bool) error {
 				flushes = append(flushes, m)
 			}
 		}
-		p.built[name] = builtPort{port: port, used: used, ids: out.GroupIDs}
+		idle = append(idle, idleChanges(name, port, out.GroupIDs, had && old.idled, out.Idled)...)
+		p.built[name] = builtPort{port: port, used: used, ids: out.GroupIDs, idled: out.Idled}
 	}
 	p.metrics.services.Set(float64(len(p.built)))
+	if restored != nil {
+		p.releaseUnbuilt(restored)
+	}
+	p.healthSync(changed.Sorted(), node.Name)
 
 	// Wait for the bridges, then clean up after the endpoints that left.
 	if p.a.podRec != nil && p.a.gwRec != nil && len(changed) > 0 {
@@ -317,6 +348,7 @@ func (p *serviceProxy) sync(ctx context.Context, full bool) error {
 		for _, r := range []*reconcile.Reconciler{p.a.podRec, p.a.gwRec} {
 			if err := r.Flush(fctx); err != nil {
 				p.metrics.syncErrors.Inc()
+				p.tellIdle(idle) // the built state records them already
 				return fmt.Errorf("controller: services: waiting for the bridges: %w", err)
 			}
 		}
@@ -328,6 +360,7 @@ func (p *serviceProxy) sync(ctx context.Context, full bool) error {
 			}
 		}
 	}
+	p.tellIdle(idle)
 	now := time.Now()
 	for _, ts := range triggers {
 		for _, t := range ts {
@@ -336,7 +369,13 @@ func (p *serviceProxy) sync(ctx context.Context, full bool) error {
 			}
 		}
 	}
-	p.metrics.syncDuration.Observe(time.Since(start).Seconds())
+	took := time.Since(start).Seconds()
+	p.metrics.syncDuration.Observe(took)
+	if fullSync {
+		p.metrics.fullSync.Observe(took)
+	} else {
+		p.metrics.partialSync.Observe(took)
+	}
 	p.metrics.lastSync.SetToCurrentTime()
 	if len(changed) > 0 {
 		p.log.WithFields(logrus.Fields{"ports": len(changed), "full": full, "took": time.Since(start).String()}).Debug("services synced")

@@ -11,8 +11,11 @@ import (
 // side-by-side benchmarks read the same.
 type serviceMetrics struct {
 	syncDuration    prometheus.Histogram
+	fullSync        prometheus.Histogram
+	partialSync     prometheus.Histogram
 	programming     prometheus.Histogram
 	lastSync        prometheus.Gauge
+	lastQueued      prometheus.Gauge
 	endpointChanges prometheus.Counter
 	serviceChanges  prometheus.Counter
 
@@ -37,12 +40,26 @@ func programmingBuckets() []float64 {
 	return slices.Compact(b)
 }
 
-func newServiceMetrics(reg prometheus.Registerer) *serviceMetrics {
+// newServiceMetrics registers the service proxy's metrics on reg;
+// servicesPending and endpointsPending count the Services and
+// EndpointSlices whose changes wait for the next sync.
+func newServiceMetrics(reg prometheus.Registerer, servicesPending, endpointsPending func() int) *serviceMetrics {
+	syncBuckets := prometheus.ExponentialBuckets(0.001, 2, 15)
 	m := &serviceMetrics{
 		syncDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: "kubeproxy", Name: "sync_proxy_rules_duration_seconds",
 			Help:    "Duration of one service sync: rebuilding the changed service ports until both bridges hold them.",
-			Buckets: prometheus.ExponentialBuckets(0.001, 2, 15),
+			Buckets: syncBuckets,
+		}),
+		fullSync: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: "kubeproxy", Name: "sync_full_proxy_rules_duration_seconds",
+			Help:    "Duration of the service syncs that rebuilt every service port.",
+			Buckets: syncBuckets,
+		}),
+		partialSync: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: "kubeproxy", Name: "sync_partial_proxy_rules_duration_seconds",
+			Help:    "Duration of the service syncs that rebuilt only the changed service ports.",
+			Buckets: syncBuckets,
 		}),
 		programming: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: "kubeproxy", Name: "network_programming_duration_seconds",
@@ -52,6 +69,10 @@ func newServiceMetrics(reg prometheus.Registerer) *serviceMetrics {
 		lastSync: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: "kubeproxy", Name: "sync_proxy_rules_last_timestamp_seconds",
 			Help: "The last time a service sync completed.",
+		}),
+		lastQueued: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "kubeproxy", Name: "sync_proxy_rules_last_queued_timestamp_seconds",
+			Help: "The last time a Service or EndpointSlice change queued a sync.",
 		}),
 		endpointChanges: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "kubeproxy", Name: "sync_proxy_rules_endpoint_changes_total",
@@ -85,7 +106,14 @@ func newServiceMetrics(reg prometheus.Registerer) *serviceMetrics {
 	}
 	m.inputErrors.WithLabelValues("Service")
 	m.inputErrors.WithLabelValues("EndpointSlice")
-	reg.MustRegister(m.syncDuration, m.programming, m.lastSync, m.endpointChanges, m.serviceChanges,
+	pending := func(name, help string, n func() int) prometheus.GaugeFunc {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "kubeproxy", Name: name, Help: help},
+			func() float64 { return float64(n()) })
+	}
+	reg.MustRegister(m.syncDuration, m.fullSync, m.partialSync, m.programming, m.lastSync, m.lastQueued,
+		m.endpointChanges, m.serviceChanges,
+		pending("sync_proxy_rules_service_changes_pending", "Services whose changes wait for the next sync.", servicesPending),
+		pending("sync_proxy_rules_endpoint_changes_pending", "EndpointSlices whose changes wait for the next sync.", endpointsPending),
 		m.services, m.buildErrors, m.syncErrors, m.inputErrors, m.staleFlushes, m.rejects, m.rejectErrors)
 	return m
 }

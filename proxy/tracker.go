@@ -104,6 +104,14 @@ func (t *ServiceTracker) Pending() bool {
 	return len(t.pending) > 0
 }
 
+// PendingCount returns how many objects have changes waiting for Update
+// (kube-proxy's *_changes_pending gauges).
+func (t *ServiceTracker) PendingCount() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.pending)
+}
+
 // Update applies the pending changes and returns the service ports whose
 // model changed (added, removed or different).
 //
@@ -298,6 +306,14 @@ func (t *EndpointsTracker) Pending() bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return len(t.pending) > 0
+}
+
+// PendingCount returns how many objects have changes waiting for Update
+// (kube-proxy's *_changes_pending gauges).
+func (t *EndpointsTracker) PendingCount() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.pending)
 }
 
 // Update applies the pending changes and returns the service ports whose

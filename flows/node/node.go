@@ -45,6 +45,12 @@ const (
 	// PriorityReply sends replies of connections that came from the
 	// gateway back out to it, between the subnets and the default route.
 	PriorityReply plan.Priority = 60
+	// PrioritySNATDone sends original-direction packets that table 40 has
+	// already SNATed (a service connection to a host-network endpoint
+	// outside the pod subnets) out through the gateway, below the subnets
+	// and the host, above the default route: no second SNAT, whatever the
+	// source (a pod, the host, the uplink).
+	PrioritySNATDone plan.Priority = 55
 	// PriorityNextHopBase is the priority of a /0 next hop; a /N adds N, so
 	// that the longest prefix wins.
 	PriorityNextHopBase plan.Priority = 100
@@ -312,6 +318,10 @@ func NodeFlows(c Config) ([]openflow.Flow, error) {
 		// NodePort client, the host through the masquerade) go back to it.
 		add(flow(plan.PodRouting, PriorityReply, then(nil, plan.PodGatewayOutput), f.eth(),
 			openflow.CtState(openflow.CtRpl|openflow.CtTrk, openflow.CtRpl|openflow.CtTrk)))
+		// Outside the cluster, SNAT already done (a host endpoint): to the
+		// gateway.
+		add(flow(plan.PodRouting, PrioritySNATDone, then(nil, plan.PodGatewayOutput), f.eth(),
+			openflow.CtState(openflow.CtSNAT|openflow.CtTrk, openflow.CtSNAT|openflow.CtRpl|openflow.CtTrk)))
 		// The default route, only for pods: egress SNAT.
 		add(flow(plan.PodRouting, plan.PriorityLow, then(nil, plan.PodEgressSNAT), f.eth(), plan.FromPod.Match()))
 		if m, ok := c.masq(f.v6); ok {

@@ -224,33 +224,9 @@ func (s *Store) diff(opts DiffOptions) *Diff {
 	gch := map[uint32]bool{}
 	dirtyG := s.dirtyG
 	s.dirtyG = nil
-	for _, id := range dirtyG {
-		sl := s.groups[id]
-		if sl == nil || !sl.dirty {
-			continue
-		}
-		sl.dirty = false
-		c := groupChange{id: id, from: sl.installed, to: sl.desired}
-		switch {
-		case sl.desired == nil && sl.installed == nil:
-			delete(s.groups, id)
-			continue
-		case sl.desired == nil:
-			c.kind = Delete
-		case sl.installed == nil:
-			c.kind = Add
-		case sl.desired.sum != sl.installed.sum:
-			c.kind = Modify
-		default:
-			sl.installed = sl.desired
-			continue
-		}
-		var u *unit
-		if c.to != nil {
-			u = unitOf(c.to.owner)
-		} else {
-			u = unitOf(c.from.owner)
-		}
+	takeChanges(s.groups, dirtyG, func(id uint32, kind ChangeKind, from, to *groupEntry) {
+		c := groupChange{id: id, kind: kind, from: from, to: to}
+		u := unitOf(changeOwner(c.to, c.from))
 		if c.from != nil && c.to != nil && c.from.owner != nil && c.from.owner.name != c.to.owner.name {
 			u = union(u, unitOf(c.from.owner))
 		}
@@ -276,45 +252,21 @@ func (s *Store) diff(opts DiffOptions) *Diff {
 		}
 		u.size += 1 + len(c.groupBuckets())/256
 		gch[id] = true
-	}
+	})
 
 	// Meters.
 	dirtyM := s.dirtyM
 	s.dirtyM = nil
-	for _, id := range dirtyM {
-		sl := s.meters[id]
-		if sl == nil || !sl.dirty {
-			continue
-		}
-		sl.dirty = false
-		c := meterChange{id: id, from: sl.installed, to: sl.desired}
-		switch {
-		case sl.desired == nil && sl.installed == nil:
-			delete(s.meters, id)
-			continue
-		case sl.desired == nil:
-			c.kind = Delete
-		case sl.installed == nil:
-			c.kind = Add
-		case sl.desired.sum != sl.installed.sum:
-			c.kind = Modify
-		default:
-			sl.installed = sl.desired
-			continue
-		}
-		var u *unit
-		if c.to != nil {
-			u = unitOf(c.to.owner)
-		} else {
-			u = unitOf(c.from.owner)
-		}
+	takeChanges(s.meters, dirtyM, func(id uint32, kind ChangeKind, from, to *meterEntry) {
+		c := meterChange{id: id, kind: kind, from: from, to: to}
+		u := unitOf(changeOwner(c.to, c.from))
 		if c.kind == Delete {
 			if n := s.refs[refKey{true, id}]; n > 0 {
 				block(u, fmt.Errorf("meter %d: nobody wants it but %d desired flows or buckets still use it", id, n))
 			}
 		}
 		u.meters = append(u.meters, c)
-	}
+	})
 
 	// Flows.
 	dirtyF := s.dirtyF
@@ -326,22 +278,16 @@ func (s *Store) diff(opts DiffOptions) *Diff {
 		}
 		sl.dirty = false
 		c := flowChange{key: k, from: sl.installed, to: sl.desired}
-		switch {
-		case sl.desired == nil && sl.installed == nil:
+		step, kind := sl.step(func(d, i *flowEntry) bool { return d.fp() != i.fp() })
+		if step == stepEmpty {
 			delete(s.flows, k)
-			continue
-		case sl.desired == nil:
-			c.kind = Delete
-		case sl.installed == nil:
-			c.kind = Add
-		case sl.desired.fp() != sl.installed.fp():
-			c.kind = Modify
-		default:
-			sl.installed = sl.desired
-			s.flows[k] = sl
 			continue
 		}
 		s.flows[k] = sl
+		if step != stepChange {
+			continue
+		}
+		c.kind = kind
 		var fromOwner, toOwner *owner
 		if c.from != nil {
 			fromOwner = c.from.owner
@@ -473,6 +419,48 @@ func (s *Store) diff(opts DiffOptions) *Diff {
 	}
 	return d
 }
+
+// idEntry is a group or meter entry: it has an owner and a fingerprint.
+type idEntry[E any] interface {
+	*E
+	ownedBy() *owner
+	fingerprint() uint64
+}
+
+// takeChanges passes each change that the dirty slots among ids in m ask
+// for to change, marking the slots clean, settling those in step and
+// dropping the empty ones.
+func takeChanges[E any, P idEntry[E]](m map[uint32]*slot[E], ids []uint32, change func(id uint32, kind ChangeKind, from, to P)) {
+	for _, id := range ids {
+		sl := m[id]
+		if sl == nil || !sl.dirty {
+			continue
+		}
+		sl.dirty = false
+		from, to := P(sl.installed), P(sl.desired)
+		step, kind := sl.step(func(d, i *E) bool { return P(d).fingerprint() != P(i).fingerprint() })
+		switch step {
+		case stepEmpty:
+			delete(m, id)
+		case stepChange:
+			change(id, kind, from, to)
+		}
+	}
+}
+
+// changeOwner returns the owner of a change's desired entry, or of its
+// installed one when the change is a delete.
+func changeOwner[E any, P idEntry[E]](to, from P) *owner {
+	if to != nil {
+		return to.ownedBy()
+	}
+	return from.ownedBy()
+}
+
+func (e *groupEntry) ownedBy() *owner     { return e.owner }
+func (e *groupEntry) fingerprint() uint64 { return e.sum }
+func (e *meterEntry) ownedBy() *owner     { return e.owner }
+func (e *meterEntry) fingerprint() uint64 { return e.sum }
 
 func isMeta(c flowChange) bool {
 	return c.to != nil && c.to.owner != nil && c.to.owner.feature == plan.FeatureMeta

@@ -99,24 +99,47 @@ type meterEntry struct {
 	sum   uint64
 }
 
-// flowSlot pairs what is wanted with what is installed for one flow key.
-// A nil installed entry means "not on the switch, as far as we know".
-type flowSlot struct {
-	desired, installed *flowEntry
+// slot pairs what is wanted with what is installed for one flow key,
+// group id or meter id. A nil installed entry means "not on the switch, as
+// far as we know".
+type slot[E any] struct {
+	desired, installed *E
 	epoch              uint32 // last observation that saw it
 	dirty              bool
 }
 
-type groupSlot struct {
-	desired, installed *groupEntry
-	epoch              uint32
-	dirty              bool
-}
+type (
+	flowSlot  = slot[flowEntry]
+	groupSlot = slot[groupEntry]
+	meterSlot = slot[meterEntry]
+)
 
-type meterSlot struct {
-	desired, installed *meterEntry
-	epoch              uint32
-	dirty              bool
+// slotStep is what a dirty slot asks of the next diff.
+type slotStep uint8
+
+const (
+	stepEmpty  slotStep = iota // neither wanted nor installed: drop the slot
+	stepInStep                 // installed as wanted: nothing to send
+	stepChange                 // an Add, Modify or Delete to send
+)
+
+// step returns what the slot asks for and, for stepChange, the change's
+// kind; differ tells whether two entries differ (it is called only when
+// both exist). A slot in step is settled: its installed entry becomes the
+// desired one.
+func (sl *slot[E]) step(differ func(desired, installed *E) bool) (slotStep, ChangeKind) {
+	switch {
+	case sl.desired == nil && sl.installed == nil:
+		return stepEmpty, 0
+	case sl.desired == nil:
+		return stepChange, Delete
+	case sl.installed == nil:
+		return stepChange, Add
+	case differ(sl.desired, sl.installed):
+		return stepChange, Modify
+	}
+	sl.installed = sl.desired
+	return stepInStep, 0
 }
 
 type refKey struct {

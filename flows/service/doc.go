@@ -8,7 +8,10 @@
 //     loads the ServiceID and goes to a select group with
 //     selection_method=hash over the 5-tuple's addresses and ports (never
 //     dp_hash, which costs a recirculation). With ClientIP affinity it
-//     first looks the client up in table 31.
+//     first looks the client up in table 31. With externalTrafficPolicy
+//     Local (and internalTrafficPolicy Cluster), a local pod's own
+//     connection to an external VIP takes the cluster-wide group, at a
+//     higher priority, as kube-proxy short-circuits it.
 //   - one bucket per endpoint: load the endpoint address and port into
 //     registers and resubmit to table 35.
 //   - table 35 (EndpointDNAT): per endpoint,
@@ -20,6 +23,16 @@
 //     or the uplink) and for a pod reaching itself (hairpin). With ClientIP
 //     affinity the flow first learns the client's binding into table 31
 //     (Open vSwitch does not run learn inside a group bucket).
+//   - SCTP: Open vSwitch 3.1's userspace conntrack tracks SCTP as a
+//     generic protocol, by addresses only, and NATs only addresses. The
+//     DNAT flow sets the endpoint's port (set_field, which makes Open
+//     vSwitch recompute the SCTP CRC32c) before an address-only nat, and
+//     table 30 translates the ports of the rest of the association
+//     statelessly: established original-direction packets to the VIP's
+//     port (matched with ct_nw_dst, the VIP) get the endpoint's port, and
+//     replies from the endpoint's port (whose source the conntrack lookup
+//     has restored to the VIP) get the VIP's port. A client's associations
+//     to one VIP address share one conntrack entry, and so one endpoint.
 //   - without endpoints: a reject by metered packet-in (userdata: category
 //     byte PacketInReject, then the ServiceID, big-endian); an idled service
 //     gets nothing here and is left to the unidling hook.

@@ -2,6 +2,7 @@ package service
 
 import (
 	"encoding/binary"
+	"fmt"
 	"net/netip"
 
 	"nodeflow/flows/plan"
@@ -53,6 +54,36 @@ func affinityBits(checked, chosen bool) openflow.Field {
 		v |= 1 << e.Start()
 	}
 	return openflow.Reg(c.Index(), v, mask)
+}
+
+// regPart is a value of one field of a 32-bit register.
+type regPart struct {
+	f plan.Field
+	v uint64
+}
+
+// regMatch matches several fields of one 32-bit register together (an
+// OpenFlow match holds each register once).
+func regMatch(parts ...regPart) openflow.Field {
+	var value, mask uint32
+	for i, p := range parts {
+		if p.f.Space() != plan.SpaceReg || p.f.Index() != parts[0].f.Index() {
+			panic(fmt.Sprintf("service: field %d (%s) is not in the register of %s", i, p.f, parts[0].f))
+		}
+		v, m, err := p.f.Value32(uint32(p.v))
+		if err != nil {
+			panic(err)
+		}
+		value, mask = value|v, mask|m
+	}
+	return openflow.Reg(parts[0].f.Index(), value, mask)
+}
+
+func b2u(b bool) uint64 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // vipMatch matches a new connection to v.

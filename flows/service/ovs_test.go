@@ -163,6 +163,12 @@ func TestOVSAcceptsServiceState(t *testing.T) {
 		{"SCTP without endpoints is rejected",
 			"in_port=1,sctp,dl_src=0a:58:0a:80:00:05,dl_dst=0a:58:0a:80:00:01,nw_src=10.128.0.5,nw_dst=10.96.0.12,sctp_src=40000,sctp_dst=9",
 			[]string{"controller(", "meter_id=2"}},
+		{"a pod's own connection to an externalTrafficPolicy=Local NodePort without a local endpoint takes the cluster-wide group",
+			"in_port=1,tcp,dl_src=0a:58:0a:80:00:05,dl_dst=0a:58:0a:80:00:01,nw_src=10.128.0.5,nw_dst=172.18.0.3,tp_dst=30081,tp_src=40000",
+			[]string{"priority 300", "group:", "nat(dst=10.128.1.5:8080)"}},
+		{"SCTP to a ClusterIP sets the endpoint's port before an address-only DNAT",
+			"in_port=1,sctp,dl_src=0a:58:0a:80:00:05,dl_dst=0a:58:0a:80:00:01,nw_src=10.128.0.5,nw_dst=10.96.0.15,sctp_src=40000,sctp_dst=9999",
+			[]string{"group:", "->sctp_dst", "nat(dst="}},
 	}
 	recirc := regexp.MustCompile(`(?m)^\s*Resuming from table`)
 	for _, tr := range traces {

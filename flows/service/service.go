@@ -221,6 +221,14 @@ func (b *builder) family(all []proxy.Endpoint) error {
 			if err := b.lb(GroupKey(p.Name, b.fam, true), externalVIPs, external, anyEps); err != nil {
 				return err
 			}
+			// Like kube-proxy, a pod's own traffic to an external VIP of an
+			// externalTrafficPolicy=Local service is not external: it goes
+			// to the cluster-wide endpoints, which the internal group holds
+			// when internalTrafficPolicy is Cluster.
+			if p.ExternalPolicyLocal && !p.InternalPolicyLocal && len(internal) > 0 {
+				gid := b.out.GroupIDs[GroupKey(p.Name, b.fam, false)]
+				b.out.Pod.Flows = append(b.out.Pod.Flows, b.vipFlows(externalVIPs, gid, &plan.FromPod, plan.PriorityOverride)...)
+			}
 		}
 	}
 	b.gateway(externalVIPs)
@@ -256,38 +264,7 @@ func (b *builder) lb(key string, vips []vip, eps []proxy.Endpoint, anyEps bool) 
 		}
 		return nil
 	}
-	affinity := b.port.AffinityTimeout > 0
-	for _, v := range vips {
-		m := b.vipMatch(v)
-		if !affinity {
-			st.Flows = append(st.Flows, openflow.Flow{
-				Table: uint8(plan.PodServiceLB), Priority: uint16(plan.PriorityHigh), Match: m,
-				Instructions: apply(mustLoad(plan.ServiceID.LoadValue(uint64(gid))), openflow.Group{ID: gid}),
-			})
-			continue
-		}
-		// Affinity: look up table 31 once (bits 00), then either the learned
-		// endpoint (EndpointChosen) or the group (looked up, not chosen).
-		st.Flows = append(st.Flows,
-			openflow.Flow{
-				Table: uint8(plan.PodServiceLB), Priority: uint16(plan.PriorityHigh),
-				Match: withField(m, affinityBits(false, false)),
-				Instructions: apply(mustLoad(plan.ServiceID.LoadValue(uint64(gid))),
-					openflow.ResubmitTable(uint8(plan.PodSessionAffinity)),
-					plan.AffinityLookedUp.Load(),
-					openflow.ResubmitTable(uint8(plan.PodServiceLB))),
-			},
-			openflow.Flow{
-				Table: uint8(plan.PodServiceLB), Priority: uint16(plan.PriorityHigh),
-				Match:        withField(m, plan.EndpointChosen.Match()),
-				Instructions: apply(openflow.ResubmitTable(uint8(plan.PodEndpointDNAT))),
-			},
-			openflow.Flow{
-				Table: uint8(plan.PodServiceLB), Priority: uint16(plan.PriorityHigh),
-				Match:        withField(m, affinityBits(true, false)),
-				Instructions: apply(openflow.Group{ID: gid}),
-			})
-	}
+	st.Flows = append(st.Flows, b.vipFlows(vips, gid, nil, plan.PriorityHigh)...)
 	g := openflow.GroupEntry{ID: gid, Type: openflow.GroupTypeSelect, SelectionMethod: "hash", SelectionFields: b.hashFields()}
 	for i, e := range eps {
 		ep := b.classify(e)
@@ -297,7 +274,131 @@ func (b *builder) lb(key string, vips []vip, eps []proxy.Endpoint, anyEps bool) 
 		st.Flows = append(st.Flows, b.dnat(gid, ep, e.Port)...)
 	}
 	st.Groups = append(st.Groups, g)
+	if b.l4.proto == protoSCTP {
+		st.Flows = append(st.Flows, b.sctpPorts(vips, eps)...)
+	}
 	return nil
+}
+
+// protoSCTP is SCTP's IP protocol number.
+const protoSCTP = 132
+
+// sctpPorts returns the table-30 flows that translate SCTP ports, which
+// Open vSwitch's userspace conntrack does not: it tracks SCTP as a generic
+// protocol, by addresses only, and its NAT rewrites only addresses. The
+// DNAT flow of table 35 sets the endpoint's port on the first packet
+// (set_field, after which Open vSwitch recomputes the SCTP CRC32c); these
+// do it statelessly for the rest of the association:
+//
+//   - original direction, established (ct(nat) in table 25 has restored
+//     the endpoint address; until the first reply, packets are +new and
+//     take table 35 again): for a connection whose original destination
+//     was the VIP, still addressed to the VIP's port, set the endpoint's
+//     port;
+//   - reply direction (ct(nat) has put the VIP back as the source): from
+//     the endpoint's port, set the VIP's port.
+//
+// Both then go on to table 40, as the table's miss would. A VIP whose port
+// equals the endpoint's needs neither.
+func (b *builder) sctpPorts(vips []vip, eps []proxy.Endpoint) []openflow.Flow {
+	var out []openflow.Flow
+	next := openflow.GotoTable{Table: uint8(plan.PodSNAT)}
+	for _, v := range vips {
+		replied := map[uint16]bool{}
+		for _, e := range eps {
+			if e.Port == v.port {
+				continue
+			}
+			ep := b.classify(e)
+			out = append(out, openflow.Flow{
+				Table: uint8(plan.PodServiceLB), Priority: uint16(plan.PriorityHigh),
+				Match: openflow.NewMatch(
+					openflow.CtState(openflow.CtEst|openflow.CtTrk, openflow.CtEst|openflow.CtRpl|openflow.CtTrk),
+					openflow.EthType(b.ethType()), openflow.IPProto(b.l4.proto), b.ctDstIP(v.addr),
+					b.dstIP(ep.addr), b.l4.dst(v.port)),
+				Instructions: []openflow.Instruction{
+					openflow.ApplyActions{Actions: []openflow.Action{openflow.SetField{Field: b.l4.dst(e.Port)}}}, next},
+			})
+			if replied[e.Port] {
+				continue
+			}
+			replied[e.Port] = true
+			out = append(out, openflow.Flow{
+				Table: uint8(plan.PodServiceLB), Priority: uint16(plan.PriorityHigh),
+				Match: openflow.NewMatch(
+					openflow.CtState(openflow.CtRpl|openflow.CtTrk, openflow.CtRpl|openflow.CtTrk),
+					openflow.EthType(b.ethType()), openflow.IPProto(b.l4.proto), b.srcIP(v.addr), b.l4.src(e.Port)),
+				Instructions: []openflow.Instruction{
+					openflow.ApplyActions{Actions: []openflow.Action{openflow.SetField{Field: b.l4.src(v.port)}}}, next},
+			})
+		}
+	}
+	return out
+}
+
+// ctDstIP matches the original destination of the connection.
+func (b *builder) ctDstIP(a netip.Addr) openflow.Field {
+	if b.fam == proxy.IPv6 {
+		return openflow.CtIPv6Dst(a)
+	}
+	return openflow.CtNwDst(a)
+}
+
+// vipFlows returns the table-30 flows that send new connections to vips
+// to group gid, at priority prio; with source set, only packets that
+// entered br0 from there (plan.PktSource).
+func (b *builder) vipFlows(vips []vip, gid uint32, source *plan.Mark, prio plan.Priority) []openflow.Flow {
+	var out []openflow.Flow
+	// bits matches reg0's affinity bits, and the source when set (a match
+	// holds each register once).
+	bits := func(checked, chosen bool, chosenOnly bool) openflow.Field {
+		if source == nil {
+			if chosenOnly {
+				return plan.EndpointChosen.Match()
+			}
+			return affinityBits(checked, chosen)
+		}
+		parts := []regPart{{source.Field(), source.Value()}, {plan.EndpointSelected, b2u(chosen)}}
+		if !chosenOnly {
+			parts = append(parts, regPart{plan.AffinityChecked, b2u(checked)})
+		}
+		return regMatch(parts...)
+	}
+	for _, v := range vips {
+		m := b.vipMatch(v)
+		if b.port.AffinityTimeout <= 0 {
+			if source != nil {
+				m = withField(m, source.Match())
+			}
+			out = append(out, openflow.Flow{
+				Table: uint8(plan.PodServiceLB), Priority: uint16(prio), Match: m,
+				Instructions: apply(mustLoad(plan.ServiceID.LoadValue(uint64(gid))), openflow.Group{ID: gid}),
+			})
+			continue
+		}
+		// Affinity: look up table 31 once (bits 00), then either the learned
+		// endpoint (EndpointChosen) or the group (looked up, not chosen).
+		out = append(out,
+			openflow.Flow{
+				Table: uint8(plan.PodServiceLB), Priority: uint16(prio),
+				Match: withField(m, bits(false, false, false)),
+				Instructions: apply(mustLoad(plan.ServiceID.LoadValue(uint64(gid))),
+					openflow.ResubmitTable(uint8(plan.PodSessionAffinity)),
+					plan.AffinityLookedUp.Load(),
+					openflow.ResubmitTable(uint8(plan.PodServiceLB))),
+			},
+			openflow.Flow{
+				Table: uint8(plan.PodServiceLB), Priority: uint16(prio),
+				Match:        withField(m, bits(false, true, true)),
+				Instructions: apply(openflow.ResubmitTable(uint8(plan.PodEndpointDNAT))),
+			},
+			openflow.Flow{
+				Table: uint8(plan.PodServiceLB), Priority: uint16(prio),
+				Match:        withField(m, bits(true, false, false)),
+				Instructions: apply(openflow.Group{ID: gid}),
+			})
+	}
+	return out
 }
 
 // epKind is how an endpoint is reached.
@@ -346,7 +447,16 @@ func (b *builder) dnat(gid uint32, ep classified, port uint16) []openflow.Flow {
 		mustMatch(plan.ServiceID.MatchValue(uint64(gid))), b.matchEndpoint(ep.addr),
 		mustMatch(plan.EndpointPort.MatchValue(uint64(port))))
 	commit := func(mark *plan.Mark) []openflow.Instruction {
-		nested := []openflow.Action{openflow.NAT{Dst: true, MinAddr: ep.addr, MinPort: port}}
+		nat := openflow.NAT{Dst: true, MinAddr: ep.addr, MinPort: port}
+		var acts []openflow.Action
+		if b.l4.proto == protoSCTP {
+			// Open vSwitch's userspace conntrack translates only the
+			// addresses of SCTP: the port is set here, and by table 30's
+			// flows for the rest of the association (sctpPorts).
+			nat.MinPort = 0
+			acts = append(acts, openflow.SetField{Field: b.l4.dst(port)})
+		}
+		nested := []openflow.Action{nat}
 		if mark != nil {
 			nested = append(nested, mark.Load())
 		}
@@ -356,9 +466,9 @@ func (b *builder) dnat(gid uint32, ep classified, port uint16) []openflow.Flow {
 			// cannot hold learn: the binding is learned here instead, on
 			// every new connection, which also restarts its timeout as
 			// kube-proxy's does.
-			return apply(b.learn(ep.addr, port), ct)
+			acts = append(acts, b.learn(ep.addr, port))
 		}
-		return apply(ct)
+		return apply(append(acts, ct)...)
 	}
 	flow := func(prio plan.Priority, m openflow.Match, mark *plan.Mark) openflow.Flow {
 		return openflow.Flow{Table: uint8(plan.PodEndpointDNAT), Priority: uint16(prio), Match: m, Instructions: commit(mark)}

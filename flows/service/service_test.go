@@ -116,6 +116,15 @@ func goldenCases() []struct {
 		Name: name("idled", "http", v1.ProtocolTCP), Protocol: v1.ProtocolTCP, Port: 80,
 		ClusterIPs: []netip.Addr{a("10.96.0.14")}, Idled: true,
 	}
+	sctp := &proxy.ServicePort{
+		Name: name("sctp", "assoc", v1.ProtocolSCTP), Protocol: v1.ProtocolSCTP, Port: 9999, NodePort: 30999,
+		ClusterIPs: []netip.Addr{a("10.96.0.15"), a("fd02::15")},
+	}
+	localAff := &proxy.ServicePort{
+		Name: name("local-aff", "http", v1.ProtocolTCP), Protocol: v1.ProtocolTCP, Port: 80, NodePort: 30082,
+		ClusterIPs: []netip.Addr{a("10.96.0.16")}, LoadBalancerIPs: []netip.Addr{a("198.51.100.16")},
+		ExternalPolicyLocal: true, AffinityTimeout: 10 * time.Second,
+	}
 	terminating := ready("10.128.0.9", 8080, "node1")
 	terminating.Ready, terminating.Terminating = false, true
 	return []struct {
@@ -138,6 +147,17 @@ func goldenCases() []struct {
 		{"empty_sctp_reject", Input{Port: empty}},
 		{"local_etp_no_local_endpoint", Input{Port: local, Endpoints: []proxy.Endpoint{ready("10.128.1.5", 8080, "node2")}}},
 		{"idled_no_endpoints", Input{Port: idled}},
+		// External traffic: the local pod only; a pod's own traffic to the
+		// external VIPs: both (kube-proxy's short-circuit), with affinity.
+		{"local_etp_affinity_pod_shortcircuit", Input{Port: localAff, Endpoints: []proxy.Endpoint{
+			ready("10.128.0.2", 8080, "node1"), ready("10.128.1.5", 8080, "node2"),
+		}}},
+		{"sctp_port_translation", Input{Port: sctp, Endpoints: []proxy.Endpoint{
+			ready("10.128.0.2", 7777, "node1"), // local pod
+			ready("10.128.1.5", 7777, "node2"), // remote pod
+			ready("172.18.0.3", 9999, "node1"), // this node's IP, on the service port
+			ready("fd01::2", 7777, "node1"),    // IPv6 local pod
+		}}},
 	}
 }
 

@@ -1,0 +1,126 @@
+package controller
+
+import (
+	"context"
+	"slices"
+	"testing"
+
+	"nodeflow/flows/service"
+	"nodeflow/proxy"
+)
+
+// recordingIdler records the idle handler's calls.
+type recordingIdler struct{ calls []string }
+
+func (r *recordingIdler) Idled(n proxy.ServicePortName, port *proxy.ServicePort, ids map[string]uint32) {
+	if port == nil || len(ids) == 0 {
+		r.calls = append(r.calls, "idled-without-port-or-ids "+n.String())
+		return
+	}
+	r.calls = append(r.calls, "idled "+n.String())
+}
+
+func (r *recordingIdler) Unidled(n proxy.ServicePortName) {
+	r.calls = append(r.calls, "unidled "+n.String())
+}
+
+func TestServiceProxyIdledPortsGoToTheHandler(t *testing.T) {
+	p := testServiceProxy(t)
+	h := &recordingIdler{}
+	p.a.SetIdleHandler(h)
+	ctx := context.Background()
+	svc := webService("10.96.0.10")
+	svc.Annotations = map[string]string{proxy.IdledAtAnnotation: "2026-11-21T07:00:00Z"}
+	p.svcs.Record(nil, svc)
+	if err := p.sync(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"idled " + webPort.String()}; !slices.Equal(h.calls, want) {
+		t.Fatalf("handler calls %q, want %q", h.calls, want)
+	}
+	pod, _ := p.a.podStore.Get(service.Owner(webPort))
+	for _, f := range pod.Flows {
+		if hasController(f) {
+			t.Errorf("an idled service got a reject flow: %s", f)
+		}
+	}
+	if len(pod.Groups) != 0 {
+		t.Errorf("an idled service without endpoints got groups: %+v", pod.Groups)
+	}
+
+	// Pods come back: the group is built and the handler lets go.
+	slice := webSlice("10.244.2.5")
+	p.eps.Record(nil, slice)
+	if err := p.sync(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	pod, _ = p.a.podStore.Get(service.Owner(webPort))
+	if len(pod.Groups) != 1 {
+		t.Errorf("unidled service: %d groups, want 1", len(pod.Groups))
+	}
+	if want := []string{"idled " + webPort.String(), "unidled " + webPort.String()}; !slices.Equal(h.calls, want) {
+		t.Fatalf("handler calls %q, want %q", h.calls, want)
+	}
+
+	// Idled again (endpoints gone, annotation still there), then deleted.
+	p.eps.Record(slice, webSlice())
+	if err := p.sync(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	p.svcs.Record(svc, nil)
+	if err := p.sync(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"idled " + webPort.String(), "unidled " + webPort.String(), "idled " + webPort.String(), "unidled " + webPort.String()}
+	if !slices.Equal(h.calls, want) {
+		t.Fatalf("handler calls %q, want %q", h.calls, want)
+	}
+}
+
+func TestServiceProxyPendingGauges(t *testing.T) {
+	p := testServiceProxy(t)
+	p.svcs.Record(nil, webService("10.96.0.10"))
+	p.eps.Record(nil, webSlice("10.244.2.5"))
+	for name, want := range map[string]float64{
+		"kubeproxy_sync_proxy_rules_service_changes_pending":  1,
+		"kubeproxy_sync_proxy_rules_endpoint_changes_pending": 1,
+	} {
+		if got := gatherValue(t, p, name); got != want {
+			t.Errorf("%s = %v before the sync, want %v", name, got, want)
+		}
+	}
+	if err := p.sync(context.Background(), false); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"kubeproxy_sync_proxy_rules_service_changes_pending", "kubeproxy_sync_proxy_rules_endpoint_changes_pending"} {
+		if got := gatherValue(t, p, name); got != 0 {
+			t.Errorf("%s = %v after the sync, want 0", name, got)
+		}
+	}
+	if c := histCount(t, p.metrics.fullSync); c != 1 {
+		t.Errorf("the first sync is a full one: full-sync histogram has %d observations, want 1", c)
+	}
+	p.eps.Record(webSlice("10.244.2.5"), webSlice("10.244.2.6"))
+	if err := p.sync(context.Background(), false); err != nil {
+		t.Fatal(err)
+	}
+	if c := histCount(t, p.metrics.partialSync); c != 1 {
+		t.Errorf("partial-sync histogram has %d observations, want 1", c)
+	}
+}
+
+// gatherValue reads one gauge from the agent's registry.
+func gatherValue(t *testing.T, p *serviceProxy, name string) float64 {
+	t.Helper()
+	mfs, err := p.a.metrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.Metric) == 1 {
+			return mf.Metric[0].GetGauge().GetValue()
+		}
+	}
+	t.Fatalf("metric %s not registered", name)
+	return 0
+}

@@ -1,0 +1,943 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
+
+	"nodeflow/testbed"
+	"nodeflow/testbed/nsutil"
+)
+
+// The Services benchmark's load: N selectorless ClusterIP Services of one
+// TCP port, each with one EndpointSlice of endpointsPerService endpoints in
+// node2's pod CIDR (remote endpoints for node1, where it measures).
+const (
+	endpointsPerService = 10
+	benchSvcPort        = 80
+	benchTargetPort     = 8080
+	// benchManagedBy keeps the endpoint-slice controllers away from the
+	// benchmark's slices.
+	benchManagedBy = "bench.nodeflow.io"
+	// kubeProxyAddr is the address of kube-proxy's interface in its
+	// network namespace, and of its Node object.
+	kubeProxyAddr = "172.31.255.1"
+)
+
+var (
+	svcScaleOnce sync.Once
+	svcScaleRes  map[string]float64
+)
+
+// BenchmarkServices10k creates NODEFLOW_BENCH_SERVICES (default 10,000)
+// Services of 10 endpoints each through the testbed's kube-apiserver and
+// measures, for the nodeflow agent on node1: the time from the first create
+// until every group is in br0 (checked against OVS), its RSS before and
+// after, and then NODEFLOW_BENCH_CHANGES (default 100) changes of one
+// Service's endpoints, one at a time: the latency from the API write until
+// the new bucket is in OVS (polled with ovs-ofctl dump-groups) and as the
+// agent's network_programming_duration_seconds histogram gives it, and the
+// agent's CPU time for the changes. Then it runs kube-proxy (nftables mode,
+// built on demand by testbed/tools/build.sh kube-proxy) in a network
+// namespace of its own against the same API server and load, measures its
+// first full sync, RSS, and the same changes, and reports the ratios
+// nodeflow / kube-proxy. NODEFLOW_BENCH_KUBEPROXY=0 leaves kube-proxy out.
+//
+// It takes minutes at 10,000 Services; run it alone, once:
+//
+//	NODEFLOW_REQUIRE_OVS=1 go test -count=1 -run '^$' -bench Services10k -benchtime 1x -timeout 60m -v ./testbed/e2e
+func BenchmarkServices10k(b *testing.B) {
+	e := up(b)
+	if !e.state.Agent {
+		b.Skipf("nodeflow agent does not run: %s", e.state.AgentReason)
+	}
+	// The scenario cannot repeat on the same cluster: it runs once, and a
+	// second call (b.N > 1) reports the same figures.
+	svcScaleOnce.Do(func() { svcScaleRes = runServicesScale(b, e) })
+	if svcScaleRes == nil {
+		b.Fatal("the Services benchmark failed in an earlier call")
+	}
+	keys := slices.Sorted(func(yield func(string) bool) {
+		for k := range svcScaleRes {
+			if !yield(k) {
+				return
+			}
+		}
+	})
+	for _, k := range keys {
+		b.ReportMetric(svcScaleRes[k], k)
+	}
+}
+
+func envInt(b testing.TB, name string, def int) int {
+	b.Helper()
+	s := os.Getenv(name)
+	if s == "" {
+		return def
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 0 {
+		b.Fatalf("%s=%q: want a count", name, s)
+	}
+	return n
+}
+
+// runServicesScale runs the whole scenario and returns the metrics to
+// report, by unit.
+func runServicesScale(b *testing.B, e *env) map[string]float64 {
+	n := envInt(b, "NODEFLOW_BENCH_SERVICES", 10000)
+	changes := envInt(b, "NODEFLOW_BENCH_CHANGES", 100)
+	withKubeProxy := os.Getenv("NODEFLOW_BENCH_KUBEPROXY") != "0"
+	if n < 1 || changes < 1 {
+		b.Fatal("NODEFLOW_BENCH_SERVICES and NODEFLOW_BENCH_CHANGES must be at least 1")
+	}
+	res := map[string]float64{"services": float64(n)}
+	b.StopTimer()
+
+	// Build kube-proxy first: minutes when cold, and nothing to measure yet.
+	var kubeProxy string
+	if withKubeProxy {
+		kubeProxy = buildKubeProxy(b)
+	}
+
+	m, _ := e.state.Member("node1")
+	agentPID := nodeAgentPID(b, e, m)
+	client := fastClient(b, e)
+	ctx := context.Background()
+
+	ns := fmt.Sprintf("bench-svc-%d", os.Getpid()%100000)
+	if _, err := client.CoreV1().Namespaces().Create(ctx, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	remote := podPrefix(b, client, "node2")
+
+	// Before: the agent's services, br0's groups and buckets, RSS.
+	am := scrapeAgent(b, m)
+	ports0 := am.value("nodeflow_service_ports", "")
+	groups0, buckets0 := countGroups(b, m)
+	rss0 := mustRSS(b, agentPID)
+	b.Logf("before: agent pid %d, %d service ports, %d groups (%d buckets), RSS %d KiB", agentPID, int(ports0), groups0, buckets0, rss0)
+
+	// Create the Services and their EndpointSlices.
+	start := time.Now()
+	createServices(b, client, ns, n, remote)
+	created := time.Since(start)
+	b.Logf("created %d Services and EndpointSlices in %s (%.0f objects/s)", n, created.Round(time.Millisecond), float64(2*n)/created.Seconds())
+	eventually(b, 30*time.Minute, "agent holds every service port", func(ctx context.Context) error {
+		if v := scrapeAgent(b, m).value("nodeflow_service_ports", ""); v < ports0+float64(n) {
+			return fmt.Errorf("%d of %d service ports", int(v-ports0), n)
+		}
+		return nil
+	})
+	eventually(b, 30*time.Minute, "every group and bucket in br0", func(ctx context.Context) error {
+		g, bk := countGroups(b, m)
+		if g < groups0+n || bk < buckets0+n*endpointsPerService {
+			return fmt.Errorf("br0 holds %d of %d new groups, %d of %d new buckets", g-groups0, n, bk-buckets0, n*endpointsPerService)
+		}
+		return nil
+	})
+	programmed := time.Since(start)
+	rss1 := mustRSS(b, agentPID)
+	flows := countFlows(b, m)
+	b.Logf("nodeflow: all %d services in OVS %s after the first create (%s after the last); RSS %d KiB (+%d), br0 %d flows",
+		n, programmed.Round(time.Millisecond), (programmed - created).Round(time.Millisecond), rss1, rss1-rss0, flows)
+	res["s-create-api"] = created.Seconds()
+	res["s-nodeflow-all-in-ovs"] = programmed.Seconds()
+	res["s-nodeflow-after-last-create"] = (programmed - created).Seconds()
+	res["MiB-nodeflow-RSS"] = float64(rss1) / 1024
+	res["KiB-nodeflow-per-svc"] = float64(rss1-rss0) / float64(n)
+	res["br0-flows"] = float64(flows)
+
+	// One Service's endpoints, changed one at a time.
+	target := "svc-00000"
+	gid := groupOf(b, m, endpointAddr(remote, 0, 0, n))
+	hist0 := scrapeAgent(b, m).histogram("kubeproxy_network_programming_duration_seconds", "")
+	cpu0 := cpuTicks(b, agentPID, false)
+	nfLat := changeEndpoints(b, client, ns, target, remote, n, changes, 0, func(ctx context.Context, k int, ip netip.Addr) error {
+		if !groupHas(b, m, gid, ip) {
+			return fmt.Errorf("group %d has no bucket for %s", gid, ip)
+		}
+		return nil
+	}, func(ctx context.Context, k int) error {
+		// The agent observed the change (its barrier came back) before
+		// the next one.
+		h := scrapeAgent(b, m).histogram("kubeproxy_network_programming_duration_seconds", "")
+		if h.count < hist0.count+float64(k+1) {
+			return fmt.Errorf("histogram holds %v of %d changes", h.count-hist0.count, k+1)
+		}
+		return nil
+	})
+	cpu1 := cpuTicks(b, agentPID, false)
+	hist1 := scrapeAgent(b, m).histogram("kubeproxy_network_programming_duration_seconds", "")
+	delta := hist1.minus(hist0)
+	res["ms-nodeflow-p50"] = percentile(nfLat, 50).Seconds() * 1000
+	res["ms-nodeflow-p99"] = percentile(nfLat, 99).Seconds() * 1000
+	res["ms-nodeflow-metric-p50"] = delta.quantile(0.50) * 1000
+	res["ms-nodeflow-metric-p99"] = delta.quantile(0.99) * 1000
+	res["ms-nodeflow-cpu-changes"] = ticksToMs(cpu1 - cpu0)
+	b.Logf("nodeflow: %d changes: API write to bucket in OVS p50 %s p99 %s max %s; agent histogram p50 %.1f ms p99 %.1f ms (mean %.1f ms over %v); agent CPU %.0f ms",
+		changes, percentile(nfLat, 50), percentile(nfLat, 99), percentile(nfLat, 100), delta.quantile(0.5)*1000, delta.quantile(0.99)*1000,
+		delta.sum/math.Max(delta.count, 1)*1000, delta.count, ticksToMs(cpu1-cpu0))
+
+	if !withKubeProxy {
+		return res
+	}
+	kp := runKubeProxy(b, e, client, kubeProxy, ns, n)
+	res["s-kubeproxy-first-sync-from-start"] = kp.firstFromStart.Seconds()
+	res["s-kubeproxy-first-full-sync"] = kp.firstFull
+	res["MiB-kubeproxy-RSS"] = float64(kp.rss) / 1024
+	hk0 := kp.scrape(b).histogram("kubeproxy_network_programming_duration_seconds", `ip_family="IPv4"`)
+	pk0 := kp.scrape(b).histogram("kubeproxy_sync_partial_proxy_rules_duration_seconds", `ip_family="IPv4"`)
+	kcpu0 := cpuTicks(b, kp.pid, true)
+	kpLat := changeEndpoints(b, client, ns, target, remote, n, changes, changes, func(ctx context.Context, k int, ip netip.Addr) error {
+		return kp.chainHas(b, ip)
+	}, func(ctx context.Context, k int) error {
+		h := kp.scrape(b).histogram("kubeproxy_network_programming_duration_seconds", `ip_family="IPv4"`)
+		if h.count < hk0.count+float64(k+1) {
+			return fmt.Errorf("histogram holds %v of %d changes", h.count-hk0.count, k+1)
+		}
+		return nil
+	})
+	kcpu1 := cpuTicks(b, kp.pid, true)
+	after := kp.scrape(b)
+	hk := after.histogram("kubeproxy_network_programming_duration_seconds", `ip_family="IPv4"`).minus(hk0)
+	pk := after.histogram("kubeproxy_sync_partial_proxy_rules_duration_seconds", `ip_family="IPv4"`).minus(pk0)
+	if r, err := rssKiB(kp.pid); err == nil && r > kp.rss {
+		kp.rss = r
+	}
+	res["MiB-kubeproxy-RSS"] = float64(kp.rss) / 1024
+	res["ms-kubeproxy-p50"] = percentile(kpLat, 50).Seconds() * 1000
+	res["ms-kubeproxy-p99"] = percentile(kpLat, 99).Seconds() * 1000
+	res["ms-kubeproxy-metric-p50"] = hk.quantile(0.50) * 1000
+	res["ms-kubeproxy-metric-p99"] = hk.quantile(0.99) * 1000
+	res["ms-kubeproxy-partial-sync-mean"] = pk.sum / math.Max(pk.count, 1) * 1000
+	res["ms-kubeproxy-cpu-changes"] = ticksToMs(kcpu1 - kcpu0)
+	b.Logf("kube-proxy: %d changes: API write to rule in nftables p50 %s p99 %s max %s; its histogram p50 %.0f ms p99 %.0f ms (mean %.0f ms); %v partial syncs, mean %.0f ms; CPU (with nft children) %.0f ms; RSS %d KiB",
+		changes, percentile(kpLat, 50), percentile(kpLat, 99), percentile(kpLat, 100), hk.quantile(0.5)*1000, hk.quantile(0.99)*1000,
+		hk.sum/math.Max(hk.count, 1)*1000, pk.count, pk.sum/math.Max(pk.count, 1)*1000, ticksToMs(kcpu1-kcpu0), kp.rss)
+
+	ratio := func(name, x, y string) {
+		if res[y] > 0 {
+			res["ratio-"+name] = res[x] / res[y]
+		}
+	}
+	ratio("p50", "ms-nodeflow-p50", "ms-kubeproxy-p50")
+	ratio("p99", "ms-nodeflow-p99", "ms-kubeproxy-p99")
+	ratio("cpu", "ms-nodeflow-cpu-changes", "ms-kubeproxy-cpu-changes")
+	ratio("rss", "MiB-nodeflow-RSS", "MiB-kubeproxy-RSS")
+	ratio("initial", "s-nodeflow-after-last-create", "s-kubeproxy-first-full-sync")
+	return res
+}
+
+// fastClient is an admin client with a high rate limit, for bulk creates.
+func fastClient(b testing.TB, e *env) kubernetes.Interface {
+	b.Helper()
+	cfg, err := clientcmd.BuildConfigFromFlags("", e.state.Kubeconfig)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg.QPS, cfg.Burst = 2000, 4000
+	c, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return c
+}
+
+// nodeAgentPID returns the pid of the agent on m: the testbed's, or a new
+// one when an earlier benchmark stopped it.
+func nodeAgentPID(b *testing.B, e *env, m *testbed.Member) int {
+	b.Helper()
+	for _, p := range e.state.Processes {
+		if p.Name == "agent "+m.Name && syscall.Kill(p.PID, 0) == nil {
+			if st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.PID)); err == nil && !strings.Contains(string(st), ") Z ") {
+				return p.PID
+			}
+		}
+	}
+	cmd := startAgent(b, e, m)
+	eventually(b, 2*time.Minute, "agent ready", func(ctx context.Context) error { return agentReady(ctx, m) })
+	return cmd.Process.Pid
+}
+
+// podPrefix returns node's IPv4 pod CIDR.
+func podPrefix(b testing.TB, c kubernetes.Interface, node string) netip.Prefix {
+	b.Helper()
+	var p netip.Prefix
+	eventually(b, time.Minute, "pod CIDR of "+node, func(ctx context.Context) error {
+		n, err := c.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		for _, s := range n.Spec.PodCIDRs {
+			if q, err := netip.ParsePrefix(s); err == nil && q.Addr().Is4() {
+				p = q
+				return nil
+			}
+		}
+		return fmt.Errorf("no IPv4 pod CIDR: %v", n.Spec.PodCIDRs)
+	})
+	return p
+}
+
+// endpointAddr is endpoint j of service i, in the /24 remote: services
+// other than the first use hosts .10-.209; the first, whose endpoints the
+// benchmark changes, .220-.229 and, for the changes, .230-.249, so that
+// its addresses are its own.
+func endpointAddr(remote netip.Prefix, i, j, n int) netip.Addr {
+	a := remote.Masked().Addr().As4()
+	if i == 0 {
+		a[3] = byte(220 + j)
+	} else {
+		a[3] = byte(10 + (i*endpointsPerService+j)%200)
+	}
+	return netip.AddrFrom4(a)
+}
+
+// changeAddr is the address endpoint 0 of the first service takes in
+// change k (never the one it had just before).
+func changeAddr(remote netip.Prefix, k int) netip.Addr {
+	a := remote.Masked().Addr().As4()
+	a[3] = byte(230 + k%20)
+	return netip.AddrFrom4(a)
+}
+
+func benchSlice(ns, svc string, i, n int, remote netip.Prefix) *discovery.EndpointSlice {
+	s := &discovery.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: svc + "-1", Namespace: ns,
+			Labels: map[string]string{discovery.LabelServiceName: svc, discovery.LabelManagedBy: benchManagedBy},
+			Annotations: map[string]string{
+				v1.EndpointsLastChangeTriggerTime: time.Now().UTC().Format(time.RFC3339Nano),
+			},
+		},
+		AddressType: discovery.AddressTypeIPv4,
+		Ports:       []discovery.EndpointPort{{Name: ptr.To("http"), Port: ptr.To(int32(benchTargetPort)), Protocol: ptr.To(v1.ProtocolTCP)}},
+	}
+	for j := 0; j < endpointsPerService; j++ {
+		s.Endpoints = append(s.Endpoints, discovery.Endpoint{
+			Addresses:  []string{endpointAddr(remote, i, j, n).String()},
+			Conditions: discovery.EndpointConditions{Ready: ptr.To(true), Serving: ptr.To(true), Terminating: ptr.To(false)},
+			NodeName:   ptr.To("node2"),
+		})
+	}
+	return s
+}
+
+// createServices creates n Services and their EndpointSlices with parallel
+// writers.
+func createServices(b testing.TB, c kubernetes.Interface, ns string, n int, remote netip.Prefix) {
+	b.Helper()
+	const writers = 16
+	next := make(chan int)
+	errs := make(chan error, writers)
+	var wg sync.WaitGroup
+	for w := 0; w < writers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx := context.Background()
+			for i := range next {
+				name := fmt.Sprintf("svc-%05d", i)
+				svc := &v1.Service{
+					ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+					Spec: v1.ServiceSpec{
+						Type:  v1.ServiceTypeClusterIP,
+						Ports: []v1.ServicePort{{Name: "http", Port: benchSvcPort, TargetPort: intstr.FromInt32(benchTargetPort), Protocol: v1.ProtocolTCP}},
+					},
+				}
+				if _, err := c.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+					errs <- fmt.Errorf("create service %s: %w", name, err)
+					return
+				}
+				if _, err := c.DiscoveryV1().EndpointSlices(ns).Create(ctx, benchSlice(ns, name, i, n, remote), metav1.CreateOptions{}); err != nil {
+					errs <- fmt.Errorf("create endpointslice of %s: %w", name, err)
+					return
+				}
+			}
+		}()
+	}
+	failed := false
+feed:
+	for i := 0; i < n; i++ {
+		select {
+		case next <- i:
+		case err := <-errs:
+			b.Error(err)
+			failed = true
+			break feed
+		}
+	}
+	close(next)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		b.Error(err)
+		failed = true
+	}
+	if failed {
+		b.FailNow()
+	}
+}
+
+// changeEndpoints changes endpoint 0 of svc's slice `changes` times, one at
+// a time: after each API write it polls inOVS (the new address is in the
+// datapath) and then observed (the proxy's own histogram has it), and
+// returns the latencies from the write to inOVS.
+func changeEndpoints(b testing.TB, c kubernetes.Interface, ns, svc string, remote netip.Prefix, n, changes, offset int,
+	inDatapath func(ctx context.Context, k int, ip netip.Addr) error, observed func(ctx context.Context, k int) error) []time.Duration {
+	b.Helper()
+	ctx := context.Background()
+	slice, err := c.DiscoveryV1().EndpointSlices(ns).Get(ctx, svc+"-1", metav1.GetOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var lat []time.Duration
+	for k := 0; k < changes; k++ {
+		ip := changeAddr(remote, offset+k)
+		slice.Endpoints[0].Addresses = []string{ip.String()}
+		start := time.Now()
+		slice.Annotations[v1.EndpointsLastChangeTriggerTime] = start.UTC().Format(time.RFC3339Nano)
+		if slice, err = c.DiscoveryV1().EndpointSlices(ns).Update(ctx, slice, metav1.UpdateOptions{}); err != nil {
+			b.Fatal(err)
+		}
+		pollFast(b, time.Minute, fmt.Sprintf("change %d (%s) in the datapath", k, ip), func(ctx context.Context) error { return inDatapath(ctx, k, ip) })
+		lat = append(lat, time.Since(start))
+		eventually(b, time.Minute, fmt.Sprintf("change %d observed", k), func(ctx context.Context) error { return observed(ctx, k) })
+	}
+	return lat
+}
+
+// pollFast is eventually with a short interval, for latencies of
+// milliseconds.
+func pollFast(t testing.TB, timeout time.Duration, what string, cond func(ctx context.Context) error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	for {
+		last := cond(ctx)
+		if last == nil {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%s: not within %s: %v", what, timeout, last)
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
+}
+
+func percentile(d []time.Duration, p float64) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	s := slices.Clone(d)
+	slices.Sort(s)
+	i := int(math.Ceil(p/100*float64(len(s)))) - 1
+	return s[max(0, min(i, len(s)-1))]
+}
+
+func mustRSS(b testing.TB, pid int) int {
+	b.Helper()
+	kb, err := rssKiB(pid)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return kb
+}
+
+// cpuTicks returns utime+stime of pid in clock ticks, with the CPU time of
+// its waited-for children (cutime+cstime) when children is set.
+func cpuTicks(b testing.TB, pid int, children bool) int {
+	b.Helper()
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	// pid (comm) state ppid ...: fields after the comm's closing paren,
+	// from field 3; utime and stime are fields 14 and 15, cutime and
+	// cstime 16 and 17.
+	s := string(raw)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	sum := 0
+	last := 15
+	if children {
+		last = 17
+	}
+	for i := 14; i <= last; i++ {
+		v, err := strconv.Atoi(f[i-3])
+		if err != nil {
+			b.Fatalf("/proc/%d/stat field %d: %v", pid, i, err)
+		}
+		sum += v
+	}
+	return sum
+}
+
+// ticksToMs converts clock ticks (USER_HZ, 100 on Linux) to milliseconds.
+func ticksToMs(t int) float64 { return float64(t) * 10 }
+
+// ofctl runs ovs-ofctl against m's switch.
+func ofctl(b testing.TB, m *testbed.Member, args ...string) string {
+	b.Helper()
+	cmd := exec.Command("ovs-ofctl", append([]string{"-O", "OpenFlow15"}, args...)...)
+	cmd.Env = append(os.Environ(), "OVS_RUNDIR="+m.OVSRundir)
+	out, err := cmd.Output()
+	if err != nil {
+		b.Fatalf("ovs-ofctl %s on %s: %v", strings.Join(args, " "), m.Name, err)
+	}
+	return string(out)
+}
+
+// countGroups counts br0's groups and their buckets in OVS.
+func countGroups(b testing.TB, m *testbed.Member) (groups, buckets int) {
+	b.Helper()
+	out := ofctl(b, m, "dump-groups", "br0")
+	return strings.Count(out, "group_id="), strings.Count(out, "bucket=")
+}
+
+var flowCountRE = regexp.MustCompile(`flow_count=(\d+)`)
+
+// countFlows returns br0's number of flows.
+func countFlows(b testing.TB, m *testbed.Member) int {
+	b.Helper()
+	out := ofctl(b, m, "dump-aggregate", "br0")
+	mm := flowCountRE.FindStringSubmatch(out)
+	if mm == nil {
+		b.Fatalf("dump-aggregate: %q", out)
+	}
+	v, _ := strconv.Atoi(mm[1])
+	return v
+}
+
+// bucketLoad is how ovs-ofctl prints a bucket's load of endpoint ip.
+func bucketLoad(ip netip.Addr) string {
+	a := ip.As4()
+	return fmt.Sprintf("set_field:%#x->reg3,", uint32(a[0])<<24|uint32(a[1])<<16|uint32(a[2])<<8|uint32(a[3]))
+}
+
+var groupIDRE = regexp.MustCompile(`group_id=(\d+)`)
+
+// groupOf returns the id of br0's group with a bucket for ip.
+func groupOf(b testing.TB, m *testbed.Member, ip netip.Addr) int {
+	b.Helper()
+	for _, l := range strings.Split(ofctl(b, m, "dump-groups", "br0"), "\n") {
+		if strings.Contains(l, bucketLoad(ip)) {
+			if mm := groupIDRE.FindStringSubmatch(l); mm != nil {
+				id, _ := strconv.Atoi(mm[1])
+				return id
+			}
+		}
+	}
+	b.Fatalf("no group in br0 on %s has a bucket for %s", m.Name, ip)
+	return 0
+}
+
+// groupHas reports whether group gid of br0 has a bucket for ip.
+func groupHas(b testing.TB, m *testbed.Member, gid int, ip netip.Addr) bool {
+	b.Helper()
+	return strings.Contains(ofctl(b, m, "dump-groups", "br0", strconv.Itoa(gid)), bucketLoad(ip))
+}
+
+// promMetrics is one scrape of a Prometheus text endpoint: series line
+// (name{labels}) to value.
+type promMetrics map[string]float64
+
+func scrapeURL(b testing.TB, netns, addr string) promMetrics {
+	b.Helper()
+	p, err := tryScrape(netns, addr)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return p
+}
+
+// tryScrape is scrapeURL returning its error.
+func tryScrape(netns, addr string) (promMetrics, error) {
+	tr := &http.Transport{DialContext: func(ctx context.Context, network, a string) (net.Conn, error) {
+		return nsutil.Dial(ctx, netns, network, a, time.Second)
+	}}
+	defer tr.CloseIdleConnections()
+	resp, err := (&http.Client{Transport: tr, Timeout: 10 * time.Second}).Get("http://" + addr + "/metrics")
+	if err != nil {
+		return nil, fmt.Errorf("scrape %s in %s: %w", addr, netns, err)
+	}
+	defer resp.Body.Close()
+	out := promMetrics{}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		l := sc.Text()
+		if l == "" || l[0] == '#' {
+			continue
+		}
+		i := strings.LastIndexByte(l, ' ')
+		if i < 0 {
+			continue
+		}
+		v, err := strconv.ParseFloat(l[i+1:], 64)
+		if err != nil {
+			continue
+		}
+		out[l[:i]] = v
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("scrape %s in %s: %w", addr, netns, err)
+	}
+	return out, nil
+}
+
+// scrapeAgent scrapes the nodeflow agent on m.
+func scrapeAgent(b testing.TB, m *testbed.Member) promMetrics {
+	b.Helper()
+	return scrapeURL(b, m.Netns, agentHealthAddr)
+}
+
+// series returns the series of name (exactly) whose labels contain sel.
+func (p promMetrics) series(name, sel string) map[string]float64 {
+	out := map[string]float64{}
+	for k, v := range p {
+		base, labels, _ := strings.Cut(k, "{")
+		if base == name && strings.Contains(labels, sel) {
+			out[labels] = v
+		}
+	}
+	return out
+}
+
+// value returns the sum of name's series whose labels contain sel.
+func (p promMetrics) value(name, sel string) float64 {
+	sum := 0.0
+	for _, v := range p.series(name, sel) {
+		sum += v
+	}
+	return sum
+}
+
+// hist is a Prometheus histogram: cumulative counts by upper bound.
+type hist struct {
+	les        []float64
+	cum        []float64
+	count, sum float64
+}
+
+var leRE = regexp.MustCompile(`le="([^"]+)"`)
+
+func (p promMetrics) histogram(name, sel string) hist {
+	var h hist
+	type bk struct{ le, c float64 }
+	var bks []bk
+	for labels, v := range p.series(name+"_bucket", sel) {
+		mm := leRE.FindStringSubmatch(labels)
+		if mm == nil {
+			continue
+		}
+		le, err := strconv.ParseFloat(mm[1], 64)
+		if err != nil {
+			continue
+		}
+		bks = append(bks, bk{le, v})
+	}
+	sort.Slice(bks, func(i, j int) bool { return bks[i].le < bks[j].le })
+	for _, x := range bks {
+		h.les = append(h.les, x.le)
+		h.cum = append(h.cum, x.c)
+	}
+	h.count = p.value(name+"_count", sel)
+	h.sum = p.value(name+"_sum", sel)
+	return h
+}
+
+// minus returns the observations of h that o does not have (o is an
+// earlier scrape of the same histogram).
+func (h hist) minus(o hist) hist {
+	d := hist{les: h.les, cum: slices.Clone(h.cum), count: h.count - o.count, sum: h.sum - o.sum}
+	for i := range d.cum {
+		if i < len(o.cum) {
+			d.cum[i] -= o.cum[i]
+		}
+	}
+	return d
+}
+
+// quantile interpolates linearly inside the bucket holding quantile q, as
+// Prometheus's histogram_quantile does.
+func (h hist) quantile(q float64) float64 {
+	if h.count <= 0 || len(h.les) == 0 {
+		return math.NaN()
+	}
+	rank := q * h.count
+	lower, below := 0.0, 0.0
+	for i, le := range h.les {
+		if h.cum[i] >= rank {
+			if math.IsInf(le, 1) {
+				return lower
+			}
+			in := h.cum[i] - below
+			if in <= 0 {
+				return le
+			}
+			return lower + (le-lower)*(rank-below)/in
+		}
+		lower, below = le, h.cum[i]
+	}
+	return lower
+}
+
+// buildKubeProxy builds (or finds cached) kube-proxy with the testbed's
+// tool script and returns its path.
+func buildKubeProxy(b testing.TB) string {
+	b.Helper()
+	cmd := exec.Command("sh", "../tools/build.sh", "kube-proxy")
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		b.Fatalf("build kube-proxy: %v\n%s", err, stderr.String())
+	}
+	p := strings.TrimSpace(string(out))
+	if _, err := os.Stat(p); err != nil {
+		b.Fatalf("build kube-proxy: %v", err)
+	}
+	return p
+}
+
+// kubeProxy is a kube-proxy process in a network namespace of its own.
+type kubeProxy struct {
+	netns          string
+	pid            int
+	metricsAddr    string
+	firstFromStart time.Duration
+	firstFull      float64 // seconds, from its histogram
+	rss            int     // KiB
+	clusterIP      string
+	chain          string // the changed service's nftables chain
+}
+
+func (k *kubeProxy) scrape(b testing.TB) promMetrics {
+	b.Helper()
+	return scrapeURL(b, k.netns, k.metricsAddr)
+}
+
+func (k *kubeProxy) nft(b testing.TB, args ...string) string {
+	b.Helper()
+	out, err := exec.Command("ip", append([]string{"netns", "exec", k.netns, "nft"}, args...)...).CombinedOutput()
+	if err != nil {
+		b.Fatalf("nft %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// chainHas reports whether the changed service's chain in kube-proxy's
+// table sends traffic to endpoint ip.
+func (k *kubeProxy) chainHas(b testing.TB, ip netip.Addr) error {
+	out := k.nft(b, "list", "chain", "ip", "kube-proxy", k.chain)
+	if !strings.Contains(out, "__"+ip.String()+"/") {
+		var rel []string
+		for _, l := range strings.Split(k.nft(b, "list", "table", "ip", "kube-proxy"), "\n") {
+			if strings.Contains(l, "svc-00000") {
+				rel = append(rel, l)
+			}
+		}
+		return fmt.Errorf("chain %s has no endpoint %s:\n%s\n%s", k.chain, ip, out, strings.Join(rel, "\n"))
+	}
+	return nil
+}
+
+// runKubeProxy starts kube-proxy in nftables mode in a fresh network
+// namespace with an interface, a relay to the API server on its
+// loopback and a Node object of its own, waits for its first full sync
+// with the n Services present, and checks them in nftables.
+func runKubeProxy(b testing.TB, e *env, c kubernetes.Interface, bin, ns string, n int) *kubeProxy {
+	b.Helper()
+	k := &kubeProxy{netns: fmt.Sprintf("nfkp%d", os.Getpid()%100000), metricsAddr: "127.0.0.1:10249"}
+	nodeName := "kube-proxy-bench"
+	run := func(args ...string) {
+		if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
+			b.Fatalf("%s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+	run("ip", "netns", "add", k.netns)
+	b.Cleanup(func() { _ = exec.Command("ip", "netns", "delete", k.netns).Run() })
+	run("ip", "-n", k.netns, "link", "set", "lo", "up")
+	// A veth pair inside the namespace stands for the node's uplink (this
+	// kernel has no dummy interfaces).
+	run("ip", "-n", k.netns, "link", "add", "kp0", "type", "veth", "peer", "name", "kp1")
+	run("ip", "-n", k.netns, "addr", "add", kubeProxyAddr+"/24", "dev", "kp0")
+	run("ip", "-n", k.netns, "link", "set", "kp1", "up")
+	run("ip", "-n", k.netns, "link", "set", "kp0", "up")
+
+	// The API server listens on the host's loopback: relay its port on
+	// the namespace's loopback, so that the admin kubeconfig works there.
+	u, err := url.Parse(e.state.APIServer)
+	if err != nil {
+		b.Fatal(err)
+	}
+	l, err := nsutil.Listen(k.netns, "tcp", "127.0.0.1:"+u.Port())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { l.Close() })
+	go relay(l, u.Host)
+
+	// A Node object, so that kube-proxy finds its node IP at once instead
+	// of waiting 30 s for it.
+	ctx := context.Background()
+	if _, err := c.CoreV1().Nodes().Create(ctx, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName}}, metav1.CreateOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = c.CoreV1().Nodes().Delete(context.Background(), nodeName, metav1.DeleteOptions{}) })
+	eventually(b, 30*time.Second, "address of "+nodeName, func(ctx context.Context) error {
+		cur, err := c.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		cur.Status.Addresses = []v1.NodeAddress{{Type: v1.NodeInternalIP, Address: kubeProxyAddr}}
+		_, err = c.CoreV1().Nodes().UpdateStatus(ctx, cur, metav1.UpdateOptions{})
+		return err
+	})
+
+	logPath := filepath.Join(b.TempDir(), "kube-proxy.log")
+	logf, err := os.Create(logPath)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cmd := exec.Command("ip", "netns", "exec", k.netns, bin,
+		"--kubeconfig", e.state.Kubeconfig,
+		"--proxy-mode", "nftables",
+		"--hostname-override", nodeName,
+		"--cluster-cidr", "10.244.0.0/16,fd00:10:244::/56",
+		"--metrics-bind-address", k.metricsAddr,
+		"--healthz-bind-address", "127.0.0.1:10256",
+		"--conntrack-max-per-core", "0",
+		"--v", "2")
+	cmd.Stdout, cmd.Stderr = logf, logf
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	k.pid = cmd.Process.Pid
+	b.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+		logf.Close()
+		if b.Failed() {
+			out, _ := os.ReadFile(logPath)
+			if len(out) > 20000 {
+				out = out[len(out)-20000:]
+			}
+			b.Logf("kube-proxy log (tail):\n%s", out)
+		}
+	})
+	var last float64
+	eventually(b, 20*time.Minute, "kube-proxy's first full sync", func(ctx context.Context) error {
+		if !pidRunning(k.pid) {
+			b.Fatalf("kube-proxy exited; log in %s", logPath)
+		}
+		p, err := tryScrape(k.netns, k.metricsAddr)
+		if err != nil {
+			return err
+		}
+		if p.value("kubeproxy_sync_full_proxy_rules_duration_seconds_count", `ip_family="IPv4"`) < 1 {
+			return fmt.Errorf("no full sync yet")
+		}
+		last = p.value("kubeproxy_sync_proxy_rules_last_timestamp_seconds", `ip_family="IPv4"`)
+		k.firstFull = p.value("kubeproxy_sync_full_proxy_rules_duration_seconds_sum", `ip_family="IPv4"`)
+		return nil
+	})
+	k.firstFromStart = time.Unix(0, int64(last*1e9)).Sub(start)
+	k.rss = mustRSS(b, k.pid)
+
+	// Check with nftables itself: every Service's cluster IP in the
+	// service-ips map, and find the changed service's chain.
+	svc, err := c.CoreV1().Services(ns).Get(ctx, "svc-00000", metav1.GetOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	k.clusterIP = svc.Spec.ClusterIP
+	eventually(b, 5*time.Minute, "every service in kube-proxy's service-ips map", func(ctx context.Context) error {
+		out := k.nft(b, "list", "map", "ip", "kube-proxy", "service-ips")
+		if got := strings.Count(out, " : goto service-"); got < n {
+			return fmt.Errorf("%d of %d services in service-ips", got, n)
+		}
+		for _, l := range strings.Split(out, ",") {
+			l = strings.TrimSpace(l)
+			if strings.HasPrefix(l, k.clusterIP+" . tcp . ") || strings.Contains(l, " "+k.clusterIP+" . tcp . ") {
+				if i := strings.Index(l, "goto "); i >= 0 {
+					k.chain = strings.Fields(l[i+5:])[0]
+				}
+			}
+		}
+		if k.chain == "" {
+			return fmt.Errorf("no chain for %s in service-ips", k.clusterIP)
+		}
+		return nil
+	})
+	if os.Getenv("DEBUGHOLD") != "" {
+		b.Logf("holding: netns %s", k.netns)
+		time.Sleep(4 * time.Minute)
+	}
+	b.Logf("kube-proxy: first full sync %.2f s, done %s after process start; RSS %d KiB; chain of svc-00000: %s",
+		k.firstFull, k.firstFromStart.Round(time.Millisecond), k.rss, k.chain)
+	return k
+}
+
+func pidRunning(pid int) bool {
+	st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	return err == nil && !strings.Contains(string(st), ") Z ")
+}
+
+// relay accepts on l and relays each connection to target, until l closes.
+func relay(l net.Listener, target string) {
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		go func() {
+			defer c.Close()
+			up, err := net.Dial("tcp", target)
+			if err != nil {
+				return
+			}
+			defer up.Close()
+			done := make(chan struct{}, 2)
+			go func() { _, _ = io.Copy(up, c); done <- struct{}{} }()
+			go func() { _, _ = io.Copy(c, up); done <- struct{}{} }()
+			<-done
+		}()
+	}
+}
