@@ -56,8 +56,8 @@ func TestTrackersFromInformers(t *testing.T) {
 		metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "service recorded", st.Pending)
-	eventually(t, "slice recorded", et.Pending)
+	eventually(t, "service recorded", func() bool { return st.PendingCount() != 0 })
+	eventually(t, "slice recorded", func() bool { return et.PendingCount() != 0 })
 	changed := st.Update()
 	changed.Merge(et.Update())
 	if !changed.Has(web) || len(changed) != 1 {
@@ -72,7 +72,7 @@ func TestTrackersFromInformers(t *testing.T) {
 	if err := client.DiscoveryV1().EndpointSlices("default").Delete(ctx, "web-1", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "slice delete recorded", et.Pending)
+	eventually(t, "slice delete recorded", func() bool { return et.PendingCount() != 0 })
 	if got := et.Update(); !got.Has(web) || len(et.Endpoints(web)) != 0 {
 		t.Fatalf("after delete: %v %v", got.Sorted(), et.Endpoints(web))
 	}

@@ -28,7 +28,7 @@ type ServiceTracker struct {
 	// pending holds, per Service, the processed form before the first
 	// unapplied change (previous) and after the latest (current); nil
 	// stands for "absent".
-	pending map[types.NamespacedName]*serviceChange
+	pending changes[serviceInfo]
 	// all is every valid Service as last applied; active the service ports
 	// in use (a Service that lost a ClusterIP conflict is in all but not
 	// in active).
@@ -38,8 +38,30 @@ type ServiceTracker struct {
 	blocked map[types.NamespacedName]bool
 }
 
-type serviceChange struct {
-	previous, current *serviceInfo
+// changes coalesces the changes recorded for each object (by namespace
+// and name) between two Updates: its processed form before the first
+// (previous) and after the latest (current); nil stands for "absent". The
+// trackers hold it under their mutex.
+type changes[V any] map[types.NamespacedName]*change[V]
+
+type change[V any] struct {
+	previous, current *V
+}
+
+// record notes a change of key from prev to cur and reports whether one is
+// pending afterwards: false when it cancelled out (same says so).
+func (c changes[V]) record(key types.NamespacedName, prev, cur *V, same func(a, b *V) bool) bool {
+	ch, ok := c[key]
+	if !ok {
+		ch = &change[V]{previous: prev}
+		c[key] = ch
+	}
+	ch.current = cur
+	if same(ch.previous, ch.current) {
+		delete(c, key)
+		return false
+	}
+	return true
 }
 
 // NewServiceTracker returns an empty tracker. onError may be nil.
@@ -49,7 +71,7 @@ func NewServiceTracker(onError ErrorFunc) *ServiceTracker {
 	}
 	return &ServiceTracker{
 		onError: onError,
-		pending: map[types.NamespacedName]*serviceChange{},
+		pending: changes[serviceInfo]{},
 		all:     map[types.NamespacedName]*serviceInfo{},
 		active:  map[ServicePortName]*ServicePort{},
 		ipOwner: map[netip.Addr]types.NamespacedName{},
@@ -76,17 +98,7 @@ func (t *ServiceTracker) Record(previous, current *v1.Service) bool {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	ch, ok := t.pending[key]
-	if !ok {
-		ch = &serviceChange{previous: prev}
-		t.pending[key] = ch
-	}
-	ch.current = cur
-	if sameService(ch.previous, ch.current) {
-		delete(t.pending, key)
-		return false
-	}
-	return true
+	return t.pending.record(key, prev, cur, sameService)
 }
 
 // sameService compares processed forms, ignoring the creation time.
@@ -97,15 +109,9 @@ func sameService(a, b *serviceInfo) bool {
 	return a.key == b.key && reflect.DeepEqual(a.clusterIPs, b.clusterIPs) && reflect.DeepEqual(a.ports, b.ports)
 }
 
-// Pending reports whether changes wait for Update.
-func (t *ServiceTracker) Pending() bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return len(t.pending) > 0
-}
-
-// PendingCount returns how many objects have changes waiting for Update
-// (kube-proxy's *_changes_pending gauges).
+// PendingCount returns how many Services have changes waiting for Update
+// (kube-proxy's service_changes_pending gauge); 0 means Update has
+// nothing to do.
 func (t *ServiceTracker) PendingCount() int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -235,17 +241,13 @@ func (t *ServiceTracker) Port(n ServicePortName) (*ServicePort, bool) {
 type EndpointsTracker struct {
 	mu      sync.Mutex
 	onError ErrorFunc
-	pending map[types.NamespacedName]*sliceChange // by slice namespace/name
+	pending changes[sliceInfo] // by slice namespace/name
 	// slices holds the applied slices of each Service, by slice name.
 	slices    map[types.NamespacedName]map[string]*sliceInfo
 	endpoints map[ServicePortName][]Endpoint
 	// triggers holds the last-change-trigger-time of the changes recorded
 	// since the last Update, per Service.
 	triggers map[types.NamespacedName][]time.Time
-}
-
-type sliceChange struct {
-	previous, current *sliceInfo
 }
 
 // NewEndpointsTracker returns an empty tracker. onError may be nil.
@@ -255,7 +257,7 @@ func NewEndpointsTracker(onError ErrorFunc) *EndpointsTracker {
 	}
 	return &EndpointsTracker{
 		onError:   onError,
-		pending:   map[types.NamespacedName]*sliceChange{},
+		pending:   changes[sliceInfo]{},
 		slices:    map[types.NamespacedName]map[string]*sliceInfo{},
 		endpoints: map[ServicePortName][]Endpoint{},
 		triggers:  map[types.NamespacedName][]time.Time{},
@@ -288,28 +290,11 @@ func (t *EndpointsTracker) Record(previous, current *discovery.EndpointSlice) bo
 			}
 		}
 	}
-	ch, ok := t.pending[key]
-	if !ok {
-		ch = &sliceChange{previous: prev}
-		t.pending[key] = ch
-	}
-	ch.current = cur
-	if reflect.DeepEqual(ch.previous, ch.current) {
-		delete(t.pending, key)
-		return false
-	}
-	return true
+	return t.pending.record(key, prev, cur, func(a, b *sliceInfo) bool { return reflect.DeepEqual(a, b) })
 }
 
-// Pending reports whether changes wait for Update.
-func (t *EndpointsTracker) Pending() bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return len(t.pending) > 0
-}
-
-// PendingCount returns how many objects have changes waiting for Update
-// (kube-proxy's *_changes_pending gauges).
+// PendingCount returns how many EndpointSlices have changes waiting for
+// Update (kube-proxy's endpoint_changes_pending gauge).
 func (t *EndpointsTracker) PendingCount() int {
 	t.mu.Lock()
 	defer t.mu.Unlock()

@@ -51,7 +51,7 @@ func TestServiceTracker(t *testing.T) {
 	if tr.Record(c, b) {
 		t.Fatal("change back still pending")
 	}
-	if tr.Pending() {
+	if tr.PendingCount() != 0 {
 		t.Fatal("tracker still pending")
 	}
 	if got := tr.Update(); len(got) != 0 {

@@ -596,43 +596,32 @@ func (s *Store) commitFlow(c flowChange) {
 	s.flows[c.key] = sl
 }
 
-func (s *Store) commitGroup(c groupChange) {
-	sl := s.groups[c.id]
-	if sl == nil {
-		return
-	}
-	sl.installed = c.to
-	switch {
-	case sl.desired == nil && sl.installed == nil:
-		if !sl.dirty {
-			delete(s.groups, c.id)
-		}
-	case sl.desired != sl.installed:
-		if sl.desired == nil || sl.installed == nil || sl.desired.sum != sl.installed.sum {
-			s.markGroup(c.id, sl)
-		} else {
-			sl.installed = sl.desired
-		}
-	}
-}
+func (s *Store) commitGroup(c groupChange) { commitIDSlot(s.groups, c.id, c.to, s.markGroup) }
 
 // commitMeter records that a meter change is on the switch.
 func (s *Store) commitMeter(c meterChange) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	sl := s.meters[c.id]
+	commitIDSlot(s.meters, c.id, c.to, s.markMeter)
+}
+
+// commitIDSlot records that a group or meter change is on the switch: the
+// slot of id in m has to installed. A slot left empty and clean goes; one
+// still out of step (wanted changed meanwhile) is marked for the next diff.
+func commitIDSlot[E any, P idEntry[E]](m map[uint32]*slot[E], id uint32, to P, mark func(uint32, *slot[E])) {
+	sl := m[id]
 	if sl == nil {
 		return
 	}
-	sl.installed = c.to
+	sl.installed = to
 	switch {
 	case sl.desired == nil && sl.installed == nil:
 		if !sl.dirty {
-			delete(s.meters, c.id)
+			delete(m, id)
 		}
 	case sl.desired != sl.installed:
-		if sl.desired == nil || sl.installed == nil || sl.desired.sum != sl.installed.sum {
-			s.markMeter(c.id, sl)
+		if sl.desired == nil || sl.installed == nil || P(sl.desired).fingerprint() != P(sl.installed).fingerprint() {
+			mark(id, sl)
 		} else {
 			sl.installed = sl.desired
 		}
