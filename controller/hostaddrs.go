@@ -26,7 +26,8 @@ import (
 
 // hostAddr is one address of the host, as the kernel reports it.
 type hostAddr struct {
-	// Link is the name of the interface that holds it.
+	// Link is the name of the interface that holds it, when that
+	// interface is one whose name matters (an excluded one); "" otherwise.
 	Link string
 	// Addr is the address itself.
 	Addr netip.Addr
@@ -85,15 +86,15 @@ func secondaryIPs(addrs []hostAddr, ex secondaryExclusions) []netip.Addr {
 	return slices.Compact(out)
 }
 
-// listHostAddrs reads every address of every interface of the host.
-func listHostAddrs() ([]hostAddr, error) {
-	links, err := netlink.LinkList()
-	if err != nil {
-		return nil, fmt.Errorf("controller: host addresses: list links: %w", err)
-	}
-	names := make(map[int]string, len(links))
-	for _, l := range links {
-		names[l.Attrs().Index] = l.Attrs().Name
+// listHostAddrs reads every address of every interface of the host, naming
+// the interfaces of named that exist (a host with a port per pod has many
+// interfaces: only these few names are looked up).
+func listHostAddrs(named []string) ([]hostAddr, error) {
+	names := make(map[int]string, len(named))
+	for _, n := range named {
+		if l, err := netlink.LinkByName(n); err == nil {
+			names[l.Attrs().Index] = n
+		}
 	}
 	addrs, err := netlink.AddrList(nil, netlink.FAMILY_ALL)
 	if err != nil {
@@ -164,12 +165,13 @@ func (a *Agent) hostSecondaryIPs() []netip.Addr { return a.secondary.get() }
 func (a *Agent) refreshHostAddrs(inSync bool) bool {
 	a.secondary.refresh.Lock()
 	defer a.secondary.refresh.Unlock()
-	all, err := listHostAddrs()
+	ex := a.secondaryExclusions()
+	all, err := listHostAddrs(ex.Links)
 	if err != nil {
 		a.log.WithError(err).Warn("cannot read the host's addresses; keeping the secondary addresses known")
 		return false
 	}
-	sec := secondaryIPs(all, a.secondaryExclusions())
+	sec := secondaryIPs(all, ex)
 	if !a.secondary.replace(sec) {
 		return false
 	}

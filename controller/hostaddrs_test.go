@@ -142,14 +142,54 @@ func TestHostAddrSetReplace(t *testing.T) {
 }
 
 func TestListHostAddrs(t *testing.T) {
-	// Every host has lo; whatever else it has, the list names links.
-	all, err := listHostAddrs()
+	// Every host has lo with 127.0.0.1 (host scope); the interfaces asked
+	// for are named, a missing one is no error.
+	all, err := listHostAddrs([]string{"lo", "no-such-link0"})
 	if err != nil {
 		t.Fatal(err)
 	}
+	found := false
 	for _, h := range all {
-		if h.Link == "" || !h.Addr.IsValid() {
-			t.Errorf("address %+v: no link name or no address", h)
+		if !h.Addr.IsValid() {
+			t.Errorf("address %+v: not valid", h)
 		}
+		if h.Addr == netip.MustParseAddr("127.0.0.1") {
+			found = true
+			if h.Link != "lo" || h.Scope != unix.RT_SCOPE_HOST {
+				t.Errorf("127.0.0.1: link %q scope %d, want lo and host scope", h.Link, h.Scope)
+			}
+		}
+	}
+	if !found {
+		t.Error("127.0.0.1 not listed")
+	}
+	if got := secondaryIPs(all, secondaryExclusions{}); slices.Contains(got, netip.MustParseAddr("127.0.0.1")) {
+		t.Errorf("secondary addresses %v hold loopback", got)
+	}
+}
+
+// TestNodeModelSecondary checks that the service proxy's node model holds
+// the discovered secondary addresses, sorted, and that a change of them is
+// a change of the node (which rebuilds every service).
+func TestNodeModelSecondary(t *testing.T) {
+	p := testServiceProxy(t)
+	before := p.nodeModel()
+	if len(before.Secondary) != 0 {
+		t.Fatalf("secondary addresses %v before any were discovered", before.Secondary)
+	}
+	a := netip.MustParseAddr
+	p.a.secondary.replace([]netip.Addr{a("172.20.0.2"), a("fd00:172:20::2")})
+	after := p.nodeModel()
+	if want := []netip.Addr{a("172.20.0.2"), a("fd00:172:20::2")}; !slices.Equal(after.Secondary, want) {
+		t.Errorf("node model secondary addresses %v, want %v", after.Secondary, want)
+	}
+	if !slices.Equal(after.IPs, before.IPs) {
+		t.Errorf("node IPs changed from %v to %v", before.IPs, after.IPs)
+	}
+	if sameNode(before, after) {
+		t.Error("a new secondary address does not change the node model")
+	}
+	if !sameNode(after, p.nodeModel()) {
+		t.Error("the same addresses twice compare as different nodes")
 	}
 }

@@ -37,7 +37,8 @@ type Config struct {
 	// NodeIPs are the node's addresses on breth0: at most one per family.
 	NodeIPs []netip.Addr
 	// SecondaryIPs are further host addresses a host-network endpoint may
-	// use; hairpinned traffic to them is committed without a DNAT.
+	// use; hairpinned traffic to them is committed without a DNAT. Node
+	// IPs, masquerade addresses and repeats among them are skipped.
 	SecondaryIPs []netip.Addr
 	// ServiceCIDRs are the cluster's service networks, one per family.
 	ServiceCIDRs []netip.Prefix
@@ -200,10 +201,15 @@ func Flows(c Config) ([]openflow.Flow, error) {
 				apply(ct(false, conntrack.ZoneRouterMasquerade, plan.GatewayHairpinReturn, openflow.NAT{})),
 				eth, local, f.dst(m.Router)),
 		)
+		seen := map[netip.Addr]bool{}
 		for _, sec := range c.SecondaryIPs {
-			if sec.Is6() != f.v6 {
+			// The node IP has its own hairpin flow, and a masquerade
+			// address would take the place of one: neither is an
+			// endpoint's secondary address.
+			if sec.Is6() != f.v6 || seen[sec] || sec == ip || m.Subnet.Contains(sec) {
 				continue
 			}
+			seen[sec] = true
 			// Hairpin to a secondary host address: committed, not DNATed.
 			out = append(out, flow(plan.GatewayClassifier, plan.PriorityMasquerade,
 				apply(ct(true, conntrack.ZoneHostMasquerade, plan.GatewayHostHairpin)),

@@ -42,7 +42,7 @@ func dualConfig() Config {
 	c := seedConfig()
 	c.NodeIPs = append(c.NodeIPs, netip.MustParseAddr("fc00:f853:ccd:e793::3"))
 	c.ServiceCIDRs = append(c.ServiceCIDRs, netip.MustParsePrefix("fd00:10:96::/112"))
-	c.SecondaryIPs = []netip.Addr{netip.MustParseAddr("172.20.0.2")}
+	c.SecondaryIPs = []netip.Addr{netip.MustParseAddr("172.20.0.2"), netip.MustParseAddr("fd00:172:20::2")}
 	return c
 }
 
@@ -132,6 +132,45 @@ func TestSeedFlows(t *testing.T) {
 		if !got[want] {
 			t.Errorf("missing seed flow %q", want)
 		}
+	}
+}
+
+// TestSecondaryIPs checks that each usable secondary address gets one
+// hairpin flow, in its family, and that node IPs, masquerade addresses and
+// repeats get none.
+func TestSecondaryIPs(t *testing.T) {
+	c := dualConfig()
+	a := netip.MustParseAddr
+	c.SecondaryIPs = []netip.Addr{
+		a("172.20.0.2"), a("172.20.0.2"), // a repeat
+		a("172.18.0.3"), a("fc00:f853:ccd:e793::3"), // the node IPs
+		a("169.254.169.2"), a("fd69::1"), // masquerade addresses
+		a("192.0.2.7"), a("2001:db8::7"),
+	}
+	fs, err := Flows(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int{}
+	for _, f := range fs {
+		l := strings.TrimSpace(f.String())
+		if strings.Contains(l, "priority=500") && strings.Contains(l, "table=4,zone=64001)") {
+			got[l]++
+		}
+	}
+	want := []string{
+		"priority=500,ip,in_port=2,nw_src=172.18.0.3,nw_dst=172.20.0.2 actions=ct(commit,table=4,zone=64001)",
+		"priority=500,ip,in_port=2,nw_src=172.18.0.3,nw_dst=192.0.2.7 actions=ct(commit,table=4,zone=64001)",
+		"priority=500,ipv6,in_port=2,ipv6_src=fc00:f853:ccd:e793::3,ipv6_dst=2001:db8::7 actions=ct(commit,table=4,zone=64001)",
+	}
+	for _, w := range want {
+		if got[w] != 1 {
+			t.Errorf("secondary flow %q: %d times, want once", w, got[w])
+		}
+		delete(got, w)
+	}
+	for l := range got {
+		t.Errorf("unexpected secondary flow %q", l)
 	}
 }
 

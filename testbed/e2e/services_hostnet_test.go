@@ -43,6 +43,8 @@ import (
 //
 // Sources: a pod on node1, a pod on node2, node1's host, node2's host
 // (ClusterIP), and ext1 and the other node's host (NodePort on each node).
+// node2 reaches S through the fabric's router, which gets a route to S via
+// node1 (as a real network would route a node's extra address).
 //
 // The client address an endpoint sees, per cell (v4 shown; IPv6 is the same
 // with fd69::/125 and the nodes' IPv6 addresses):
@@ -63,13 +65,24 @@ import (
 // Ports of the host-network servers. The hostNetwork pods serve on the
 // node's wildcard address (like any hostNetwork workload); the secondary
 // server binds to its addresses only, on ports of its own (a wildcard
-// listener on the same port would exclude it).
+// listener on the same port would exclude it). Bound, its UDP replies leave
+// from the secondary address, which is what breth0's zone 64002 expects
+// back; a wildcard socket would answer from the node IP (the source of the
+// host's route to 169.254.169.1).
 const (
 	hostnetTCP = 8080
 	hostnetUDP = 5353
 	secTCP     = 18081
 	secUDP     = 15354
 )
+
+// conntrackHostMasq is the host masquerade address of a family.
+func conntrackHostMasq(v6 bool) string {
+	if v6 {
+		return "fd69::2"
+	}
+	return "169.254.169.2"
+}
 
 var (
 	secondaryV4 = netip.MustParseAddr("172.20.0.2")
@@ -298,61 +311,198 @@ next:
 // maxRecirculations is the userspace datapath's limit (plan.MaxRecirculations).
 const maxRecirculations = 6
 
-// recircDepth dumps the datapath flows of node m and returns the longest
-// chain of recirculations among them (a flow whose actions recirculate to
-// id N continues with the flows matching recirc_id(N)), and that chain's
-// flows.
-func recircDepth(m *testbed.Member) (int, []string, error) {
+// dpPacket is what recircChain knows of a packet's addresses as it moves
+// through the datapath flows (src is unknown until a NAT sets it).
+type dpPacket struct {
+	src, dst netip.Addr
+	proto    string // IP protocol number
+	dport    uint64 // TCP destination port, 0 when unknown
+}
+
+var (
+	dpIDRe    = regexp.MustCompile(`(?:^|,)recirc_id\((0x[0-9a-f]+|\d+)\)`)
+	dpNextRe  = regexp.MustCompile(`recirc\((0x[0-9a-f]+|\d+)\)`)
+	dpEthRe   = regexp.MustCompile(`eth_type\((0x[0-9a-f]+)\)`)
+	dpIPRe    = regexp.MustCompile(`ipv[46]\(([^)]*)\)`)
+	dpStateRe = regexp.MustCompile(`ct_state\(([^)]*)\)`)
+	dpNATRe   = regexp.MustCompile(`nat\((src|dst)=([^,)]+)`)
+	dpTCPRe   = regexp.MustCompile(`tcp\(([^)]*)\)`)
+)
+
+// dpMatches reports whether a datapath flow's match admits p, the first
+// packet of a new connection: its address matches (with their masks) and
+// no ct_state that only established or reply packets have.
+func dpMatches(match string, p dpPacket) bool {
+	if m := dpStateRe.FindStringSubmatch(match); m != nil {
+		for _, f := range []string{"+est", "+rpl", "-new", "+inv"} {
+			if strings.Contains(m[1], f) {
+				return false
+			}
+		}
+	}
+	if m := dpTCPRe.FindStringSubmatch(match); m != nil && p.dport != 0 {
+		for _, kv := range strings.Split(m[1], ",") {
+			k, v, _ := strings.Cut(kv, "=")
+			if k != "dst" {
+				continue
+			}
+			val, mask, masked := strings.Cut(v, "/")
+			x, err := strconv.ParseUint(val, 0, 16)
+			if err != nil {
+				return false
+			}
+			mk := uint64(0xffff)
+			if masked {
+				if mk, err = strconv.ParseUint(mask, 0, 16); err != nil {
+					return false
+				}
+			}
+			if x&mk != p.dport&mk {
+				return false
+			}
+		}
+	}
+	m := dpIPRe.FindStringSubmatch(match)
+	if m == nil {
+		return true
+	}
+	for _, kv := range strings.Split(m[1], ",") {
+		k, v, _ := strings.Cut(kv, "=")
+		var cur netip.Addr
+		switch k {
+		case "src":
+			cur = p.src
+		case "dst":
+			cur = p.dst
+		case "proto":
+			if p.proto != "" && v != p.proto {
+				return false
+			}
+			continue
+		default:
+			continue
+		}
+		if !cur.IsValid() {
+			continue
+		}
+		val, mask, masked := strings.Cut(v, "/")
+		a, err := netip.ParseAddr(val)
+		if err != nil {
+			return false
+		}
+		if !masked {
+			if a != cur {
+				return false
+			}
+			continue
+		}
+		mk, err := netip.ParseAddr(mask)
+		if err != nil || mk.BitLen() != cur.BitLen() {
+			return false
+		}
+		x, y, z := a.AsSlice(), cur.AsSlice(), mk.AsSlice()
+		for i := range x {
+			if x[i]&z[i] != y[i]&z[i] {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// dpNAT applies the NAT actions of a datapath flow's actions to p.
+func dpNAT(acts string, p dpPacket) dpPacket {
+	for _, m := range dpNATRe.FindAllStringSubmatch(acts, -1) {
+		v, port := m[2], ""
+		if strings.HasPrefix(v, "[") {
+			v, port, _ = strings.Cut(strings.TrimPrefix(v, "["), "]")
+			port = strings.TrimPrefix(port, ":")
+		} else if strings.Contains(v, ".") {
+			v, port, _ = strings.Cut(v, ":")
+		}
+		if n, err := strconv.ParseUint(port, 10, 16); err == nil && m[1] == "dst" {
+			p.dport = n
+		}
+		v, _, _ = strings.Cut(v, "-")
+		a, err := netip.ParseAddr(v)
+		if err != nil {
+			continue
+		}
+		if m[1] == "src" {
+			p.src = a
+		} else {
+			p.dst = a
+		}
+	}
+	return p
+}
+
+// recircChain dumps the datapath flows of node m and follows the first
+// packet of a new TCP connection to dst:dport through them: from a first-pass flow
+// (recirc_id(0)) whose actions contain root, each recirculation to id N
+// continues with a flow that matches recirc_id(N) and admits the packet as
+// the NAT actions so far left it. It returns the most recirculations found
+// that way and the flows of that chain.
+func recircChain(m *testbed.Member, root string, dst netip.Addr, dport int) (int, []string, error) {
 	out, err := appctl(m, "dpctl/dump-flows")
 	if err != nil {
 		return 0, nil, fmt.Errorf("dpctl/dump-flows on %s: %v\n%s", m.Name, err, out)
 	}
-	idRe := regexp.MustCompile(`(?:^|,)recirc_id\((0x[0-9a-f]+|\d+)\)`)
-	nextRe := regexp.MustCompile(`recirc\((0x[0-9a-f]+|\d+)\)`)
-	byID := map[uint64][]string{}
+	type dpFlow struct {
+		line, eth, match, acts string
+	}
+	byID := map[uint64][]dpFlow{}
 	for _, l := range strings.Split(out, "\n") {
 		l = strings.TrimSpace(l)
-		match, _, _ := strings.Cut(l, "actions:")
-		mm := idRe.FindStringSubmatch(match)
-		if mm == nil {
+		match, acts, _ := strings.Cut(l, "actions:")
+		mm := dpIDRe.FindStringSubmatch(match)
+		em := dpEthRe.FindStringSubmatch(match)
+		if mm == nil || em == nil {
 			continue
 		}
 		id, _ := strconv.ParseUint(mm[1], 0, 64)
-		byID[id] = append(byID[id], l)
+		byID[id] = append(byID[id], dpFlow{line: l, eth: em[1], match: match, acts: acts})
 	}
-	type result struct {
-		depth int
-		chain []string
-	}
-	memo := map[uint64]result{}
-	var walk func(id uint64, seen int) result
-	walk = func(id uint64, seen int) result {
-		if r, ok := memo[id]; ok {
-			return r
-		}
-		best := result{}
+	var walk func(f dpFlow, p dpPacket, seen int) (int, []string)
+	walk = func(f dpFlow, p dpPacket, seen int) (int, []string) {
+		depth, chain := 0, []string{f.line}
 		if seen > 2*maxRecirculations {
-			return best
+			return depth, chain
 		}
-		for _, l := range byID[id] {
-			_, acts, _ := strings.Cut(l, "actions:")
-			r := result{chain: []string{l}}
-			for _, nm := range nextRe.FindAllStringSubmatch(acts, -1) {
-				next, _ := strconv.ParseUint(nm[1], 0, 64)
-				sub := walk(next, seen+1)
-				if sub.depth+1 > r.depth {
-					r = result{depth: sub.depth + 1, chain: append([]string{l}, sub.chain...)}
+		p = dpNAT(f.acts, p)
+		for _, nm := range dpNextRe.FindAllStringSubmatch(f.acts, -1) {
+			next, _ := strconv.ParseUint(nm[1], 0, 64)
+			// A recirculation counts even when no flow follows it.
+			d, c := 0, []string{fmt.Sprintf("recirc_id(%#x): no flow for the packet", next)}
+			found := false
+			for _, g := range byID[next] {
+				if g.eth != f.eth || !dpMatches(g.match, p) {
+					continue
+				}
+				if gd, gc := walk(g, p, seen+1); !found || gd > d {
+					d, c, found = gd, gc, true
 				}
 			}
-			if r.depth > best.depth || best.chain == nil {
-				best = r
+			if d+1 > depth {
+				depth, chain = d+1, append([]string{f.line}, c...)
 			}
 		}
-		memo[id] = best
-		return best
+		return depth, chain
 	}
-	r := walk(0, 0)
-	return r.depth, r.chain, nil
+	best, bestChain := -1, []string(nil)
+	for _, f := range byID[0] {
+		p := dpPacket{dst: dst, proto: "6", dport: uint64(dport)}
+		if !strings.Contains(f.acts, root) || !dpMatches(f.match, p) {
+			continue
+		}
+		if d, c := walk(f, p, 0); d > best {
+			best, bestChain = d, c
+		}
+	}
+	if best < 0 {
+		return 0, nil, fmt.Errorf("%s: no first-pass datapath flow to %s with %q", m.Name, dst, root)
+	}
+	return best, bestChain, nil
 }
 
 // TestServicesHostNetwork runs the host-network endpoint cells of the
@@ -507,6 +657,8 @@ func TestServicesHostNetwork(t *testing.T) {
 				if lb == n2 {
 					other = n1
 				}
+				// (A host to its own node IP's NodePort is not in the
+				// matrix: that traffic never leaves the host's stack.)
 				sources := []source{{"host@" + other.Name, other.Netns}}
 				if ext, ok := e.state.Member("ext1"); ok {
 					sources = append(sources, source{"ext1", ext.Netns})
@@ -526,6 +678,43 @@ func TestServicesHostNetwork(t *testing.T) {
 						}
 					}
 				}
+			}
+		}
+	})
+
+	// ExternalIPs (spare fabric addresses routed to node1 from ext1) of
+	// services with a host endpoint on node1 (the hairpin: 169.254.169.1)
+	// and on node2 (SNAT to node1's IP).
+	t.Run("externalip-from-external", func(t *testing.T) {
+		ext, ok := e.state.Member("ext1")
+		if !ok {
+			t.Skip("no ext1 in the topology")
+		}
+		for i, tg := range targets[:2] {
+			eip := netip.AddrFrom4([4]byte{172, 30, 0, byte(210 + i)})
+			if _, err := e.client.CoreV1().Services(ns).Create(ctx, &v1.Service{
+				ObjectMeta: metav1.ObjectMeta{Name: tg.svc.Name + "-eip"},
+				Spec: v1.ServiceSpec{
+					Selector:    tg.svc.Spec.Selector,
+					ExternalIPs: []string{eip.String()},
+					Ports: []v1.ServicePort{
+						{Name: "http", Port: 80, TargetPort: intstr.FromInt32(hostnetTCP), Protocol: v1.ProtocolTCP},
+						{Name: "echo", Port: 53, TargetPort: intstr.FromInt32(hostnetUDP), Protocol: v1.ProtocolUDP},
+					},
+				},
+			}, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			routeVia(t, ext, eip, memberIP(t, n1, false))
+			for _, pr := range protos {
+				port := 80
+				if pr.udp {
+					port = 53
+				}
+				name := fmt.Sprintf("%s-eip/ext1->%s/%s/ipv4", tg.svc.Name, eip, pr.name)
+				t.Run(name, func(t *testing.T) {
+					mx.cell(t, "externalip "+name, ext.Netns, pr.udp, eip, port, tg.backend, wantFrom("node1", tg.node, false))
+				})
 			}
 		}
 	})
@@ -627,18 +816,46 @@ func TestServicesHostNetwork(t *testing.T) {
 				}
 			}
 		}
-		depth, chain, err := recircDepth(n1)
-		if err != nil {
-			t.Fatal(err)
+		// docs/pipeline.md: host -> ClusterIP -> host endpoint on this
+		// node (the node IP, or a secondary IP) is the longest path, and
+		// takes all six.
+		for _, tg := range targets {
+			if tg.node != "node1" {
+				continue
+			}
+			for _, vip := range svcAddrs(t, tg.svc) {
+				root := "zone=64001,nat(src=" + conntrackHostMasq(vip.Is6()) + ")"
+				depth, chain, err := recircChain(n1, root, vip, 80)
+				if err != nil {
+					t.Error(err)
+					continue
+				}
+				t.Logf("node1: host -> %s %s -> %s: %d recirculations\n%s", tg.svc.Name, vip, tg.backend, depth, strings.Join(chain, "\n"))
+				if depth != maxRecirculations {
+					t.Errorf("node1: host -> %s %s: %d recirculations, want the documented %d", tg.svc.Name, vip, depth, maxRecirculations)
+				}
+			}
 		}
-		t.Logf("node1: longest recirculation chain in the datapath: %d\n%s", depth, strings.Join(chain, "\n"))
-		if depth > maxRecirculations {
-			t.Errorf("node1: a datapath chain of %d recirculations, over the limit of %d", depth, maxRecirculations)
-		}
-		if depth < 5 {
-			t.Errorf("node1: longest chain %d recirculations; the host-to-host-endpoint hairpin takes 6 (docs/pipeline.md)", depth)
-			out, _ := appctl(n1, "dpctl/dump-flows")
-			t.Logf("node1 datapath flows:\n%s", out)
+		// outside -> NodePort -> host endpoint on this node takes six too:
+		// its first recirculation is br0's un-SNAT lookup for the node IP.
+		if ext, ok := e.state.Member("ext1"); ok {
+			tcpNP, _ := nodePorts(targets[0].svc)
+			for _, v6 := range []bool{false, true} {
+				dst := memberIP(t, n1, v6)
+				if _, _, err := httpGet(ctx, ext.Netns, dst, tcpNP); err != nil {
+					t.Errorf("ext1 -> %s:%d: %v", dst, tcpNP, err)
+					continue
+				}
+				depth, chain, err := recircChain(n1, "zone=65001,nat)", dst, tcpNP)
+				if err != nil {
+					t.Error(err)
+					continue
+				}
+				t.Logf("node1: ext1 -> NodePort %s:%d -> hostweb-node1: %d recirculations\n%s", dst, tcpNP, depth, strings.Join(chain, "\n"))
+				if depth != maxRecirculations {
+					t.Errorf("node1: ext1 -> NodePort %s:%d: %d recirculations, want the documented %d", dst, tcpNP, depth, maxRecirculations)
+				}
+			}
 		}
 		for _, m := range []*testbed.Member{n1, n2} {
 			out, err := appctl(m, "coverage/read-counter", "datapath_drop_recirc_error")
