@@ -768,10 +768,24 @@ func (a *Agent) watchNetlink(ctx context.Context) {
 			poke(a.hostDirty)
 		case <-routes:
 			poke(a.hostDirty)
-		case <-neighs:
-			poke(a.dirty)
+		case u := <-neighs:
+			// The host's permanent entry for the service next hop is host
+			// side, which only a host check restores; other neighbours
+			// change next-hop MACs in the flows.
+			if ip, ok := netip.AddrFromSlice(u.IP); ok && a.isServiceNextHop(ip.Unmap()) {
+				poke(a.hostDirty)
+			} else {
+				poke(a.dirty)
+			}
 		}
 	}
+}
+
+// isServiceNextHop reports whether ip is the dummy next hop of the host's
+// service routes (169.254.169.4, fd69::4).
+func (a *Agent) isServiceNextHop(ip netip.Addr) bool {
+	m, ok := a.cfg.Masquerade.For(ip)
+	return ok && m.NextHop == ip
 }
 
 func (a *Agent) serveHealth(ctx context.Context) {
