@@ -135,6 +135,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	if a.servicesOn {
 		// Services too are in the store before the reconcilers start.
 		a.svc = newServiceProxy(a)
+		a.svc.enableHostNAT()
 		if err := a.svc.start(ctx); err != nil {
 			return err
 		}
@@ -146,6 +147,9 @@ func (a *Agent) Run(ctx context.Context) error {
 		if err := a.svc.sync(ctx, true); err != nil {
 			a.log.WithError(err).Warn("first service sync")
 		}
+	} else {
+		// No service proxy: no DNAT of the host's traffic to services.
+		a.removeHostNAT()
 	}
 	if err := a.startReconcilers(ctx); err != nil {
 		return err

@@ -91,6 +91,9 @@ type serviceProxy struct {
 
 	// health serves the health-check node ports (services_healthcheck.go).
 	health *healthChecks
+	// hostNAT DNATs the host's own traffic to its node ports, external
+	// and ingress IPs (services_hostnat.go).
+	hostNAT *hostNAT
 }
 
 // builtPort is what the last sync installed for one service port.
@@ -114,6 +117,7 @@ func newServiceProxy(a *Agent) *serviceProxy {
 	p.eps = proxy.NewEndpointsTracker(p.reportInput)
 	p.metrics = newServiceMetrics(a.metrics.Registry, p.svcs.PendingCount, p.eps.PendingCount)
 	p.health = newHealthChecks(p.log)
+	p.hostNAT = newHostNAT(a.metrics.Registry, p.log)
 	p.runner = proxy.NewRunner(p.syncReportingHealth, proxy.RunnerOptions{
 		MinInterval: serviceMinSyncInterval, MaxInterval: serviceFullSyncInterval, RetryInterval: serviceRetryInterval,
 	})
@@ -340,6 +344,7 @@ func (p *serviceProxy) sync(ctx context.Context, full bool) error {
 		p.releaseUnbuilt(restored)
 	}
 	p.healthSync(changed.Sorted(), node.Name)
+	p.syncHostNAT(fullSync)
 
 	// Wait for the bridges, then clean up after the endpoints that left.
 	if p.a.podRec != nil && p.a.gwRec != nil && len(changed) > 0 {

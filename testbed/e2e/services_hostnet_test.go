@@ -657,9 +657,11 @@ func TestServicesHostNetwork(t *testing.T) {
 				if lb == n2 {
 					other = n1
 				}
-				// (A host to its own node IP's NodePort is not in the
-				// matrix: that traffic never leaves the host's stack.)
-				sources := []source{{"host@" + other.Name, other.Netns}}
+				// A host to its own node IP's NodePort is DNATed to the
+				// ClusterIP by the agent's host NAT (package hostnat),
+				// then takes the host -> ClusterIP path: the endpoint
+				// sees what it sees from that host's ClusterIP cells.
+				sources := []source{{"host@" + other.Name, other.Netns}, {"host@" + lb.Name, lb.Netns}}
 				if ext, ok := e.state.Member("ext1"); ok {
 					sources = append(sources, source{"ext1", ext.Netns})
 				}
@@ -691,7 +693,7 @@ func TestServicesHostNetwork(t *testing.T) {
 			t.Skip("no ext1 in the topology")
 		}
 		for i, tg := range targets[:2] {
-			eip := netip.AddrFrom4([4]byte{172, 30, 0, byte(210 + i)})
+			eip := netip.AddrFrom4([4]byte{172, 30, 0, byte(220 + i)}) // 172.30.0.2xx: one range per test file
 			if _, err := e.client.CoreV1().Services(ns).Create(ctx, &v1.Service{
 				ObjectMeta: metav1.ObjectMeta{Name: tg.svc.Name + "-eip"},
 				Spec: v1.ServiceSpec{

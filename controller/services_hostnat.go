@@ -1,0 +1,181 @@
+package controller
+
+import (
+	"errors"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/sirupsen/logrus"
+
+	"nodeflow/hostnat"
+	"nodeflow/proxy"
+)
+
+// The host's own traffic to its NodePorts, ExternalIPs and LoadBalancer
+// ingress IPs (package hostnat). After each sync the service proxy rebuilds
+// the DNAT rules from the service ports it built and the node IPs, and
+// applies them when they changed: a full sync (the first one after start,
+// then every serviceFullSyncInterval) replaces nodeflow's tables in one
+// transaction, a partial one changes only the map elements. A failure is
+// logged and counted, and the next sync tries again; it never fails the
+// sync. The tables stay when the agent stops; with the service proxy off
+// the agent removes them at start.
+
+// hostNATRetryInterval is the wait before the sync that retries a failed
+// apply, when nothing else asks for one sooner.
+const hostNATRetryInterval = 5 * time.Second
+
+// hostNATApplier programs the rules (a *hostnat.Applier; a fake in tests).
+type hostNATApplier interface {
+	Replace(hostnat.Ruleset) error
+	Apply(hostnat.Ruleset) error
+}
+
+// hostNAT is the service proxy's part for the host's own traffic.
+type hostNAT struct {
+	log logrus.FieldLogger
+	// applier is nil until the agent runs: a proxy built for tests only
+	// computes the rules.
+	applier hostNATApplier
+	// want is the last rule set computed, last the last one applied (nil
+	// after a failure: the next sync replaces the tables).
+	want, last *hostnat.Ruleset
+	// reported holds the conflicts logged, so each is logged once.
+	reported map[string]bool
+	// retrying: a sync is scheduled to retry a failed apply.
+	retrying atomic.Bool
+
+	errs    prometheus.Counter
+	applies prometheus.Counter
+	rules   prometheus.Gauge
+}
+
+// registerOrReuse registers c in reg, or returns the collector of the same
+// name registered before (a second proxy on one agent, in tests).
+func registerOrReuse[C prometheus.Collector](reg prometheus.Registerer, c C) C {
+	if err := reg.Register(c); err != nil {
+		var are prometheus.AlreadyRegisteredError
+		if errors.As(err, &are) {
+			if old, ok := are.ExistingCollector.(C); ok {
+				return old
+			}
+		}
+	}
+	return c
+}
+
+func newHostNAT(reg prometheus.Registerer, log logrus.FieldLogger) *hostNAT {
+	return &hostNAT{
+		log: log.WithField("part", "host-nat"), reported: map[string]bool{},
+		errs: registerOrReuse(reg, prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "nodeflow_host_nat_errors_total",
+			Help: "Failed attempts to program the nftables DNAT of the host's own traffic to its node ports, external and ingress IPs (retried at the next sync).",
+		})),
+		applies: registerOrReuse(reg, prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "nodeflow_host_nat_applies_total",
+			Help: "Changes of the host's own-traffic DNAT rules sent to nftables.",
+		})),
+		rules: registerOrReuse(reg, prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "nodeflow_host_nat_rules",
+			Help: "DNAT rules (map elements, both families) for the host's own traffic to its node ports, external and ingress IPs.",
+		})),
+	}
+}
+
+// enableHostNAT makes the service proxy program nftables in the agent's
+// network namespace.
+func (p *serviceProxy) enableHostNAT() {
+	p.hostNAT.applier = hostnat.NewApplier(hostnat.Options{})
+}
+
+// hostNATPorts returns the service ports built, as the rule builder takes
+// them.
+func hostNATPorts(built map[proxy.ServicePortName]builtPort) []hostnat.Port {
+	out := make([]hostnat.Port, 0, len(built))
+	for name, b := range built {
+		sp := b.port
+		if sp == nil {
+			continue
+		}
+		proto, err := hostnat.ParseProto(string(sp.Protocol))
+		if err != nil {
+			continue // the proxy builds TCP, UDP and SCTP only
+		}
+		out = append(out, hostnat.Port{
+			Name: name.String(), Protocol: proto, Port: sp.Port, NodePort: sp.NodePort,
+			ClusterIPs: sp.ClusterIPs, ExternalIPs: sp.ExternalIPs, LoadBalancerIPs: sp.LoadBalancerIPs,
+		})
+	}
+	return out
+}
+
+// syncHostNAT rebuilds the rules from the ports built and applies them
+// when they changed (always on a full sync). Called by sync, with p.mu
+// held.
+func (p *serviceProxy) syncHostNAT(full bool) {
+	h := p.hostNAT
+	rs, conflicts := hostnat.Build(p.a.nodeAddrs(), hostNATPorts(p.built))
+	seen := map[string]bool{}
+	for _, c := range conflicts {
+		msg := c.Error()
+		seen[msg] = true
+		if !h.reported[msg] {
+			h.log.WithFields(logrus.Fields{"address": c.Key.Daddr.String(), "protocol": hostnat.ProtoName(c.Key.Proto),
+				"port": c.Key.Port, "kept": c.Kept, "dropped": c.Dropped}).Warn("two services want one address and port for the host's own traffic")
+		}
+	}
+	h.reported = seen
+	h.want = &rs
+	if h.applier == nil {
+		return
+	}
+	if !full && h.last != nil && h.last.Equal(rs) {
+		return
+	}
+	var err error
+	if full || h.last == nil {
+		err = h.applier.Replace(rs)
+	} else {
+		err = h.applier.Apply(rs)
+	}
+	if err != nil {
+		h.errs.Inc()
+		h.last = nil
+		h.log.WithError(err).WithFields(logrus.Fields{"rules": rs.Len(), "full": full}).
+			Error("cannot program the host's DNAT to its node ports, external and ingress IPs; retrying at the next sync")
+		// Also without other changes, the next sync comes soon.
+		if h.retrying.CompareAndSwap(false, true) {
+			time.AfterFunc(hostNATRetryInterval, func() {
+				h.retrying.Store(false)
+				p.runner.Run()
+			})
+		}
+		return
+	}
+	h.last = &rs
+	h.applies.Inc()
+	h.rules.Set(float64(rs.Len()))
+}
+
+// hostNATRules returns the rules last computed (for tests).
+func (p *serviceProxy) hostNATRules() hostnat.Ruleset {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.hostNAT.want == nil {
+		return hostnat.Ruleset{}
+	}
+	return hostnat.Ruleset{V4: slices.Clone(p.hostNAT.want.V4), V6: slices.Clone(p.hostNAT.want.V6)}
+}
+
+// removeHostNAT deletes the host-NAT tables a service proxy left (the
+// service proxy is off).
+func (a *Agent) removeHostNAT() {
+	ap := hostnat.NewApplier(hostnat.Options{})
+	if err := ap.Delete(); err != nil {
+		a.log.WithError(err).WithField("table", ap.Table()).Warn("cannot remove the host-NAT tables of the service proxy")
+		return
+	}
+	a.log.WithField("table", ap.Table()).Debug("service proxy off: host-NAT tables removed")
+}
