@@ -1,0 +1,65 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+)
+
+// TestServicesHairpin has a pod reach itself through its own Service's
+// ClusterIP, over TCP and UDP in both families. br0 DNATs the connection
+// back to the pod and SNATs it to the gateway address of the node's pod
+// subnet, so that the reply comes back through br0 and is un-NATed; the
+// pod sees that gateway address as its client.
+func TestServicesHairpin(t *testing.T) {
+	e := up(t)
+	requireAgent(t, e)
+	ns := createNamespace(t, e, "e2e-hairpin")
+	ctx := context.Background()
+	solo := deployPods(t, e, ns, "solo", 1)[0]
+	svc, err := e.client.CoreV1().Services(ns).Create(ctx, &v1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "solo"},
+		Spec: v1.ServiceSpec{
+			Selector:       map[string]string{"app": "solo"},
+			IPFamilyPolicy: ptr.To(v1.IPFamilyPolicyPreferDualStack),
+			Ports: []v1.ServicePort{
+				{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080), Protocol: v1.ProtocolTCP},
+				{Name: "echo", Port: 53, TargetPort: intstr.FromInt32(5353), Protocol: v1.ProtocolUDP},
+			},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	node, err := e.client.CoreV1().Nodes().Get(ctx, solo.node, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gateway := map[bool]netip.Addr{}
+	for _, c := range node.Spec.PodCIDRs {
+		p := netip.MustParsePrefix(c)
+		gateway[p.Addr().Is6()] = p.Masked().Addr().Next()
+	}
+	for _, vip := range svcAddrs(t, svc) {
+		for _, udp := range []bool{false, true} {
+			proto, port := "tcp", 80
+			if udp {
+				proto, port = "udp", 53
+			}
+			gw, ok := gateway[vip.Is6()]
+			if !ok {
+				t.Fatalf("node %s has no %s pod CIDR: %v", solo.node, family(vip.Is6()), node.Spec.PodCIDRs)
+			}
+			name := fmt.Sprintf("%s/%s", proto, family(vip.Is6()))
+			t.Run(name, func(t *testing.T) {
+				reach(t, "hairpin "+name, solo.netns, udp, vip, port, map[string]bool{solo.name: true}, gw)
+			})
+		}
+	}
+}
