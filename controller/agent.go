@@ -7,6 +7,7 @@ import (
 	"hash/fnv"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"net/netip"
 	"sort"
 	"strings"
@@ -809,6 +810,12 @@ func (a *Agent) serveHealth(ctx context.Context) {
 		fmt.Fprintln(w, "ok")
 	})
 	mux.Handle("/metrics", promhttp.HandlerFor(a.metrics.Registry, promhttp.HandlerOpts{}))
+	// Profiles, on the same (loopback by default) address.
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	srv := &http.Server{Addr: a.cfg.HealthAddr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		<-ctx.Done()

@@ -36,6 +36,10 @@ type ServiceTracker struct {
 	active  map[ServicePortName]*ServicePort
 	ipOwner map[netip.Addr]types.NamespacedName
 	blocked map[types.NamespacedName]bool
+	// Indexes that keep Update linear in the changes, not the cluster:
+	// the addresses each Service holds in ipOwner, and its ports in active.
+	ipsOf   map[types.NamespacedName][]netip.Addr
+	portsOf map[types.NamespacedName][]ServicePortName
 }
 
 // changes coalesces the changes recorded for each object (by namespace
@@ -76,6 +80,8 @@ func NewServiceTracker(onError ErrorFunc) *ServiceTracker {
 		active:  map[ServicePortName]*ServicePort{},
 		ipOwner: map[netip.Addr]types.NamespacedName{},
 		blocked: map[types.NamespacedName]bool{},
+		ipsOf:   map[types.NamespacedName][]netip.Addr{},
+		portsOf: map[types.NamespacedName][]ServicePortName{},
 	}
 }
 
@@ -183,24 +189,24 @@ func (t *ServiceTracker) Update() ChangeSet {
 				for _, a := range info.clusterIPs {
 					t.ipOwner[a] = key
 				}
+				t.ipsOf[key] = info.clusterIPs
 				want = info.ports
 			}
 		}
 		// Diff this Service's active ports against want.
-		for name, p := range t.active {
-			if name.NamespacedName != key {
-				continue
-			}
-			if q, ok := want[name]; !ok || !reflect.DeepEqual(p, q) {
+		for _, name := range t.portsOf[key] {
+			if q, ok := want[name]; !ok || !reflect.DeepEqual(t.active[name], q) {
 				changed[name] = struct{}{}
 				delete(t.active, name)
 			}
 		}
+		delete(t.portsOf, key)
 		for name, p := range want {
 			if _, ok := t.active[name]; !ok {
 				t.active[name] = p
 				changed[name] = struct{}{}
 			}
+			t.portsOf[key] = append(t.portsOf[key], name)
 		}
 	}
 	return changed
@@ -208,11 +214,12 @@ func (t *ServiceTracker) Update() ChangeSet {
 
 // release frees the ClusterIPs key holds.
 func (t *ServiceTracker) release(key types.NamespacedName) {
-	for a, o := range t.ipOwner {
-		if o == key {
+	for _, a := range t.ipsOf[key] {
+		if t.ipOwner[a] == key {
 			delete(t.ipOwner, a)
 		}
 	}
+	delete(t.ipsOf, key)
 }
 
 // Ports returns the active service ports. The map is a copy; the ports are
@@ -245,6 +252,10 @@ type EndpointsTracker struct {
 	// slices holds the applied slices of each Service, by slice name.
 	slices    map[types.NamespacedName]map[string]*sliceInfo
 	endpoints map[ServicePortName][]Endpoint
+	// Indexes that keep Update linear in the changes: the Service each
+	// applied slice belongs to, and each Service's ports in endpoints.
+	sliceService map[types.NamespacedName]types.NamespacedName
+	portsOf      map[types.NamespacedName][]ServicePortName
 	// triggers holds the last-change-trigger-time of the changes recorded
 	// since the last Update, per Service.
 	triggers map[types.NamespacedName][]time.Time
@@ -261,6 +272,9 @@ func NewEndpointsTracker(onError ErrorFunc) *EndpointsTracker {
 		slices:    map[types.NamespacedName]map[string]*sliceInfo{},
 		endpoints: map[ServicePortName][]Endpoint{},
 		triggers:  map[types.NamespacedName][]time.Time{},
+
+		sliceService: map[types.NamespacedName]types.NamespacedName{},
+		portsOf:      map[types.NamespacedName][]ServicePortName{},
 	}
 }
 
@@ -316,15 +330,15 @@ func (t *EndpointsTracker) Update() ChangeSet {
 			affected[ch.current.service] = true
 		}
 		// The slice may have moved between Services (its label changed):
-		// remove it wherever it is, then add it where it belongs.
-		for svc, m := range t.slices {
-			if _, ok := m[key.Name]; ok && svc.Namespace == key.Namespace {
-				delete(m, key.Name)
-				affected[svc] = true
-				if len(m) == 0 {
-					delete(t.slices, svc)
-				}
+		// remove it from where it is, then add it where it belongs.
+		if svc, ok := t.sliceService[key]; ok {
+			m := t.slices[svc]
+			delete(m, key.Name)
+			affected[svc] = true
+			if len(m) == 0 {
+				delete(t.slices, svc)
 			}
+			delete(t.sliceService, key)
 		}
 		if ch.current != nil {
 			m := t.slices[ch.current.service]
@@ -333,6 +347,7 @@ func (t *EndpointsTracker) Update() ChangeSet {
 				t.slices[ch.current.service] = m
 			}
 			m[key.Name] = ch.current
+			t.sliceService[key] = ch.current.service
 		}
 	}
 	clear(t.pending)
@@ -346,20 +361,19 @@ func (t *EndpointsTracker) Update() ChangeSet {
 		for name, eps := range merged {
 			merged[name] = sortEndpoints(eps)
 		}
-		for name, old := range t.endpoints {
-			if name.NamespacedName != svc {
-				continue
-			}
-			if eps, ok := merged[name]; !ok || !slices.Equal(old, eps) {
+		for _, name := range t.portsOf[svc] {
+			if eps, ok := merged[name]; !ok || !slices.Equal(t.endpoints[name], eps) {
 				changed[name] = struct{}{}
 				delete(t.endpoints, name)
 			}
 		}
+		delete(t.portsOf, svc)
 		for name, eps := range merged {
 			if _, ok := t.endpoints[name]; !ok {
 				t.endpoints[name] = eps
 				changed[name] = struct{}{}
 			}
+			t.portsOf[svc] = append(t.portsOf[svc], name)
 		}
 	}
 	return changed
