@@ -275,9 +275,11 @@ func (p *serviceProxy) sync(ctx context.Context, full bool) error {
 
 	var flushes []openflow.Message
 	var idle []idleChange
+	natDirty := false // a change touches the host's own-traffic DNAT
 	for _, name := range changed.Sorted() {
 		old, had := p.built[name]
 		port, ok := p.svcs.Port(name)
+		natDirty = natDirty || (had && hostNATRelevant(old.port)) || (ok && hostNATRelevant(port))
 		if !ok {
 			if !had {
 				continue
@@ -344,7 +346,7 @@ func (p *serviceProxy) sync(ctx context.Context, full bool) error {
 		p.releaseUnbuilt(restored)
 	}
 	p.healthSync(changed.Sorted(), node.Name)
-	p.syncHostNAT(fullSync)
+	p.syncHostNAT(fullSync, natDirty)
 
 	// Wait for the bridges, then clean up after the endpoints that left.
 	if p.a.podRec != nil && p.a.gwRec != nil && len(changed) > 0 {

@@ -111,11 +111,22 @@ func hostNATPorts(built map[proxy.ServicePortName]builtPort) []hostnat.Port {
 	return out
 }
 
+// hostNATRelevant reports whether a service port has rules for the host's
+// own traffic: a node port, ExternalIPs or ingress IPs.
+func hostNATRelevant(sp *proxy.ServicePort) bool {
+	return sp != nil && (sp.NodePort != 0 || len(sp.ExternalIPs) > 0 || len(sp.LoadBalancerIPs) > 0)
+}
+
 // syncHostNAT rebuilds the rules from the ports built and applies them
-// when they changed (always on a full sync). Called by sync, with p.mu
-// held.
-func (p *serviceProxy) syncHostNAT(full bool) {
+// when they changed (always on a full sync). dirty says that a port with
+// such rules changed: without it, and with the last apply good, the rules
+// cannot have changed, and the rebuild (linear in the services) is
+// skipped. Called by sync, with p.mu held.
+func (p *serviceProxy) syncHostNAT(full, dirty bool) {
 	h := p.hostNAT
+	if !full && !dirty && h.want != nil && (h.applier == nil || h.last != nil) {
+		return
+	}
 	rs, conflicts := hostnat.Build(p.a.nodeAddrs(), hostNATPorts(p.built))
 	seen := map[string]bool{}
 	for _, c := range conflicts {

@@ -26,7 +26,10 @@ type Options struct {
 	MaxBundle int
 	// AuditInterval is how often the whole switch is compared with the
 	// desired state, as the safety net behind the flow monitor. Default
-	// 30 s; negative disables the periodic audit.
+	// 30 s; negative disables the periodic audit. A bridge so large that
+	// an audit takes longer than 1/AuditDutyFactor of the interval is
+	// audited less often: at AuditDutyFactor times the last full pass's
+	// duration, so audits never take more than about 1% of a core.
 	AuditInterval time.Duration
 	// MinInterval is the least time between two incremental syncs, to
 	// coalesce bursts further than the one-slot wake-up does. Default 0.
@@ -271,10 +274,11 @@ func (r *Reconciler) Flush(ctx context.Context) error {
 // connected" and changes stay queued.
 func (r *Reconciler) Run(ctx context.Context) error {
 	var audit <-chan time.Time
+	var auditTimer *time.Timer
 	if r.opts.AuditInterval > 0 {
-		t := time.NewTicker(r.opts.AuditInterval)
-		defer t.Stop()
-		audit = t.C
+		auditTimer = time.NewTimer(r.opts.AuditInterval)
+		defer auditTimer.Stop()
+		audit = auditTimer.C
 	}
 	retry := time.NewTimer(time.Hour)
 	retry.Stop()
@@ -300,7 +304,11 @@ func (r *Reconciler) Run(ctx context.Context) error {
 			}
 		}
 		last = time.Now()
-		err := r.pass(ctx)
+		full, took, err := r.pass(ctx)
+		if full && auditTimer != nil {
+			// Any full pass audits: the next audit is counted from it.
+			auditTimer.Reset(auditDelay(r.opts.AuditInterval, took))
+		}
 		// Changes queued during the pass have signalled Changed again, so
 		// the next iteration picks them up.
 		if flush != nil {
@@ -312,11 +320,23 @@ func (r *Reconciler) Run(ctx context.Context) error {
 	}
 }
 
+// AuditDutyFactor bounds the share of time the periodic audit takes: the
+// next audit comes at least this many times the last full pass's duration
+// later.
+const AuditDutyFactor = 100
+
+// auditDelay is the wait before the next audit after a full pass that took
+// took.
+func auditDelay(interval, took time.Duration) time.Duration {
+	return max(interval, AuditDutyFactor*took)
+}
+
 // pass runs one sync: a full one when requested, else an incremental one.
-func (r *Reconciler) pass(ctx context.Context) error {
+// It reports whether it was a full pass, and how long it took.
+func (r *Reconciler) pass(ctx context.Context) (full bool, took time.Duration, err error) {
 	c := r.conn.Load()
 	if c == nil || !c.Connected() {
-		return fmt.Errorf("reconcile: %s: not connected", r.opts.Bridge)
+		return false, 0, fmt.Errorf("reconcile: %s: not connected", r.opts.Bridge)
 	}
 	r.mu.Lock()
 	kind := r.pendingFull
@@ -331,7 +351,7 @@ func (r *Reconciler) pass(ctx context.Context) error {
 	default:
 	}
 	rep := SyncReport{Kind: kind, Start: time.Now()}
-	err := r.sync(ctx, c, &rep)
+	err = r.sync(ctx, c, &rep)
 	rep.Duration = time.Since(rep.Start)
 	rep.Err = err
 	if err != nil && kind != SyncIncremental {
@@ -357,7 +377,7 @@ func (r *Reconciler) pass(ctx context.Context) error {
 	if err == nil && kind != SyncIncremental {
 		r.syncedOnce.Do(func() { close(r.synced) })
 	}
-	return err
+	return kind != SyncIncremental, rep.Duration, err
 }
 
 func (r *Reconciler) sync(ctx context.Context, c *ofconn.Conn, rep *SyncReport) error {
