@@ -15,6 +15,7 @@ import (
 	"github.com/vishvananda/netlink"
 	corev1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
@@ -130,6 +131,14 @@ func (p *serviceProxy) start(ctx context.Context) error {
 	f := informers.NewSharedInformerFactory(p.a.kube, 10*time.Minute)
 	p.svcInf = f.Core().V1().Services().Informer()
 	p.sliceInf = f.Discovery().V1().EndpointSlices().Informer()
+	// The caches hold every Service and EndpointSlice of the cluster:
+	// without their managed fields (server-side apply bookkeeping, often
+	// larger than the object itself), which the proxy never reads.
+	for _, inf := range []cache.SharedIndexInformer{p.svcInf, p.sliceInf} {
+		if err := inf.SetTransform(stripManagedFields); err != nil {
+			return fmt.Errorf("controller: services: %w", err)
+		}
+	}
 	svc := func(obj any) *corev1.Service {
 		if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 			obj = t.Obj
@@ -183,6 +192,15 @@ func (p *serviceProxy) start(ctx context.Context) error {
 		return fmt.Errorf("controller: service informers did not sync: %w", ctx.Err())
 	}
 	return nil
+}
+
+// stripManagedFields is the informers' transform: it drops an object's
+// managed fields before the cache stores it.
+func stripManagedFields(obj any) (any, error) {
+	if m, err := meta.Accessor(obj); err == nil {
+		m.SetManagedFields(nil)
+	}
+	return obj, nil
 }
 
 // run drives the sync loop until ctx ends. pod and gw are br0's and

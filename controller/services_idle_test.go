@@ -5,6 +5,9 @@ import (
 	"slices"
 	"testing"
 
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"nodeflow/flows/service"
 	"nodeflow/proxy"
 )
@@ -123,4 +126,21 @@ func gatherValue(t *testing.T, p *serviceProxy, name string) float64 {
 	}
 	t.Fatalf("metric %s not registered", name)
 	return 0
+}
+
+func TestStripManagedFields(t *testing.T) {
+	svc := webService("10.96.0.10")
+	svc.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubectl", Operation: metav1.ManagedFieldsOperationApply}}
+	svc.Annotations = map[string]string{"keep": "me"}
+	out, err := stripManagedFields(svc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := out.(*v1.Service)
+	if len(got.ManagedFields) != 0 || got.Annotations["keep"] != "me" || got.Spec.ClusterIP != "10.96.0.10" {
+		t.Errorf("transformed service: managed fields %v, annotations %v, cluster IP %q", got.ManagedFields, got.Annotations, got.Spec.ClusterIP)
+	}
+	if _, err := stripManagedFields("not an object"); err != nil {
+		t.Errorf("a non-object: %v", err)
+	}
 }

@@ -443,9 +443,14 @@ func (b *builder) classify(e proxy.Endpoint) classified {
 
 // dnat returns the table-35 flows of one endpoint of group gid.
 func (b *builder) dnat(gid uint32, ep classified, port uint16) []openflow.Flow {
-	m := openflow.NewMatch(openflow.EthType(b.ethType()), openflow.IPProto(b.l4.proto),
+	// The endpoint's fields, with room for the one field its second flow
+	// adds: both flows share one array (memory at 100,000 endpoints).
+	fs := make([]openflow.Field, 0, 6)
+	fs = append(fs, openflow.EthType(b.ethType()), openflow.IPProto(b.l4.proto),
 		mustMatch(plan.ServiceID.MatchValue(uint64(gid))), b.matchEndpoint(ep.addr),
 		mustMatch(plan.EndpointPort.MatchValue(uint64(port))))
+	m := openflow.Match{Fields: fs[:len(fs):len(fs)]}
+	plus := func(f openflow.Field) openflow.Match { return openflow.Match{Fields: append(fs, f)} }
 	commit := func(mark *plan.Mark) []openflow.Instruction {
 		nat := openflow.NAT{Dst: true, MinAddr: ep.addr, MinPort: port}
 		var acts []openflow.Action
@@ -481,13 +486,13 @@ func (b *builder) dnat(gid uint32, ep classified, port uint16) []openflow.Flow {
 		// through this node.
 		return []openflow.Flow{
 			flow(plan.PriorityNormal, m, nil),
-			flow(plan.PriorityHigh, withField(m, plan.FromGateway.Match()), &plan.SNATToGateway),
+			flow(plan.PriorityHigh, plus(plan.FromGateway.Match()), &plan.SNATToGateway),
 		}
 	default:
 		// A pod reaching itself through the service (hairpin).
 		return []openflow.Flow{
 			flow(plan.PriorityNormal, m, nil),
-			flow(plan.PriorityHigh, withField(m, b.srcIP(ep.addr)), &plan.SNATToGateway),
+			flow(plan.PriorityHigh, plus(b.srcIP(ep.addr)), &plan.SNATToGateway),
 		}
 	}
 }
