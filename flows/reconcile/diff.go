@@ -684,6 +684,7 @@ func (s *Store) failOwner(name string, err error, now time.Time) {
 		d = maxBackoff
 	}
 	o.retryAt = now.Add(d)
+	s.backedOff[o] = struct{}{}
 }
 
 // nextRetry returns the earliest time a backed-off owner may be retried,
@@ -692,7 +693,11 @@ func (s *Store) nextRetry() time.Time {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var t time.Time
-	for _, o := range s.owners {
+	for o := range s.backedOff {
+		if s.owners[o.name] != o {
+			delete(s.backedOff, o) // replaced or gone since
+			continue
+		}
 		if o.err != nil && !o.retryAt.IsZero() && (t.IsZero() || o.retryAt.Before(t)) {
 			t = o.retryAt
 		}

@@ -44,6 +44,12 @@ type Store struct {
 	dirtyM  []uint32
 	epoch   uint32
 	changed chan struct{}
+	// counts are the desired flows, groups and meters of every owner
+	// (Counts), kept as owners come and go.
+	counts [3]int
+	// backedOff holds the owners failOwner has backed off, for
+	// nextRetry: the few that failed, not every owner.
+	backedOff map[*owner]struct{}
 }
 
 // owner is one owner's desired state and bookkeeping.
@@ -158,6 +164,8 @@ func NewStore(opts StoreOptions) *Store {
 		meters:  map[uint32]*meterSlot{},
 		refs:    map[refKey]int32{},
 		changed: make(chan struct{}, 1),
+
+		backedOff: map[*owner]struct{}{},
 	}
 }
 
@@ -217,6 +225,8 @@ func (s *Store) Set(name string, st State) error {
 
 	if old != nil {
 		s.release(old)
+		s.count(old, -1)
+		delete(s.backedOff, old)
 	}
 	if st.Empty() {
 		delete(s.owners, name)
@@ -225,6 +235,7 @@ func (s *Store) Set(name string, st State) error {
 		s.owners[name] = o
 		s.byHash[cookie] = o
 		s.claim(o)
+		s.count(o, 1)
 	}
 	s.notify()
 	return nil
@@ -440,12 +451,14 @@ func (s *Store) Owners(prefix string) []string {
 func (s *Store) Counts() (flows, groups, meters int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, o := range s.owners {
-		flows += len(o.flows)
-		groups += len(o.groups)
-		meters += len(o.meters)
-	}
-	return
+	return s.counts[0], s.counts[1], s.counts[2]
+}
+
+// count adds (sign 1) or removes (sign -1) an owner's entries from counts.
+func (s *Store) count(o *owner, sign int) {
+	s.counts[0] += sign * len(o.flows)
+	s.counts[1] += sign * len(o.groups)
+	s.counts[2] += sign * len(o.meters)
 }
 
 // Pending reports whether some desired change has not been applied yet.
