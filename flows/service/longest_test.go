@@ -2,7 +2,6 @@ package service
 
 import (
 	"net/netip"
-	"slices"
 	"strings"
 	"testing"
 
@@ -68,19 +67,7 @@ func TestOVSLongestPath(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var flows, groups []string
-	for _, f := range out.Pod.Flows {
-		flows = append(flows, strings.TrimSpace(f.String()))
-	}
-	for _, g := range out.Pod.Groups {
-		groups = append(groups, g.String())
-	}
-	if _, err := sb.Ofctl("-O", "OpenFlow15", "add-groups", "br0", writeLines(t, "groups", groups)); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := sb.Ofctl("-O", "OpenFlow15", "add-flows", "br0", writeLines(t, "flows", slices.Concat(stubBr0Gateway, flows))); err != nil {
-		t.Fatal(err)
-	}
+	installPod(t, sb, out, stubBr0Gateway)
 	if _, err := sb.Ofctl("-O", "OpenFlow15", "add-flows", "breth0", writeLines(t, "seed", seedBreth0)); err != nil {
 		t.Fatal(err)
 	}

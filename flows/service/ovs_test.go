@@ -49,6 +49,25 @@ func writeLines(t *testing.T, name string, lines []string) string {
 	return p
 }
 
+// installPod adds out's br0 groups, then the stub pipeline flows and
+// out's br0 flows, to the sandbox's br0 with ovs-ofctl.
+func installPod(t *testing.T, sb *ovs.Sandbox, out Output, pipeline []string) {
+	t.Helper()
+	var flows, groups []string
+	for _, f := range out.Pod.Flows {
+		flows = append(flows, strings.TrimSpace(f.String()))
+	}
+	for _, g := range out.Pod.Groups {
+		groups = append(groups, g.String())
+	}
+	if _, err := sb.Ofctl("-O", "OpenFlow15", "add-groups", "br0", writeLines(t, "groups", groups)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sb.Ofctl("-O", "OpenFlow15", "add-flows", "br0", writeLines(t, "flows", slices.Concat(pipeline, flows))); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // dumpLines runs an ovs-ofctl dump and returns its entry lines, trimmed.
 func dumpLines(t *testing.T, sb *ovs.Sandbox, args ...string) []string {
 	t.Helper()
@@ -223,19 +242,7 @@ func TestOVSAffinityLearns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var flows, groups []string
-	for _, f := range out.Pod.Flows {
-		flows = append(flows, strings.TrimSpace(f.String()))
-	}
-	for _, g := range out.Pod.Groups {
-		groups = append(groups, g.String())
-	}
-	if _, err := sb.Ofctl("-O", "OpenFlow15", "add-groups", "br0", writeLines(t, "groups", groups)); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := sb.Ofctl("-O", "OpenFlow15", "add-flows", "br0", writeLines(t, "flows", slices.Concat(stubPipeline, flows))); err != nil {
-		t.Fatal(err)
-	}
+	installPod(t, sb, out, stubPipeline)
 	pkt := "in_port(1),eth(src=0a:58:0a:80:00:05,dst=0a:58:0a:80:00:01),eth_type(0x0800)," +
 		"ipv4(src=10.128.0.5,dst=10.96.0.11,proto=17,tos=0,ttl=64,frag=no),udp(src=40000,dst=53)"
 	if _, err := sb.Appctl("netdev-dummy/receive", "p1", pkt); err != nil {
@@ -312,19 +319,7 @@ func TestOVSStaleAffinity(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var flows, groups []string
-	for _, f := range out.Pod.Flows {
-		flows = append(flows, strings.TrimSpace(f.String()))
-	}
-	for _, g := range out.Pod.Groups {
-		groups = append(groups, g.String())
-	}
-	if _, err := sb.Ofctl("-O", "OpenFlow15", "add-groups", "br0", writeLines(t, "groups", groups)); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := sb.Ofctl("-O", "OpenFlow15", "add-flows", "br0", writeLines(t, "flows", slices.Concat(stubPipeline, flows))); err != nil {
-		t.Fatal(err)
-	}
+	installPod(t, sb, out, stubPipeline)
 	// Clients until both endpoints have a binding (the hash spreads them).
 	bindings := func() []string {
 		var out []string

@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -128,19 +127,7 @@ func TestOVSSCTPPortTranslation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var flows, groups []string
-	for _, f := range out.Pod.Flows {
-		flows = append(flows, strings.TrimSpace(f.String()))
-	}
-	for _, g := range out.Pod.Groups {
-		groups = append(groups, g.String())
-	}
-	if _, err := sb.Ofctl("-O", "OpenFlow15", "add-groups", "br0", writeLines(t, "groups", groups)); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := sb.Ofctl("-O", "OpenFlow15", "add-flows", "br0", writeLines(t, "flows", slices.Concat(stubPipeline, flows))); err != nil {
-		t.Fatal(err)
-	}
+	installPod(t, sb, out, stubPipeline)
 
 	vip := netip.MustParseAddrPort("10.96.0.15:9999")
 	ep := netip.MustParseAddrPort("10.128.0.2:7777")

@@ -4,11 +4,11 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"slices"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 )
 
@@ -28,10 +28,7 @@ func TestServicesHairpin(t *testing.T) {
 		Spec: v1.ServiceSpec{
 			Selector:       map[string]string{"app": "solo"},
 			IPFamilyPolicy: ptr.To(v1.IPFamilyPolicyPreferDualStack),
-			Ports: []v1.ServicePort{
-				{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080), Protocol: v1.ProtocolTCP},
-				{Name: "echo", Port: 53, TargetPort: intstr.FromInt32(5353), Protocol: v1.ProtocolUDP},
-			},
+			Ports:          slices.Clone(webPorts),
 		},
 	}, metav1.CreateOptions{})
 	if err != nil {

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os/exec"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -48,44 +48,6 @@ var (
 	hostNATExternal = map[bool]netip.Addr{false: netip.MustParseAddr("172.30.0.230"), true: netip.MustParseAddr("fd00:172:30::230")}
 	hostNATIngress  = map[bool]netip.Addr{false: netip.MustParseAddr("172.30.0.231"), true: netip.MustParseAddr("fd00:172:30::231")}
 )
-
-// reachEach asks dst:port from netns until every backend of want has
-// answered, and checks that each saw the client want gives for it (when
-// valid).
-func reachEach(t *testing.T, what, netns string, udp bool, dst netip.Addr, port int, want map[string]netip.Addr) {
-	t.Helper()
-	seen := map[string]string{}
-	eventually(t, 30*time.Second, what, func(ctx context.Context) error {
-		var pod, client string
-		var err error
-		if udp {
-			pod, client, err = udpEcho(ctx, netns, dst, port)
-		} else {
-			pod, client, err = httpGet(ctx, netns, dst, port)
-		}
-		if err != nil {
-			return err
-		}
-		wc, ok := want[pod]
-		if !ok {
-			return fmt.Errorf("answer from %q, not a backend", pod)
-		}
-		if wc.IsValid() && hostOf(client) != wc.String() {
-			t.Errorf("%s: backend %s saw client %s, want %s", what, pod, hostOf(client), wc)
-		}
-		seen[pod] = hostOf(client)
-		if len(seen) < len(want) {
-			return fmt.Errorf("%d of %d backends answered so far: %v", len(seen), len(want), seen)
-		}
-		return nil
-	})
-	var got []string
-	for p, c := range seen {
-		got = append(got, p+"="+c)
-	}
-	sort.Strings(got)
-	t.Logf("%s: clients seen %v", what, got)
-}
 
 // routerOf returns node name's router address of a family in its pod
 // subnet.
@@ -135,10 +97,7 @@ func TestServicesHostNAT(t *testing.T) {
 			Selector:       map[string]string{"app": "web"},
 			IPFamilyPolicy: ptr.To(v1.IPFamilyPolicyRequireDualStack),
 			ExternalIPs:    []string{hostNATExternal[false].String(), hostNATExternal[true].String()},
-			Ports: []v1.ServicePort{
-				{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080), Protocol: v1.ProtocolTCP},
-				{Name: "echo", Port: 53, TargetPort: intstr.FromInt32(5353), Protocol: v1.ProtocolUDP},
-			},
+			Ports:          slices.Clone(webPorts),
 		},
 	}, hostNATIngress[false], hostNATIngress[true])
 	npTCP, npUDP := nodePortOf(t, svc, v1.ProtocolTCP), nodePortOf(t, svc, v1.ProtocolUDP)

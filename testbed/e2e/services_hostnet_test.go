@@ -134,13 +134,7 @@ func (mx *matrix) cell(t *testing.T, name, netns string, udp bool, dst netip.Add
 		mx.add(res)
 	}()
 	eventually(t, 30*time.Second, name, func(ctx context.Context) error {
-		var pod, client string
-		var err error
-		if udp {
-			pod, client, err = udpEcho(ctx, netns, dst, port)
-		} else {
-			pod, client, err = httpGet(ctx, netns, dst, port)
-		}
+		pod, client, err := ask(ctx, netns, udp, dst, port)
 		if err != nil {
 			return err
 		}

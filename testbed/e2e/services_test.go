@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -19,7 +21,6 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
 	"nodeflow/cni"
@@ -113,30 +114,47 @@ func svcAddrs(t *testing.T, s *v1.Service) []netip.Addr {
 	return out
 }
 
+// ask asks dst:port from netns once, over TCP (HTTP) or UDP (echo), and
+// returns the answering pod and the client address it saw.
+func ask(ctx context.Context, netns string, udp bool, dst netip.Addr, port int) (pod, client string, err error) {
+	if udp {
+		return udpEcho(ctx, netns, dst, port)
+	}
+	return httpGet(ctx, netns, dst, port)
+}
+
 // reach asks a service address from netns over TCP (HTTP) or UDP (echo)
 // until every backend in want has answered once, checking each answer's
 // pod and, when wantClient is valid, the client address the server saw.
 func reach(t *testing.T, what, netns string, udp bool, dst netip.Addr, port int, want map[string]bool, wantClient netip.Addr) {
 	t.Helper()
-	seen := map[string]bool{}
-	eventually(t, 30*time.Second, what, func(ctx context.Context) error {
-		var pod, client string
-		var err error
-		if udp {
-			pod, client, err = udpEcho(ctx, netns, dst, port)
-		} else {
-			pod, client, err = httpGet(ctx, netns, dst, port)
+	each := map[string]netip.Addr{}
+	for pod, ok := range want {
+		if ok {
+			each[pod] = wantClient
 		}
+	}
+	reachEach(t, what, netns, udp, dst, port, each)
+}
+
+// reachEach is reach with a client address to check per backend (not
+// checked where invalid).
+func reachEach(t *testing.T, what, netns string, udp bool, dst netip.Addr, port int, want map[string]netip.Addr) {
+	t.Helper()
+	seen := map[string]string{}
+	eventually(t, 30*time.Second, what, func(ctx context.Context) error {
+		pod, client, err := ask(ctx, netns, udp, dst, port)
 		if err != nil {
 			return err
 		}
-		if !want[pod] {
-			return fmt.Errorf("answer from %q, not a backend (%v)", pod, want)
+		wc, ok := want[pod]
+		if !ok {
+			return fmt.Errorf("answer from %q, not a backend (%v)", pod, slices.Sorted(maps.Keys(want)))
 		}
-		if wantClient.IsValid() && hostOf(client) != wantClient.String() {
-			t.Errorf("%s: backend %s saw client %s, want %s", what, pod, client, wantClient)
+		if wc.IsValid() && hostOf(client) != wc.String() {
+			t.Errorf("%s: backend %s saw client %s, want %s", what, pod, hostOf(client), wc)
 		}
-		seen[pod] = true
+		seen[pod] = hostOf(client)
 		if len(seen) < len(want) {
 			return fmt.Errorf("%d of %d backends answered so far: %v", len(seen), len(want), seen)
 		}
@@ -170,10 +188,7 @@ func TestServices(t *testing.T) {
 			Type:           v1.ServiceTypeNodePort,
 			Selector:       map[string]string{"app": "web"},
 			IPFamilyPolicy: ptr.To(v1.IPFamilyPolicyPreferDualStack),
-			Ports: []v1.ServicePort{
-				{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080), Protocol: v1.ProtocolTCP},
-				{Name: "echo", Port: 53, TargetPort: intstr.FromInt32(5353), Protocol: v1.ProtocolUDP},
-			},
+			Ports:          slices.Clone(webPorts),
 		},
 	}, metav1.CreateOptions{})
 	if err != nil {
@@ -262,10 +277,7 @@ func TestServices(t *testing.T) {
 			Spec: v1.ServiceSpec{
 				Selector:       map[string]string{"app": "nothing"},
 				IPFamilyPolicy: ptr.To(v1.IPFamilyPolicyPreferDualStack),
-				Ports: []v1.ServicePort{
-					{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080), Protocol: v1.ProtocolTCP},
-					{Name: "echo", Port: 53, TargetPort: intstr.FromInt32(5353), Protocol: v1.ProtocolUDP},
-				},
+				Ports:          slices.Clone(webPorts),
 			},
 		}, metav1.CreateOptions{})
 		if err != nil {
