@@ -21,7 +21,7 @@ func BenchmarkServiceProxyMemory10k(b *testing.B) {
 		runtime.GC()
 		var before, after runtime.MemStats
 		runtime.ReadMemStats(&before)
-		p := testServiceProxy(&testing.T{})
+		p := testServiceProxy(b)
 		for i := range n {
 			svc := webService(fmt.Sprintf("10.96.%d.%d", i/250, 1+i%250))
 			svc.Name = fmt.Sprintf("s%d", i)

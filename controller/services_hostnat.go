@@ -1,7 +1,6 @@
 package controller
 
 import (
-	"errors"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -52,36 +51,24 @@ type hostNAT struct {
 	rules   prometheus.Gauge
 }
 
-// registerOrReuse registers c in reg, or returns the collector of the same
-// name registered before (a second proxy on one agent, in tests).
-func registerOrReuse[C prometheus.Collector](reg prometheus.Registerer, c C) C {
-	if err := reg.Register(c); err != nil {
-		var are prometheus.AlreadyRegisteredError
-		if errors.As(err, &are) {
-			if old, ok := are.ExistingCollector.(C); ok {
-				return old
-			}
-		}
-	}
-	return c
-}
-
 func newHostNAT(reg prometheus.Registerer, log logrus.FieldLogger) *hostNAT {
-	return &hostNAT{
+	h := &hostNAT{
 		log: log.WithField("part", "host-nat"), reported: map[string]bool{},
-		errs: registerOrReuse(reg, prometheus.NewCounter(prometheus.CounterOpts{
+		errs: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "nodeflow_host_nat_errors_total",
 			Help: "Failed attempts to program the nftables DNAT of the host's own traffic to its node ports, external and ingress IPs (retried at the next sync).",
-		})),
-		applies: registerOrReuse(reg, prometheus.NewCounter(prometheus.CounterOpts{
+		}),
+		applies: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "nodeflow_host_nat_applies_total",
 			Help: "Changes of the host's own-traffic DNAT rules sent to nftables.",
-		})),
-		rules: registerOrReuse(reg, prometheus.NewGauge(prometheus.GaugeOpts{
+		}),
+		rules: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "nodeflow_host_nat_rules",
 			Help: "DNAT rules (map elements, both families) for the host's own traffic to its node ports, external and ingress IPs.",
-		})),
+		}),
 	}
+	reg.MustRegister(h.errs, h.applies, h.rules)
+	return h
 }
 
 // enableHostNAT makes the service proxy program nftables in the agent's

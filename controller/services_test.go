@@ -24,7 +24,7 @@ import (
 
 // testServiceProxy returns a service proxy over empty stores, without
 // Kubernetes or switches: syncs only fill the stores.
-func testServiceProxy(t *testing.T) *serviceProxy {
+func testServiceProxy(t testing.TB) *serviceProxy {
 	t.Helper()
 	masq, err := conntrack.NewPlan(conntrack.DefaultMasqueradeV4, conntrack.DefaultMasqueradeV6)
 	if err != nil {

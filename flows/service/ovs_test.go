@@ -68,6 +68,19 @@ func installPod(t *testing.T, sb *ovs.Sandbox, out Output, pipeline []string) {
 	}
 }
 
+// waitFor polls cond every 20 ms until it holds or timeout passes, and
+// reports whether it held.
+func waitFor(timeout time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(20 * time.Millisecond) // the polling interval
+	}
+	return true
+}
+
 // dumpLines runs an ovs-ofctl dump and returns its entry lines, trimmed.
 func dumpLines(t *testing.T, sb *ovs.Sandbox, args ...string) []string {
 	t.Helper()
@@ -249,19 +262,14 @@ func TestOVSAffinityLearns(t *testing.T) {
 		t.Fatal(err)
 	}
 	var learned string
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		l := dumpLines(t, sb, "-O", "OpenFlow15", "dump-flows", "br0", "table=31")
-		for _, f := range l {
+	waitFor(5*time.Second, func() bool {
+		for _, f := range dumpLines(t, sb, "-O", "OpenFlow15", "dump-flows", "br0", "table=31") {
 			if strings.Contains(f, "hard_timeout=30") {
 				learned = f
 			}
 		}
-		if learned != "" || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(20 * time.Millisecond) // polling interval
-	}
+		return learned != ""
+	})
 	if learned == "" {
 		all, _ := sb.Ofctl("-O", "OpenFlow15", "dump-flows", "br0")
 		gs, _ := sb.Ofctl("-O", "OpenFlow15", "dump-group-stats", "br0")
@@ -344,20 +352,16 @@ func TestOVSStaleAffinity(t *testing.T) {
 		}
 	}
 	var learned []string
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	eps := map[string]bool{}
+	if !waitFor(5*time.Second, func() bool {
 		learned = bindings()
-		eps := map[string]bool{}
+		clear(eps)
 		for _, l := range learned {
 			eps[epOf(l)] = true
 		}
-		if len(learned) == 50 && len(eps) == 2 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("bindings: %d, to %v", len(learned), eps)
-		}
-		time.Sleep(20 * time.Millisecond) // polling interval
+		return len(learned) == 50 && len(eps) == 2
+	}) {
+		t.Fatalf("bindings: %d, to %v", len(learned), eps)
 	}
 	// 10.128.1.5 goes away.
 	var current []proxy.Endpoint

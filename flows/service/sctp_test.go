@@ -186,14 +186,7 @@ func TestOVSSCTPPortTranslation(t *testing.T) {
 				t.Fatal(err)
 			}
 			var got []sctpSeen
-			deadline := time.Now().Add(5 * time.Second)
-			for {
-				got = sent()
-				if len(got) > i || time.Now().After(deadline) {
-					break
-				}
-				time.Sleep(20 * time.Millisecond) // polling interval
-			}
+			waitFor(5*time.Second, func() bool { got = sent(); return len(got) > i })
 			if len(got) <= i {
 				all, _ := sb.Ofctl("-O", "OpenFlow15", "dump-flows", "br0")
 				ct, _ := sb.Appctl("dpctl/dump-conntrack")
