@@ -1,16 +1,22 @@
+// Package controller is the node agent, read top to bottom in this file:
+// it creates br0 and breth0 over OVSDB and moves the node's addresses to
+// breth0, learns this node's facts (feature.Node), then wires every
+// feature (package feature) the same way: Init, informers started and
+// synced, Sync, the reconcilers of both bridges started with one atomic
+// start-up bundle each, and Run. Packet-ins are dispatched by category to
+// the feature that declared it. The agent itself keeps the facts current
+// (the host's addresses), repairs what an operator deletes (bridges,
+// ports), and serves health, metrics and introspection.
 package controller
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"net"
 	"net/http"
 	"net/http/pprof"
 	"net/netip"
-	"sort"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -23,62 +29,62 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/record"
 
 	"nodeflow/cni"
 	"nodeflow/conntrack"
+	"nodeflow/feature"
 	"nodeflow/flows/gateway"
 	"nodeflow/flows/node"
 	"nodeflow/flows/plan"
 	"nodeflow/flows/reconcile"
+	"nodeflow/hostnet"
 	"nodeflow/openflow"
 	"nodeflow/openflow/ofconn"
 	"nodeflow/ovsdb"
 )
 
-// Agent is the node agent. Create it with New and call Run.
+// Agent is the node agent. Create it with New, add features with Use, and
+// call Run.
 type Agent struct {
 	cfg     Config
 	log     logrus.FieldLogger
 	metrics *Metrics
 
-	db    *ovsdb.Client
-	ifc   *ovsdb.InterfaceCache
-	kube  kubernetes.Interface
-	nodes cache.SharedIndexInformer
-	pods  cache.SharedIndexInformer
+	db  *ovsdb.Client
+	ifc atomic.Pointer[ovsdb.InterfaceCache]
 
-	ports     Ports
-	nodeIPs   []netip.Prefix
-	routerMAC net.HardwareAddr
-	mgmtMAC   net.HardwareAddr
-	hostMAC   net.HardwareAddr
-	podCIDRs  []netip.Prefix
+	kube       kubernetes.Interface
+	informers  informers.SharedInformerFactory
+	localPods  informers.SharedInformerFactory
+	recorder   record.EventRecorder
+	nodes      cache.SharedIndexInformer
+	namespaces feature.NamespaceIDs
 
-	podStore, gwStore *reconcile.Store
-	podRec, gwRec     *reconcile.Reconciler
-	conns             []*ofconn.Conn
+	features   []feature.Feature
+	dispatcher *feature.Dispatcher
 
-	dirty     chan struct{}
-	hostDirty chan struct{}
-	ready     atomic.Bool
-	lastLoop  atomic.Int64
+	stores map[plan.Bridge]*reconcile.Store
+	recs   map[plan.Bridge]*reconcile.Reconciler
+	conns  sync.Map // plan.Bridge -> *ofconn.Conn
 
-	mu       sync.Mutex
-	reported map[string]string // node name -> last problem reported
+	// The node's facts, as features see them (feature.Host.Node).
+	nodeMu   sync.Mutex
+	node     feature.Node
+	onNode   []func()
+	uplinkMAC net.HardwareAddr
 
-	probed map[netip.Addr]time.Time // next hops probed, when (sync goroutine only)
+	secondary hostAddrSet
 
-	secondary hostAddrSet // the host's secondary addresses (hostaddrs.go)
-
-	servicesOn  bool          // run the service proxy (SetServices)
-	idleHandler IdleHandler   // takes over idled service ports (SetIdleHandler)
-	svc         *serviceProxy // nil when off
+	// heal asks the agent to check and repair its bridges and ports.
+	heal     chan struct{}
+	ready    atomic.Bool
+	lastLoop atomic.Int64
 }
-
-// probeInterval spaces the probes of one unresolved next hop.
-const probeInterval = 10 * time.Second
 
 // New returns an agent for cfg.
 func New(cfg Config, log logrus.FieldLogger) (*Agent, error) {
@@ -88,15 +94,24 @@ func New(cfg Config, log logrus.FieldLogger) (*Agent, error) {
 	if log == nil {
 		log = logrus.StandardLogger()
 	}
-	return &Agent{
+	a := &Agent{
 		cfg: cfg, log: log.WithField("node", cfg.NodeName), metrics: NewMetrics(),
-		dirty: make(chan struct{}, 1), hostDirty: make(chan struct{}, 1), reported: map[string]string{},
-		probed: map[netip.Addr]time.Time{},
-	}, nil
+		heal: make(chan struct{}, 1),
+	}
+	a.dispatcher = feature.NewDispatcher(a.metrics.Registry, a.log)
+	return a, nil
 }
+
+// Use adds a feature; call it before Run. Features are initialised and
+// synced in the order they are added.
+func (a *Agent) Use(f feature.Feature) { a.features = append(a.features, f) }
 
 // Metrics returns the agent's metrics.
 func (a *Agent) Metrics() *Metrics { return a.metrics }
+
+// Interfaces returns OVSDB's Interface cache; nil before Run has set up
+// OVS.
+func (a *Agent) Interfaces() *ovsdb.InterfaceCache { return a.ifc.Load() }
 
 func poke(ch chan struct{}) {
 	select {
@@ -113,70 +128,85 @@ func (a *Agent) Run(ctx context.Context) error {
 	if a.cfg.HealthAddr != "" {
 		go a.serveHealth(ctx)
 	}
+	// 1. The bridges, their ports, and the uplink's addresses on breth0.
 	if err := a.setupOVS(ctx); err != nil {
 		return err
 	}
 	defer a.db.Close()
+	// 2. The API and this node's facts.
 	if err := a.setupKube(ctx); err != nil {
 		return err
 	}
 	if err := a.waitLocalNode(ctx); err != nil {
 		return err
 	}
-	a.writeCNI()
-	if err := a.ensureHost(); err != nil {
-		a.log.WithError(err).Warn("host side not fully configured yet; will retry")
+	a.refreshHostAddrs()
+
+	// 3. The features. Their desired state is complete before either
+	// reconciler starts: its start-up pass deletes whatever the store does
+	// not want, so an empty store would empty the bridges for a moment.
+	a.stores = map[plan.Bridge]*reconcile.Store{
+		plan.Pod:     reconcile.NewStore(reconcile.StoreOptions{Bridge: plan.Pod}),
+		plan.Gateway: reconcile.NewStore(reconcile.StoreOptions{Bridge: plan.Gateway}),
 	}
-	// The desired state is complete before either reconciler starts: its
-	// start-up pass deletes whatever the store does not want, so an empty
-	// store would empty the bridges for a moment.
-	a.podStore = reconcile.NewStore(reconcile.StoreOptions{Bridge: plan.Pod})
-	a.gwStore = reconcile.NewStore(reconcile.StoreOptions{Bridge: plan.Gateway})
-	a.sync()
-	if a.servicesOn {
-		// Services too are in the store before the reconcilers start.
-		a.svc = newServiceProxy(a)
-		a.svc.enableHostNAT()
-		if err := a.svc.start(ctx); err != nil {
-			return err
+	for _, b := range plan.Bridges {
+		// The pipeline's skeleton: every table's explicit miss flow.
+		if err := a.stores[b].Set(gateway.PipelineOwner(b), reconcile.State{Flows: gateway.PipelineFlows(b)}); err != nil {
+			return fmt.Errorf("controller: %s pipeline: %w", b, err)
 		}
-		if installed, err := a.readServiceFlows(ctx); err != nil {
-			a.log.WithError(err).Warn("cannot read the installed service flows; group ids start afresh")
-		} else {
-			a.svc.installed = installed
-		}
-		if err := a.svc.sync(ctx, true); err != nil {
-			a.log.WithError(err).Warn("first service sync")
-		}
-	} else {
-		// No service proxy: no DNAT of the host's traffic to services.
-		a.removeHostNAT()
 	}
+	for _, f := range a.features {
+		if err := f.Init(a.hostFor(f)); err != nil {
+			return fmt.Errorf("controller: feature %s: %w", f.Name(), err)
+		}
+		if h, ok := f.(feature.PacketInHandler); ok {
+			for _, c := range h.PacketIns() {
+				if err := a.dispatcher.Register(f.Name(), c, h.HandlePacketIn); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	a.informers.Start(ctx.Done())
+	a.localPods.Start(ctx.Done())
+	for typ, ok := range a.informers.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			return fmt.Errorf("controller: informer for %v did not sync: %w", typ, ctx.Err())
+		}
+	}
+	for typ, ok := range a.localPods.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			return fmt.Errorf("controller: informer for %v did not sync: %w", typ, ctx.Err())
+		}
+	}
+	for _, f := range a.features {
+		if err := f.Sync(ctx); err != nil {
+			return fmt.Errorf("controller: feature %s: first sync: %w", f.Name(), err)
+		}
+	}
+
+	// 4. The reconcilers, then the features' own loops.
 	if err := a.startReconcilers(ctx); err != nil {
 		return err
 	}
-	defer func() {
-		for _, c := range a.conns {
-			c.Close()
-		}
-	}()
-	if a.svc != nil {
-		go a.svc.run(ctx, a.conns[0], a.conns[1])
+	defer a.conns.Range(func(_, c any) bool { c.(*ofconn.Conn).Close(); return true })
+	a.dispatcher.Run(ctx)
+	for _, f := range a.features {
+		go f.Run(ctx)
 	}
-	go a.watchOVSDB(ctx)
-	go a.watchNetlink(ctx)
 	go a.watchHostAddrs(ctx)
+	go a.watchOwnPorts(ctx)
 	if a.cfg.IntrospectSocket != "" {
 		go func() {
-			if err := reconcile.ServeIntrospection(ctx, a.cfg.IntrospectSocket, reconcile.NewIntrospection(a.podRec, a.gwRec)); err != nil && ctx.Err() == nil {
+			if err := reconcile.ServeIntrospection(ctx, a.cfg.IntrospectSocket, reconcile.NewIntrospection(a.recs[plan.Pod], a.recs[plan.Gateway])); err != nil && ctx.Err() == nil {
 				a.log.WithError(err).Warn("introspection socket")
 			}
 		}()
 	}
 	go func() {
-		for _, r := range []*reconcile.Reconciler{a.podRec, a.gwRec} {
+		for _, b := range plan.Bridges {
 			select {
-			case <-r.Synced():
+			case <-a.recs[b].Synced():
 			case <-ctx.Done():
 				return
 			}
@@ -195,63 +225,73 @@ func (a *Agent) setupOVS(ctx context.Context) error {
 		return fmt.Errorf("controller: ovsdb %s: %w", a.cfg.DBSocket(), err)
 	}
 	a.db = db
-	var uplinkMAC net.HardwareAddr
 	if l, err := netlink.LinkByName(a.cfg.Uplink); err == nil {
-		uplinkMAC = l.Attrs().HardwareAddr
+		a.uplinkMAC = l.Attrs().HardwareAddr
 	} else {
 		return fmt.Errorf("controller: uplink %s: %w", a.cfg.Uplink, err)
 	}
-	sctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-	defer cancel()
-	ports, err := EnsureBridges(sctx, db, a.cfg, uplinkMAC)
+	ports, err := a.ensureBridges(ctx)
 	if err != nil {
 		return err
 	}
-	a.ports = ports
 	a.log.WithFields(logrus.Fields{"vxlan0": ports.Tunnel, "patch": ports.PodPatch, "mp0": ports.Mgmt,
 		"uplink": ports.Uplink, "gateway-patch": ports.GatewayPatch}).Info("bridges ready")
+	if err := hostnet.MoveUplinkConfig(a.log, a.cfg.Uplink, a.cfg.GatewayBridge); err != nil {
+		return err
+	}
+	ips, err := hostnet.NodeIPs(a.cfg.Uplink, a.cfg.GatewayBridge, a.cfg.Masquerade)
+	if err != nil {
+		return err
+	}
+	gw, err := netlink.LinkByName(a.cfg.GatewayBridge)
+	if err != nil {
+		return fmt.Errorf("controller: %s: %w", a.cfg.GatewayBridge, err)
+	}
+	hostMAC := gw.Attrs().HardwareAddr
+	if a.cfg.DatapathType == "system" && len(a.uplinkMAC) == 6 {
+		hostMAC = a.uplinkMAC
+	}
+	if a.cfg.DatapathType == "netdev" {
+		if err := hostnet.QuietUplink(a.cfg.Uplink); err != nil {
+			return err
+		}
+	}
+	a.updateNode(func(n *feature.Node) {
+		n.Name, n.PodBridge, n.GatewayBridge = a.cfg.NodeName, a.cfg.PodBridge, a.cfg.GatewayBridge
+		n.Ports, n.IPs, n.HostMAC = ports, ips, hostMAC
+		n.ClusterCIDRs, n.ServiceCIDRs, n.Masquerade, n.MTU = a.cfg.ClusterCIDRs, a.cfg.ServiceCIDRs, a.cfg.Masquerade, a.cfg.MTU
+	})
+	ic, err := db.Interfaces(ctx)
+	if err != nil {
+		return fmt.Errorf("controller: ovsdb interfaces: %w", err)
+	}
+	a.ifc.Store(ic)
+	return nil
+}
+
+// ensureBridges creates or repairs both bridges and the agent's ports
+// (EnsureBridges), turns TX checksum offload off where the userspace
+// datapath needs it, and returns the ports' ofports.
+func (a *Agent) ensureBridges(ctx context.Context) (feature.Ports, error) {
+	sctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	ports, err := EnsureBridges(sctx, a.db, a.cfg, a.uplinkMAC)
+	if err != nil {
+		return ports, err
+	}
 	if a.cfg.DatapathType == "netdev" {
 		// The userspace datapath validates checksums: no TX offload on
 		// its taps and on the uplink.
 		for _, ifn := range []string{a.cfg.GatewayBridge, MgmtPortName, a.cfg.Uplink} {
 			if err := waitLink(ctx, ifn); err != nil {
-				return err
+				return ports, err
 			}
 			if err := cni.SetTxChecksum("", ifn, false); err != nil {
 				a.log.WithError(err).WithField("interface", ifn).Warn("cannot turn TX checksum offload off")
 			}
 		}
 	}
-	if err := waitLink(ctx, a.cfg.GatewayBridge); err != nil {
-		return err
-	}
-	if err := MoveUplinkConfig(a.log, a.cfg.Uplink, a.cfg.GatewayBridge); err != nil {
-		return err
-	}
-	ips, err := NodeIPs(a.cfg.Uplink, a.cfg.GatewayBridge, a.cfg.Masquerade)
-	if err != nil {
-		return err
-	}
-	a.nodeIPs = ips
-	gw, err := netlink.LinkByName(a.cfg.GatewayBridge)
-	if err != nil {
-		return fmt.Errorf("controller: %s: %w", a.cfg.GatewayBridge, err)
-	}
-	a.hostMAC = gw.Attrs().HardwareAddr
-	if a.cfg.DatapathType == "system" && len(uplinkMAC) == 6 {
-		a.hostMAC = uplinkMAC
-	}
-	if a.cfg.DatapathType == "netdev" {
-		if err := QuietUplink(a.cfg.Uplink); err != nil {
-			return err
-		}
-	}
-	ic, err := db.Interfaces(ctx)
-	if err != nil {
-		return fmt.Errorf("controller: ovsdb interfaces: %w", err)
-	}
-	a.ifc = ic
-	return nil
+	return ports, waitLink(ctx, a.cfg.GatewayBridge)
 }
 
 func waitLink(ctx context.Context, name string) error {
@@ -270,6 +310,9 @@ func waitLink(ctx context.Context, name string) error {
 	}
 }
 
+// setupKube connects to the API server and prepares the shared informer
+// factories (the whole cluster, and this node's pods) and the event
+// recorder; the Node informer starts at once, for this node's facts.
 func (a *Agent) setupKube(ctx context.Context) error {
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	if a.cfg.Kubeconfig != "" {
@@ -285,34 +328,24 @@ func (a *Agent) setupKube(ctx context.Context) error {
 		return fmt.Errorf("controller: kubernetes client: %w", err)
 	}
 	a.kube = kc
-	// Nodes: all of them (their podCIDRs and addresses give the VXLAN
-	// routes). Pods: only this node's.
-	nf := informers.NewSharedInformerFactory(kc, 10*time.Minute)
-	a.nodes = nf.Core().V1().Nodes().Informer()
-	pf := informers.NewSharedInformerFactoryWithOptions(kc, 10*time.Minute, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+	a.informers = informers.NewSharedInformerFactory(kc, 10*time.Minute)
+	a.localPods = informers.NewSharedInformerFactoryWithOptions(kc, 10*time.Minute, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 		o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", a.cfg.NodeName).String()
 	}))
-	a.pods = pf.Core().V1().Pods().Informer()
-	h := cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { poke(a.dirty) },
-		UpdateFunc: func(any, any) { poke(a.dirty) },
-		DeleteFunc: func(any) { poke(a.dirty) },
-	}
-	if _, err := a.nodes.AddEventHandler(h); err != nil {
-		return err
-	}
-	if _, err := a.pods.AddEventHandler(h); err != nil {
-		return err
-	}
-	nf.Start(ctx.Done())
-	pf.Start(ctx.Done())
-	if !cache.WaitForCacheSync(ctx.Done(), a.nodes.HasSynced, a.pods.HasSynced) {
-		return fmt.Errorf("controller: informers did not sync: %w", ctx.Err())
+	eb := record.NewBroadcaster(record.WithContext(ctx))
+	eb.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kc.CoreV1().Events("")})
+	a.recorder = eb.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "nodeflow-agent", Host: a.cfg.NodeName})
+	a.namespaces = newHashIDs(a.informers)
+	a.nodes = a.informers.Core().V1().Nodes().Informer()
+	a.informers.Start(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), a.nodes.HasSynced) {
+		return fmt.Errorf("controller: node informer did not sync: %w", ctx.Err())
 	}
 	return nil
 }
 
-// waitLocalNode waits until this node's Node object has podCIDRs.
+// waitLocalNode waits until this node's Node object has podCIDRs, and
+// takes them (and the MACs derived from them) into the node's facts.
 func (a *Agent) waitLocalNode(ctx context.Context) error {
 	logged := false
 	for {
@@ -327,17 +360,18 @@ func (a *Agent) waitLocalNode(ctx context.Context) error {
 				cidrs = append(cidrs, p.Masked())
 			}
 			if len(cidrs) > 0 {
-				a.podCIDRs = cidrs
+				router, mgmt := cidrs[0], cidrs[0]
 				for _, p := range cidrs {
 					if p.Addr().Is4() {
-						a.routerMAC = conntrack.MAC(node.RouterIP(p))
-						a.mgmtMAC = conntrack.MAC(node.MgmtIP(p))
+						router, mgmt = p, p
+						break
 					}
 				}
-				if a.routerMAC == nil {
-					a.routerMAC = conntrack.MAC(node.RouterIP(cidrs[0]))
-					a.mgmtMAC = conntrack.MAC(node.MgmtIP(cidrs[0]))
-				}
+				a.updateNode(func(fn *feature.Node) {
+					fn.PodCIDRs = cidrs
+					fn.RouterMAC = conntrack.MAC(node.RouterIP(router))
+					fn.MgmtMAC = conntrack.MAC(node.MgmtIP(mgmt))
+				})
 				return nil
 			}
 		}
@@ -353,89 +387,76 @@ func (a *Agent) waitLocalNode(ctx context.Context) error {
 	}
 }
 
-func (a *Agent) nodeAddrs() []netip.Addr {
-	var out []netip.Addr
-	for _, p := range a.nodeIPs {
-		out = append(out, p.Addr())
-	}
-	return out
+// Node returns the node's current facts.
+func (a *Agent) Node() feature.Node {
+	a.nodeMu.Lock()
+	defer a.nodeMu.Unlock()
+	return a.node
 }
 
-func (a *Agent) hostPlan() HostPlan {
-	return HostPlan{
-		Gateway: a.cfg.GatewayBridge, Mgmt: MgmtPortName, NodeIPs: a.nodeAddrs(), ServiceCIDRs: a.cfg.ServiceCIDRs,
-		ClusterCIDRs: a.cfg.ClusterCIDRs, PodCIDRs: a.podCIDRs, Masquerade: a.cfg.Masquerade,
-		MgmtMAC: a.mgmtMAC, RouterMAC: a.routerMAC, MTU: a.cfg.MTU,
+// updateNode changes the node's facts with f and, when they changed, tells
+// the features.
+func (a *Agent) updateNode(f func(*feature.Node)) {
+	a.nodeMu.Lock()
+	old := a.node
+	n := a.node
+	f(&n)
+	a.node = n
+	subs := append([]func(){}, a.onNode...)
+	a.nodeMu.Unlock()
+	if n.Equal(old) {
+		return
 	}
-}
-
-// writeCNI writes the pod network's CNI configuration and reserves mp0's
-// addresses in its IPAM.
-func (a *Agent) writeCNI() {
-	var reserved []netip.Addr
-	for _, p := range a.podCIDRs {
-		reserved = append(reserved, node.MgmtIP(p))
+	for _, s := range subs {
+		s()
 	}
-	changed, err := WriteCNIConfig(CNIConfig{ConfDir: a.cfg.CNIConfDir, DataDir: a.cfg.CNIDataDir, OVSDB: a.cfg.DBSocket(),
-		DatapathType: a.cfg.DatapathType, MTU: a.cfg.MTU, Subnets: a.podCIDRs, Reserved: reserved})
-	if err != nil {
-		a.log.WithError(err).Error("cni configuration")
-	} else if changed {
-		a.log.WithField("dir", a.cfg.CNIConfDir).Info("wrote cni configuration")
-	}
-}
-
-func (a *Agent) ensureHost() error {
-	n, err := EnsureHost(a.hostPlan())
-	if n > 0 {
-		a.metrics.HostChanges.Add(float64(n))
-		a.log.WithField("changes", n).Info("host side configured")
-	}
-	if err != nil {
-		a.metrics.HostErrors.Inc()
-	}
-	return err
 }
 
 func (a *Agent) startReconcilers(ctx context.Context) error {
-	mk := func(bridge string, store *reconcile.Store) (*reconcile.Reconciler, error) {
+	a.recs = map[plan.Bridge]*reconcile.Reconciler{}
+	for _, b := range plan.Bridges {
+		name := a.bridgeName(b)
+		store := a.stores[b]
 		// Every series exists from the start, at zero.
-		a.metrics.ReconcileErrors.WithLabelValues(bridge)
-		a.metrics.PacketIns.WithLabelValues(bridge)
-		r := reconcile.New(store, reconcile.Options{Bridge: bridge, Logger: a.log,
-			OnSync: func(rep reconcile.SyncReport) { a.metrics.observe(bridge, store, rep) }})
-		opts := r.ConnOptions(ofconn.Options{Logger: a.log.WithField("bridge", bridge), ControllerID: plan.ControllerID,
+		a.metrics.ReconcileErrors.WithLabelValues(name)
+		a.metrics.PacketIns.WithLabelValues(name)
+		r := reconcile.New(store, reconcile.Options{Bridge: name, Logger: a.log,
+			OnSync: func(rep reconcile.SyncReport) { a.metrics.observe(name, store, rep) }})
+		opts := r.ConnOptions(ofconn.Options{Logger: a.log.WithField("bridge", name), ControllerID: plan.ControllerID,
 			DetectEmptyTables: true,
 			Handlers: ofconn.Handlers{PacketIn: func(m ofconn.AsyncMessage) {
-				a.metrics.PacketIns.WithLabelValues(bridge).Inc()
-				if a.svc != nil && bridge == a.cfg.PodBridge {
-					a.svc.packetIn(m)
+				a.metrics.PacketIns.WithLabelValues(name).Inc()
+				if pin, ok := m.Message.(*openflow.PacketIn); ok {
+					a.dispatcher.Dispatch(b, pin)
 				}
 			}}})
 		dctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-		defer cancel()
-		c, err := ofconn.Dial(dctx, a.cfg.MgmtSocket(bridge), opts)
+		c, err := ofconn.Dial(dctx, a.cfg.MgmtSocket(name), opts)
+		cancel()
 		if err != nil {
-			return nil, fmt.Errorf("controller: openflow %s: %w", bridge, err)
+			return fmt.Errorf("controller: openflow %s: %w", name, err)
 		}
-		a.conns = append(a.conns, c)
+		a.conns.Store(b, c)
+		a.recs[b] = r
 		go func() {
 			if err := r.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
-				a.log.WithError(err).WithField("bridge", bridge).Error("reconciler stopped")
+				a.log.WithError(err).WithField("bridge", name).Error("reconciler stopped")
 			}
 		}()
-		return r, nil
 	}
-	var err error
-	if a.podRec, err = mk(a.cfg.PodBridge, a.podStore); err != nil {
-		return err
-	}
-	a.gwRec, err = mk(a.cfg.GatewayBridge, a.gwStore)
-	return err
+	return nil
 }
 
-// loop recomputes the desired state on events, and re-checks the host side
-// on netlink events and periodically.
+// bridgeName returns the configured name of bridge role b.
+func (a *Agent) bridgeName(b plan.Bridge) string {
+	if b == plan.Gateway {
+		return a.cfg.GatewayBridge
+	}
+	return a.cfg.PodBridge
+}
+
+// loop keeps the agent's own state: it repairs the bridges and ports when
+// asked, and refreshes the host's addresses periodically.
 func (a *Agent) loop(ctx context.Context) error {
 	t := time.NewTicker(a.cfg.HostCheckInterval)
 	defer t.Stop()
@@ -445,352 +466,13 @@ func (a *Agent) loop(ctx context.Context) error {
 		case <-ctx.Done():
 			a.log.Info("stopping; the bridges keep their flows")
 			return nil
-		case <-a.dirty:
-			a.sync()
-		case <-a.hostDirty:
-			if err := a.ensureHost(); err != nil {
-				a.log.WithError(err).Warn("host side")
-			}
-			a.sync()
+		case <-a.heal:
+			a.repair(ctx)
 		case <-t.C:
-			a.writeCNI()
-			if err := a.ensureHost(); err != nil {
-				a.log.WithError(err).Warn("host side")
-			}
-			a.sync()
+			a.refreshHostAddrs()
+			a.repair(ctx)
 		}
 	}
-}
-
-func (a *Agent) nodeConfig() node.Config {
-	return node.Config{
-		TunnelPort: a.ports.Tunnel, PatchPort: a.ports.PodPatch, MgmtPort: a.ports.Mgmt,
-		RouterMAC: a.routerMAC, MgmtMAC: a.mgmtMAC, HostMAC: a.hostMAC,
-		PodCIDRs: a.podCIDRs, ClusterCIDRs: a.cfg.ClusterCIDRs, ServiceCIDRs: a.cfg.ServiceCIDRs,
-		NodeIPs: a.nodeAddrs(), Masquerade: a.cfg.Masquerade,
-	}
-}
-
-// set replaces owner's state in store, logging a failure.
-func (a *Agent) set(store *reconcile.Store, owner string, fs []openflow.Flow) {
-	if err := store.Set(owner, reconcile.State{Flows: fs}); err != nil {
-		a.metrics.ModelErrors.WithLabelValues("owner").Inc()
-		a.log.WithError(err).WithField("owner", owner).Error("cannot set desired flows")
-	}
-}
-
-// sync computes the desired state of both bridges from the models.
-func (a *Agent) sync() {
-	a.refreshHostAddrs(true)
-	nc := a.nodeConfig()
-	// breth0.
-	gfs, err := gateway.Flows(gateway.Config{
-		UplinkPort: a.ports.Uplink, PatchPort: a.ports.GatewayPatch, NodeIPs: a.nodeAddrs(),
-		ServiceCIDRs: a.cfg.ServiceCIDRs, Masquerade: a.cfg.Masquerade, RouterMAC: a.routerMAC, HostMAC: a.hostMAC,
-		SecondaryIPs: a.hostSecondaryIPs(),
-	})
-	if err != nil {
-		a.log.WithError(err).Error("breth0 default flows")
-	} else {
-		a.set(a.gwStore, gateway.Owner, gfs)
-	}
-	a.set(a.gwStore, gateway.PipelineOwner(plan.Gateway), gateway.PipelineFlows(plan.Gateway))
-
-	// br0: node-wide.
-	a.set(a.podStore, gateway.PipelineOwner(plan.Pod), gateway.PipelineFlows(plan.Pod))
-	if fs, err := node.NodeFlows(nc); err != nil {
-		a.log.WithError(err).Error("br0 node flows")
-	} else {
-		a.set(a.podStore, node.OwnerLocal, fs)
-	}
-
-	// Remote nodes, oldest first: a node whose pod subnet overlaps an
-	// older node's is refused, so a bad Node object cannot take over
-	// another node's traffic.
-	want := map[string]bool{}
-	var remoteIPs []netip.Addr
-	var nodes []*corev1.Node
-	for _, obj := range a.nodes.GetStore().List() {
-		nodes = append(nodes, obj.(*corev1.Node))
-	}
-	sort.Slice(nodes, func(i, j int) bool {
-		ti, tj := nodes[i].CreationTimestamp, nodes[j].CreationTimestamp
-		if !ti.Equal(&tj) {
-			return ti.Before(&tj)
-		}
-		return nodes[i].Name < nodes[j].Name
-	})
-	taken := map[netip.Prefix]string{}
-	for _, n := range nodes {
-		if n.Name == a.cfg.NodeName {
-			continue
-		}
-		owner := node.RemoteOwner(n.Name)
-		r, err := remoteOf(n)
-		var fs []openflow.Flow
-		if err == nil {
-			err = overlapping(r, taken)
-		}
-		if err == nil {
-			fs, err = node.RemoteFlows(nc, r)
-		}
-		if err != nil {
-			a.reportNode(n, err)
-			continue // keep whatever was installed for it before
-		}
-		for _, p := range r.PodCIDRs {
-			taken[p] = n.Name
-		}
-		a.clearReport(n.Name)
-		want[owner] = true
-		remoteIPs = append(remoteIPs, r.TunnelIP)
-		a.set(a.podStore, owner, fs)
-	}
-	for _, owner := range a.podStore.Owners("node/remote/") {
-		if !want[owner] {
-			if _, exists, _ := a.nodes.GetStore().GetByKey(strings.TrimPrefix(owner, "node/remote/")); !exists {
-				a.set(a.podStore, owner, nil)
-			}
-		}
-	}
-
-	// Local pods, from the ports the CNI plugin described in OVSDB.
-	wantPods := map[string]bool{}
-	ndPorts := []uint32{a.ports.Mgmt}
-	for _, p := range a.localPods() {
-		fs, err := node.PodFlows(nc, p)
-		if err != nil {
-			a.metrics.ModelErrors.WithLabelValues("pod").Inc()
-			a.log.WithError(err).Warn("pod port")
-			continue
-		}
-		owner := node.PodOwner(p.Namespace, p.Name)
-		wantPods[owner] = true
-		ndPorts = append(ndPorts, p.Port)
-		a.set(a.podStore, owner, fs)
-	}
-	for _, owner := range a.podStore.Owners("pod/") {
-		if !wantPods[owner] {
-			a.set(a.podStore, owner, nil)
-		}
-	}
-	a.set(a.podStore, node.OwnerND, node.NDFlows(ndPorts))
-
-	// Next hops toward the uplink.
-	var skip []netip.Prefix
-	for _, m := range []conntrack.Masquerade{a.cfg.Masquerade.V4, a.cfg.Masquerade.V6} {
-		if m.Subnet.IsValid() {
-			skip = append(skip, m.Subnet)
-		}
-	}
-	hops, missing, err := NextHops(a.cfg.GatewayBridge, remoteIPs, skip)
-	if err != nil {
-		a.log.WithError(err).Warn("next hops")
-	}
-	now := time.Now()
-	for _, ip := range missing {
-		// At most one probe per address every probeInterval: a neighbour
-		// that never answers must not keep the loop busy.
-		if last, ok := a.probed[ip]; ok && now.Sub(last) < probeInterval {
-			continue
-		}
-		a.probed[ip] = now
-		Probe(ip)
-	}
-	if fs, err := node.GatewayOutputFlows(nc, hops); err != nil {
-		a.log.WithError(err).Error("gateway output flows")
-	} else {
-		a.set(a.podStore, node.OwnerNextHops, fs)
-	}
-}
-
-// remoteOf returns the model of another node, or why it has none.
-func remoteOf(n *corev1.Node) (node.Remote, error) {
-	r := node.Remote{Name: n.Name}
-	for _, ad := range n.Status.Addresses {
-		if ad.Type != corev1.NodeInternalIP {
-			continue
-		}
-		ip, err := netip.ParseAddr(ad.Address)
-		if err == nil && ip.Is4() && !r.TunnelIP.IsValid() {
-			r.TunnelIP = ip
-		}
-	}
-	if !r.TunnelIP.IsValid() {
-		return r, fmt.Errorf("node %s: no IPv4 InternalIP address", n.Name)
-	}
-	for _, s := range n.Spec.PodCIDRs {
-		p, err := netip.ParsePrefix(s)
-		if err != nil {
-			return r, fmt.Errorf("node %s: podCIDR %q: %w", n.Name, s, err)
-		}
-		r.PodCIDRs = append(r.PodCIDRs, p)
-	}
-	if len(r.PodCIDRs) == 0 {
-		return r, fmt.Errorf("node %s: no podCIDR yet", n.Name)
-	}
-	return r, nil
-}
-
-// overlapping reports whether a pod subnet of r overlaps one already taken
-// by another node.
-func overlapping(r node.Remote, taken map[netip.Prefix]string) error {
-	for _, p := range r.PodCIDRs {
-		for q, other := range taken {
-			if p.Overlaps(q) {
-				return fmt.Errorf("node %s: podCIDR %s overlaps node %s's %s", r.Name, p, other, q)
-			}
-		}
-	}
-	return nil
-}
-
-// reportNode logs a problem with another node once per distinct problem
-// and records a Warning event on it.
-func (a *Agent) reportNode(n *corev1.Node, err error) {
-	a.mu.Lock()
-	same := a.reported[n.Name] == err.Error()
-	a.reported[n.Name] = err.Error()
-	a.mu.Unlock()
-	if same {
-		return
-	}
-	a.metrics.ModelErrors.WithLabelValues("node").Inc()
-	a.log.WithError(err).WithField("remote", n.Name).Warn("ignoring remote node; the others keep working")
-	ev := &corev1.Event{
-		ObjectMeta:     metav1.ObjectMeta{GenerateName: n.Name + ".", Namespace: metav1.NamespaceDefault},
-		InvolvedObject: corev1.ObjectReference{Kind: "Node", Name: n.Name, UID: n.UID, APIVersion: "v1"},
-		Reason:         "NodeflowBadNode", Message: err.Error(), Type: corev1.EventTypeWarning,
-		Source:         corev1.EventSource{Component: "nodeflow-agent", Host: a.cfg.NodeName},
-		FirstTimestamp: metav1.Now(), LastTimestamp: metav1.Now(), Count: 1,
-	}
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if _, err := a.kube.CoreV1().Events(metav1.NamespaceDefault).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
-			a.log.WithError(err).Debug("cannot record event")
-		}
-	}()
-}
-
-func (a *Agent) clearReport(name string) {
-	a.mu.Lock()
-	delete(a.reported, name)
-	a.mu.Unlock()
-}
-
-// NamespaceID is the id a namespace's traffic carries in br0's NamespaceID
-// register and in the VXLAN VNI: 24 bits of the FNV-1a hash of its name,
-// never 0.
-func NamespaceID(ns string) uint32 {
-	h := fnv.New32a()
-	h.Write([]byte(ns))
-	id := h.Sum32() & 0xffffff
-	if id == 0 {
-		id = 1
-	}
-	return id
-}
-
-// localPods returns the pods attached to br0, from the external_ids the CNI
-// plugin wrote on their interfaces.
-func (a *Agent) localPods() []node.Pod {
-	var out []node.Pod
-	for _, i := range a.ifc.List() {
-		ids := i.ExternalIDs
-		if ids[cni.ExternalIDOwner] != cni.OwnerCNI || i.Ofport <= 0 {
-			continue
-		}
-		mac, err := net.ParseMAC(ids[cni.ExternalIDMAC])
-		if err != nil {
-			a.log.WithField("interface", i.Name).Warn("pod port without a valid mac in external_ids")
-			continue
-		}
-		var ips []netip.Addr
-		for _, s := range strings.Split(ids[cni.ExternalIDIP], ",") {
-			s = strings.TrimSpace(s)
-			if s == "" {
-				continue
-			}
-			if p, err := netip.ParsePrefix(s); err == nil {
-				ips = append(ips, p.Addr())
-			} else if ip, err := netip.ParseAddr(s); err == nil {
-				ips = append(ips, ip)
-			}
-		}
-		ns := ids[cni.ExternalIDPodNamespace]
-		out = append(out, node.Pod{Namespace: ns, Name: ids[cni.ExternalIDPodName], Port: uint32(i.Ofport), MAC: mac,
-			IPs: ips, NamespaceID: NamespaceID(ns)})
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Port < out[j].Port })
-	return out
-}
-
-func (a *Agent) watchOVSDB(ctx context.Context) {
-	sub := a.ifc.Subscribe()
-	defer sub.Close()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case _, ok := <-sub.Events():
-			if !ok {
-				return
-			}
-			poke(a.dirty)
-		}
-	}
-}
-
-// watchNetlink re-checks the host side and the next hops on link, address,
-// route and neighbour events.
-func (a *Agent) watchNetlink(ctx context.Context) {
-	done := make(chan struct{})
-	go func() { <-ctx.Done(); close(done) }()
-	links := make(chan netlink.LinkUpdate, 64)
-	addrs := make(chan netlink.AddrUpdate, 64)
-	routes := make(chan netlink.RouteUpdate, 64)
-	neighs := make(chan netlink.NeighUpdate, 64)
-	if err := netlink.LinkSubscribe(links, done); err != nil {
-		a.log.WithError(err).Warn("netlink link events")
-	}
-	if err := netlink.AddrSubscribe(addrs, done); err != nil {
-		a.log.WithError(err).Warn("netlink address events")
-	}
-	if err := netlink.RouteSubscribe(routes, done); err != nil {
-		a.log.WithError(err).Warn("netlink route events")
-	}
-	if err := netlink.NeighSubscribe(neighs, done); err != nil {
-		a.log.WithError(err).Warn("netlink neighbour events")
-	}
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-links:
-			poke(a.hostDirty)
-		case <-addrs:
-			poke(a.hostDirty)
-		case <-routes:
-			poke(a.hostDirty)
-		case u := <-neighs:
-			// The host's permanent entry for the service next hop is host
-			// side, which only a host check restores; other neighbours
-			// change next-hop MACs in the flows.
-			if ip, ok := netip.AddrFromSlice(u.IP); ok && a.isServiceNextHop(ip.Unmap()) {
-				poke(a.hostDirty)
-			} else {
-				poke(a.dirty)
-			}
-		}
-	}
-}
-
-// isServiceNextHop reports whether ip is the dummy next hop of the host's
-// service routes (169.254.169.4, fd69::4).
-func (a *Agent) isServiceNextHop(ip netip.Addr) bool {
-	m, ok := a.cfg.Masquerade.For(ip)
-	return ok && m.NextHop == ip
 }
 
 func (a *Agent) serveHealth(ctx context.Context) {

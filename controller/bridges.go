@@ -5,14 +5,9 @@ import (
 	"fmt"
 	"net"
 
+	"nodeflow/feature"
 	"nodeflow/ovsdb"
 )
-
-// Ports are the ofports of the ports the agent creates.
-type Ports struct {
-	Tunnel, PodPatch, Mgmt uint32 // on br0
-	Uplink, GatewayPatch   uint32 // on breth0
-}
 
 // ownerIDs marks what the agent created.
 var ownerIDs = map[string]string{"created-by": "nodeflow-agent"}
@@ -25,8 +20,8 @@ var ownerIDs = map[string]string{"created-by": "nodeflow-agent"}
 // every frame the uplink receives: breth0 then keeps a MAC of its own, or
 // the kernel would answer the pods' connections through the uplink (see
 // QuietUplink). Running it again changes nothing.
-func EnsureBridges(ctx context.Context, db *ovsdb.Client, c Config, uplinkMAC net.HardwareAddr) (Ports, error) {
-	var p Ports
+func EnsureBridges(ctx context.Context, db *ovsdb.Client, c Config, uplinkMAC net.HardwareAddr) (feature.Ports, error) {
+	var p feature.Ports
 	dp := c.ovsDatapath()
 	gwOther := map[string]string{}
 	if len(uplinkMAC) == 6 && dp == "system" {

@@ -1,399 +1,111 @@
 package controller
 
 import (
+	"context"
 	"errors"
 	"fmt"
-	"net"
-	"net/netip"
-	"os"
-	"path/filepath"
-	"slices"
-	"strings"
+	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sirupsen/logrus"
-	"github.com/vishvananda/netlink"
-	"golang.org/x/sys/unix"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/record"
 
-	"nodeflow/conntrack"
-	"nodeflow/flows/node"
+	"nodeflow/feature"
+	"nodeflow/flows/plan"
+	"nodeflow/flows/reconcile"
+	"nodeflow/openflow"
+	"nodeflow/openflow/ofconn"
 )
 
-// ServiceRouteMTU is the MTU of the host's route to the service network, as
-// in the host-to-services design.
-const ServiceRouteMTU = 1400
-
-func ipNet(p netip.Prefix) *net.IPNet {
-	return &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
+// featureHost is the agent as one feature sees it (feature.Host): its own
+// logger, and owner writers restricted to the plan features it declared.
+type featureHost struct {
+	a      *Agent
+	log    logrus.FieldLogger
+	owners map[plan.Bridge]feature.Owners
 }
 
-func hostPrefix(a netip.Addr) netip.Prefix { return netip.PrefixFrom(a, a.BitLen()) }
-
-func family(a netip.Addr) int {
-	if a.Is4() {
-		return netlink.FAMILY_V4
+func (a *Agent) hostFor(f feature.Feature) *featureHost {
+	h := &featureHost{a: a, log: a.log.WithField("feature", f.Name()), owners: map[plan.Bridge]feature.Owners{}}
+	for _, b := range plan.Bridges {
+		h.owners[b] = feature.Restrict(a.stores[b], f.Name(), f.Owns())
 	}
-	return netlink.FAMILY_V6
+	return h
 }
 
-func toAddr(ip net.IP) netip.Addr {
-	a, _ := netip.AddrFromSlice(ip)
-	return a.Unmap()
+func (h *featureHost) Log() logrus.FieldLogger                      { return h.log }
+func (h *featureHost) Kube() kubernetes.Interface                   { return h.a.kube }
+func (h *featureHost) Informers() informers.SharedInformerFactory   { return h.a.informers }
+func (h *featureHost) LocalPods() informers.SharedInformerFactory   { return h.a.localPods }
+func (h *featureHost) Recorder() record.EventRecorder               { return h.a.recorder }
+func (h *featureHost) Registry() prometheus.Registerer              { return h.a.metrics.Registry }
+func (h *featureHost) Node() feature.Node                           { return h.a.Node() }
+func (h *featureHost) NamespaceIDs() feature.NamespaceIDs           { return h.a.namespaces }
+func (h *featureHost) Owners(b plan.Bridge) feature.Owners          { return h.owners[b] }
+func (h *featureHost) OnNodeChange(f func()) {
+	h.a.nodeMu.Lock()
+	defer h.a.nodeMu.Unlock()
+	h.a.onNode = append(h.a.onNode, f)
 }
 
-// globalAddrs returns the global-scope addresses of link (no link-local).
-func globalAddrs(link netlink.Link) ([]netlink.Addr, error) {
-	addrs, err := netlink.AddrList(link, netlink.FAMILY_ALL)
-	if err != nil {
-		return nil, fmt.Errorf("controller: list addresses of %s: %w", link.Attrs().Name, err)
-	}
-	var out []netlink.Addr
-	for _, a := range addrs {
-		ip := toAddr(a.IP)
-		if ip.IsLinkLocalUnicast() || ip.IsLoopback() || !ip.IsValid() {
-			continue
+// Flush waits until both bridges hold every state set before the call; it
+// returns at once before the reconcilers run (their start-up pass installs
+// everything).
+func (h *featureHost) Flush(ctx context.Context) error {
+	for _, b := range plan.Bridges {
+		r := h.a.recs[b]
+		if r == nil {
+			return nil
 		}
-		out = append(out, a)
-	}
-	return out, nil
-}
-
-// NodeIPs returns the node's addresses: the global addresses on bridge (or
-// on uplink when they have not moved yet), at most one per family, skipping
-// the masquerade subnets.
-func NodeIPs(uplink, bridge string, masq conntrack.Plan) ([]netip.Prefix, error) {
-	var out []netip.Prefix
-	have := map[bool]bool{}
-	for _, name := range []string{bridge, uplink} {
-		link, err := netlink.LinkByName(name)
-		if err != nil {
-			continue
+		if err := r.Flush(ctx); err != nil {
+			return fmt.Errorf("controller: flush %s: %w", h.a.bridgeName(b), err)
 		}
-		addrs, err := globalAddrs(link)
-		if err != nil {
-			return nil, err
-		}
-		for _, a := range addrs {
-			ip := toAddr(a.IP)
-			ones, _ := a.Mask.Size()
-			if (masq.V4.Subnet.IsValid() && masq.V4.Subnet.Contains(ip)) || (masq.V6.Subnet.IsValid() && masq.V6.Subnet.Contains(ip)) {
-				continue
-			}
-			if have[ip.Is6()] {
-				continue
-			}
-			have[ip.Is6()] = true
-			out = append(out, netip.PrefixFrom(ip, ones))
-		}
-	}
-	if len(out) == 0 {
-		return nil, fmt.Errorf("controller: node IPs: no global address on %s or %s", bridge, uplink)
-	}
-	slices.SortFunc(out, func(a, b netip.Prefix) int { return a.Addr().Compare(b.Addr()) })
-	return out, nil
-}
-
-// MoveUplinkConfig moves the global addresses of uplink, and the routes
-// through it that the kernel did not derive from an address (default and
-// static routes), to bridge, and sets bridge up. It is idempotent: once the
-// uplink holds no global address there is nothing left to move. Addresses
-// are added to the bridge before they leave the uplink.
-func MoveUplinkConfig(log logrus.FieldLogger, uplink, bridge string) error {
-	ul, err := netlink.LinkByName(uplink)
-	if err != nil {
-		return fmt.Errorf("controller: uplink %s: %w", uplink, err)
-	}
-	br, err := netlink.LinkByName(bridge)
-	if err != nil {
-		return fmt.Errorf("controller: bridge port %s: %w", bridge, err)
-	}
-	if err := netlink.LinkSetUp(br); err != nil {
-		return fmt.Errorf("controller: set %s up: %w", bridge, err)
-	}
-	addrs, err := globalAddrs(ul)
-	if err != nil {
-		return err
-	}
-	if len(addrs) == 0 {
-		return nil
-	}
-	// Routes through the uplink that the kernel did not derive from an
-	// address (default routes, static routes), to recreate on the bridge.
-	var routes []netlink.Route
-	for _, fam := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
-		rs, err := netlink.RouteList(ul, fam)
-		if err != nil {
-			return fmt.Errorf("controller: list routes of %s: %w", uplink, err)
-		}
-		for _, r := range rs {
-			if r.Protocol == unix.RTPROT_KERNEL || (r.Dst != nil && r.Dst.IP.IsLinkLocalUnicast()) || r.Dst != nil && r.Dst.IP.IsMulticast() {
-				continue
-			}
-			if r.Table != 0 && r.Table != unix.RT_TABLE_MAIN {
-				continue
-			}
-			routes = append(routes, r)
-		}
-	}
-	for _, a := range addrs {
-		na := &netlink.Addr{IPNet: a.IPNet}
-		if a.IP.To4() == nil {
-			na.Flags = unix.IFA_F_NODAD
-		}
-		if err := netlink.AddrReplace(br, na); err != nil {
-			return fmt.Errorf("controller: add %s to %s: %w", a.IPNet, bridge, err)
-		}
-	}
-	for _, a := range addrs {
-		if err := netlink.AddrDel(ul, &a); err != nil && !errors.Is(err, unix.EADDRNOTAVAIL) {
-			return fmt.Errorf("controller: remove %s from %s: %w", a.IPNet, uplink, err)
-		}
-		log.WithFields(logrus.Fields{"address": a.IPNet.String(), "from": uplink, "to": bridge}).Info("moved node address")
-	}
-	for _, r := range routes {
-		r.LinkIndex = br.Attrs().Index
-		r.ILinkIndex = 0
-		if err := netlink.RouteReplace(&r); err != nil {
-			return fmt.Errorf("controller: move route %s to %s: %w", r, bridge, err)
-		}
-		log.WithFields(logrus.Fields{"route": r.String(), "to": bridge}).Info("moved route")
 	}
 	return nil
 }
 
-// HostPlan is the host side the agent keeps true.
-type HostPlan struct {
-	// Gateway and Mgmt name the gateway bridge's interface (breth0) and
-	// the management port (mp0).
-	Gateway, Mgmt string
-	// NodeIPs are the node's addresses, one per family: the source of the
-	// route to the router masquerade address.
-	NodeIPs []netip.Addr
-	// ServiceCIDRs are routed via the masquerade next hop.
-	ServiceCIDRs []netip.Prefix
-	// ClusterCIDRs are routed via the router address through mp0.
-	ClusterCIDRs []netip.Prefix
-	// PodCIDRs are this node's pod subnets; mp0 takes the second address
-	// of each.
-	PodCIDRs []netip.Prefix
-	// Masquerade is the masquerade address plan.
-	Masquerade conntrack.Plan
-	// MgmtMAC is set on mp0; RouterMAC is the permanent neighbour entry
-	// for the router address on mp0.
-	MgmtMAC, RouterMAC net.HardwareAddr
-	// MTU of mp0 and of the routes through it.
-	MTU int
+// errNotConnected is returned by Send before the bridges are connected.
+var errNotConnected = errors.New("not connected yet")
+
+// Send sends msgs on bridge b's connection.
+func (h *featureHost) Send(ctx context.Context, b plan.Bridge, msgs ...openflow.Message) error {
+	c, ok := h.a.conns.Load(b)
+	if !ok {
+		return fmt.Errorf("controller: send to %s: %w", h.a.bridgeName(b), errNotConnected)
+	}
+	return c.(*ofconn.Conn).Send(ctx, msgs...)
 }
 
-// EnsureHost makes the host side match p: on breth0 the masquerade host
-// addresses (IPv6 nodad and deprecated), the service routes via the dummy
-// next hop (mtu 1400), the route to the router masquerade address with the
-// node IP as source, and permanent neighbours for the router masquerade
-// address and the next hop; on mp0 its MAC, MTU and addresses, and the
-// routes to the cluster networks. It changes only what differs and returns
-// how many changes it made.
-func EnsureHost(p HostPlan) (int, error) {
-	changes := 0
-	gw, err := netlink.LinkByName(p.Gateway)
+// ReadFlows reads the flows of bridge b in table t with cookies of feature
+// f over a short-lived connection of its own.
+func (h *featureHost) ReadFlows(ctx context.Context, b plan.Bridge, t plan.TableID, f plan.Feature) ([]openflow.Flow, error) {
+	return readFlows(ctx, h.a.cfg.MgmtSocket(h.a.bridgeName(b)), t, f, h.log.WithField("bridge", h.a.bridgeName(b)))
+}
+
+func readFlows(ctx context.Context, socket string, t plan.TableID, f plan.Feature, log logrus.FieldLogger) ([]openflow.Flow, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	c, err := ofconn.Dial(ctx, socket, ofconn.Options{Logger: log})
 	if err != nil {
-		return 0, fmt.Errorf("controller: host: %s: %w", p.Gateway, err)
+		return nil, fmt.Errorf("controller: read flows of table %d: %w", t, err)
 	}
-	mp, err := netlink.LinkByName(p.Mgmt)
+	defer c.Close()
+	req := openflow.NewFlowStatsRequest()
+	req.Table = uint8(t)
+	req.Cookie = uint64(f) << 56
+	req.CookieMask = uint64(plan.FeatureMask)
+	rep, err := c.MultipartReply(ctx, req)
 	if err != nil {
-		return 0, fmt.Errorf("controller: host: %s: %w", p.Mgmt, err)
+		return nil, fmt.Errorf("controller: read flows of table %d: %w", t, err)
 	}
-	for _, m := range []conntrack.Masquerade{p.Masquerade.V4, p.Masquerade.V6} {
-		if !m.Subnet.IsValid() {
-			continue
-		}
-		var nodeIP netip.Addr
-		for _, ip := range p.NodeIPs {
-			if ip.Is6() == m.Is6() {
-				nodeIP = ip
-			}
-		}
-		if !nodeIP.IsValid() {
-			continue
-		}
-		addr := &netlink.Addr{IPNet: ipNet(m.HostPrefix())}
-		if m.Is6() {
-			addr.Flags = unix.IFA_F_NODAD
-			addr.PreferedLft = 0
-			addr.ValidLft = 0xffffffff
-		}
-		n, err := ensureAddr(gw, addr, m.Is6())
-		if err != nil {
-			return changes, err
-		}
-		changes += n
-		for _, ip := range []netip.Addr{m.Router, m.NextHop} {
-			n, err := ensureNeigh(gw, ip, conntrack.MAC(ip), false)
-			if err != nil {
-				return changes, err
-			}
-			changes += n
-		}
-		for _, svc := range p.ServiceCIDRs {
-			if svc.Addr().Is6() != m.Is6() {
-				continue
-			}
-			n, err := ensureRoute(&netlink.Route{LinkIndex: gw.Attrs().Index, Dst: ipNet(svc), Gw: m.NextHop.AsSlice(), MTU: ServiceRouteMTU})
-			if err != nil {
-				return changes, err
-			}
-			changes += n
-		}
-		n, err = ensureRoute(&netlink.Route{LinkIndex: gw.Attrs().Index, Dst: ipNet(hostPrefix(m.Router)), Src: nodeIP.AsSlice(),
-			Scope: netlink.SCOPE_LINK, MTU: ServiceRouteMTU})
-		if err != nil {
-			return changes, err
-		}
-		changes += n
-	}
-
-	// mp0.
-	if len(p.MgmtMAC) == 6 && mp.Attrs().HardwareAddr.String() != p.MgmtMAC.String() {
-		if err := netlink.LinkSetHardwareAddr(mp, p.MgmtMAC); err != nil {
-			return changes, fmt.Errorf("controller: host: set %s mac: %w", p.Mgmt, err)
-		}
-		changes++
-	}
-	if p.MTU > 0 && mp.Attrs().MTU != p.MTU {
-		if err := netlink.LinkSetMTU(mp, p.MTU); err != nil {
-			return changes, fmt.Errorf("controller: host: set %s mtu: %w", p.Mgmt, err)
-		}
-		changes++
-	}
-	if mp.Attrs().Flags&net.FlagUp == 0 {
-		if err := netlink.LinkSetUp(mp); err != nil {
-			return changes, fmt.Errorf("controller: host: set %s up: %w", p.Mgmt, err)
-		}
-		changes++
-	}
-	for _, pc := range p.PodCIDRs {
-		addr := &netlink.Addr{IPNet: ipNet(netip.PrefixFrom(node.MgmtIP(pc), pc.Bits()))}
-		if pc.Addr().Is6() {
-			addr.Flags = unix.IFA_F_NODAD
-		}
-		n, err := ensureAddr(mp, addr, false)
-		if err != nil {
-			return changes, err
-		}
-		changes += n
-		router := node.RouterIP(pc)
-		if pc.Addr().Is6() {
-			// br0 cannot answer neighbour solicitations: the host answers
-			// the pods' for the router (proxy NDP) and knows the router's
-			// MAC itself.
-			if err := os.WriteFile(filepath.Join("/proc/sys/net/ipv6/conf", p.Mgmt, "proxy_ndp"), []byte("1"), 0o644); err != nil {
-				return changes, fmt.Errorf("controller: host: %s proxy_ndp: %w", p.Mgmt, err)
-			}
-			n, err := ensureNeigh(mp, router, nil, true)
-			if err != nil {
-				return changes, err
-			}
-			changes += n
-		}
-		n, err = ensureNeigh(mp, router, p.RouterMAC, false)
-		if err != nil {
-			return changes, err
-		}
-		changes += n
-		for _, cc := range p.ClusterCIDRs {
-			if cc.Addr().Is6() != pc.Addr().Is6() || cc == pc {
-				continue
-			}
-			n, err := ensureRoute(&netlink.Route{LinkIndex: mp.Attrs().Index, Dst: ipNet(cc), Gw: router.AsSlice(), MTU: p.MTU})
-			if err != nil {
-				return changes, err
-			}
-			changes += n
-		}
-	}
-	return changes, nil
-}
-
-func ensureAddr(link netlink.Link, want *netlink.Addr, deprecated bool) (int, error) {
-	have, err := netlink.AddrList(link, netlink.FAMILY_ALL)
+	stats, err := rep.FlowStats()
 	if err != nil {
-		return 0, fmt.Errorf("controller: host: list addresses of %s: %w", link.Attrs().Name, err)
+		return nil, fmt.Errorf("controller: read flows of table %d: %w", t, err)
 	}
-	for _, a := range have {
-		if a.IPNet.String() == want.IPNet.String() && (!deprecated || a.PreferedLft == 0) {
-			return 0, nil
-		}
-	}
-	if err := netlink.AddrReplace(link, want); err != nil {
-		return 0, fmt.Errorf("controller: host: add %s to %s: %w", want.IPNet, link.Attrs().Name, err)
-	}
-	return 1, nil
+	return openflow.FlowsFromStats(stats), nil
 }
 
-func ensureNeigh(link netlink.Link, ip netip.Addr, mac net.HardwareAddr, proxy bool) (int, error) {
-	n := &netlink.Neigh{LinkIndex: link.Attrs().Index, Family: family(ip), State: netlink.NUD_PERMANENT, IP: ip.AsSlice(), HardwareAddr: mac}
-	if proxy {
-		n.Flags = netlink.NTF_PROXY
-		n.State = 0
-	}
-	have, err := netlink.NeighList(link.Attrs().Index, family(ip))
-	if err != nil {
-		return 0, fmt.Errorf("controller: host: list neighbours of %s: %w", link.Attrs().Name, err)
-	}
-	if proxy {
-		have, err = netlink.NeighProxyList(link.Attrs().Index, family(ip))
-		if err != nil {
-			return 0, fmt.Errorf("controller: host: list proxy neighbours of %s: %w", link.Attrs().Name, err)
-		}
-	}
-	for _, h := range have {
-		if toAddr(h.IP) == ip && (proxy || (h.State&netlink.NUD_PERMANENT != 0 && h.HardwareAddr.String() == mac.String())) {
-			return 0, nil
-		}
-	}
-	if err := netlink.NeighSet(n); err != nil {
-		return 0, fmt.Errorf("controller: host: neighbour %s on %s: %w", ip, link.Attrs().Name, err)
-	}
-	return 1, nil
-}
-
-func ensureRoute(want *netlink.Route) (int, error) {
-	fam := netlink.FAMILY_V4
-	if want.Dst.IP.To4() == nil {
-		fam = netlink.FAMILY_V6
-	}
-	have, err := netlink.RouteListFiltered(fam, &netlink.Route{Dst: want.Dst, Table: unix.RT_TABLE_MAIN},
-		netlink.RT_FILTER_DST|netlink.RT_FILTER_TABLE)
-	if err != nil {
-		return 0, fmt.Errorf("controller: host: list routes to %s: %w", want.Dst, err)
-	}
-	for _, r := range have {
-		if r.LinkIndex == want.LinkIndex && r.Gw.Equal(want.Gw) && (want.Src == nil || r.Src.Equal(want.Src)) &&
-			(want.MTU == 0 || r.MTU == want.MTU) {
-			return 0, nil
-		}
-	}
-	if err := netlink.RouteReplace(want); err != nil {
-		return 0, fmt.Errorf("controller: host: route %s: %w", want, err)
-	}
-	return 1, nil
-}
-
-// QuietUplink stops the kernel's own IP stack from answering on the
-// uplink once its addresses have moved to breth0. With the userspace
-// datapath the kernel still receives the uplink's frames: it must neither
-// answer ARP for the node IP with the uplink's MAC (arp_ignore=1: only for
-// addresses on the receiving interface) nor take part in IPv6 there.
-func QuietUplink(uplink string) error {
-	for path, value := range map[string]string{
-		filepath.Join("/proc/sys/net/ipv4/conf", uplink, "arp_ignore"):   "1",
-		filepath.Join("/proc/sys/net/ipv4/conf", uplink, "arp_announce"): "2",
-		filepath.Join("/proc/sys/net/ipv6/conf", uplink, "disable_ipv6"): "1",
-	} {
-		if b, err := os.ReadFile(path); err == nil && strings.TrimSpace(string(b)) == value {
-			continue
-		}
-		if err := os.WriteFile(path, []byte(value), 0o644); err != nil {
-			return fmt.Errorf("controller: uplink %s: %s: %w", uplink, path, err)
-		}
-	}
-	return nil
-}
+var _ feature.Host = (*featureHost)(nil)
+var _ feature.OwnerStore = (*reconcile.Store)(nil)

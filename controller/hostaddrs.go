@@ -11,6 +11,8 @@ import (
 	"github.com/sirupsen/logrus"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"nodeflow/feature"
 )
 
 // The host's secondary addresses.
@@ -105,7 +107,8 @@ func listHostAddrs(named []string) ([]hostAddr, error) {
 		if a.IPNet == nil {
 			continue
 		}
-		out = append(out, hostAddr{Link: names[a.LinkIndex], Addr: toAddr(a.IP), Scope: a.Scope, Flags: a.Flags})
+		ip, _ := netip.AddrFromSlice(a.IP)
+		out = append(out, hostAddr{Link: names[a.LinkIndex], Addr: ip.Unmap(), Scope: a.Scope, Flags: a.Flags})
 	}
 	return out, nil
 }
@@ -142,27 +145,24 @@ func (s *hostAddrSet) replace(addrs []netip.Addr) bool {
 // secondaryExclusions returns what the agent's configuration excludes from
 // the secondary addresses.
 func (a *Agent) secondaryExclusions() secondaryExclusions {
-	ex := secondaryExclusions{NodeIPs: a.nodeAddrs(), Links: []string{MgmtPortName}}
+	n := a.Node()
+	ex := secondaryExclusions{NodeIPs: n.Addrs(), Links: []string{MgmtPortName}}
 	for _, p := range []netip.Prefix{a.cfg.Masquerade.V4.Subnet, a.cfg.Masquerade.V6.Subnet} {
 		if p.IsValid() {
 			ex.Prefixes = append(ex.Prefixes, p)
 		}
 	}
-	ex.Prefixes = append(ex.Prefixes, a.podCIDRs...)
+	ex.Prefixes = append(ex.Prefixes, n.PodCIDRs...)
 	ex.Prefixes = append(ex.Prefixes, a.cfg.ClusterCIDRs...)
 	ex.Prefixes = append(ex.Prefixes, a.cfg.ServiceCIDRs...)
 	return ex
 }
 
-// hostSecondaryIPs returns the secondary addresses last discovered.
-func (a *Agent) hostSecondaryIPs() []netip.Addr { return a.secondary.get() }
-
 // refreshHostAddrs re-reads the host's addresses. When the secondary
-// addresses changed it logs them, asks the service proxy for a sync (which
-// rebuilds every service, since the node changed) and, unless the caller
-// is the agent's sync itself (inSync), marks breth0's default flows for a
-// rebuild. It reports whether they changed.
-func (a *Agent) refreshHostAddrs(inSync bool) bool {
+// addresses changed it logs them and updates the node's facts, which the
+// features follow (breth0's default flows, every service). It reports
+// whether they changed.
+func (a *Agent) refreshHostAddrs() bool {
 	a.secondary.refresh.Lock()
 	defer a.secondary.refresh.Unlock()
 	ex := a.secondaryExclusions()
@@ -176,12 +176,7 @@ func (a *Agent) refreshHostAddrs(inSync bool) bool {
 		return false
 	}
 	a.log.WithField("secondary", sec).Info("host secondary addresses changed")
-	if !inSync {
-		poke(a.dirty)
-	}
-	if a.svc != nil {
-		a.svc.runner.Run()
-	}
+	a.updateNode(func(n *feature.Node) { n.Secondary = sec })
 	return true
 }
 
@@ -228,7 +223,7 @@ func (a *Agent) watchHostAddrsOnce(ctx context.Context) error {
 		return fmt.Errorf("controller: subscribe to address events: %w", err)
 	}
 	// Changes made before the subscription took effect.
-	a.refreshHostAddrs(false)
+	a.refreshHostAddrs()
 	var settle <-chan time.Time
 	for {
 		select {
@@ -246,7 +241,7 @@ func (a *Agent) watchHostAddrsOnce(ctx context.Context) error {
 			}
 		case <-settle:
 			settle = nil
-			a.refreshHostAddrs(false)
+			a.refreshHostAddrs()
 		}
 	}
 }

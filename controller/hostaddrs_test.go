@@ -167,29 +167,3 @@ func TestListHostAddrs(t *testing.T) {
 		t.Errorf("secondary addresses %v hold loopback", got)
 	}
 }
-
-// TestNodeModelSecondary checks that the service proxy's node model holds
-// the discovered secondary addresses, sorted, and that a change of them is
-// a change of the node (which rebuilds every service).
-func TestNodeModelSecondary(t *testing.T) {
-	p := testServiceProxy(t)
-	before := p.nodeModel()
-	if len(before.Secondary) != 0 {
-		t.Fatalf("secondary addresses %v before any were discovered", before.Secondary)
-	}
-	a := netip.MustParseAddr
-	p.a.secondary.replace([]netip.Addr{a("172.20.0.2"), a("fd00:172:20::2")})
-	after := p.nodeModel()
-	if want := []netip.Addr{a("172.20.0.2"), a("fd00:172:20::2")}; !slices.Equal(after.Secondary, want) {
-		t.Errorf("node model secondary addresses %v, want %v", after.Secondary, want)
-	}
-	if !slices.Equal(after.IPs, before.IPs) {
-		t.Errorf("node IPs changed from %v to %v", before.IPs, after.IPs)
-	}
-	if sameNode(before, after) {
-		t.Error("a new secondary address does not change the node model")
-	}
-	if !sameNode(after, p.nodeModel()) {
-		t.Error("the same addresses twice compare as different nodes")
-	}
-}

@@ -14,9 +14,6 @@ type Metrics struct {
 	Flows           *prometheus.GaugeVec
 	ReconcileErrors *prometheus.CounterVec
 	PacketIns       *prometheus.CounterVec
-	HostChanges     prometheus.Counter
-	HostErrors      prometheus.Counter
-	ModelErrors     *prometheus.CounterVec
 }
 
 // NewMetrics registers the agent's metrics in a fresh registry.
@@ -36,17 +33,8 @@ func NewMetrics() *Metrics {
 		PacketIns: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "nodeflow_packet_ins_total", Help: "Packet-in messages received, by bridge.",
 		}, []string{"bridge"}),
-		HostChanges: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "nodeflow_host_changes_total", Help: "Host addresses, routes and neighbours the agent had to (re)install.",
-		}),
-		HostErrors: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "nodeflow_host_errors_total", Help: "Failed attempts to configure the host side.",
-		}),
-		ModelErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "nodeflow_model_errors_total", Help: "Objects whose flows could not be built, by kind.",
-		}, []string{"kind"}),
 	}
-	m.Registry.MustRegister(m.SyncLatency, m.Flows, m.ReconcileErrors, m.PacketIns, m.HostChanges, m.HostErrors, m.ModelErrors,
+	m.Registry.MustRegister(m.SyncLatency, m.Flows, m.ReconcileErrors, m.PacketIns,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

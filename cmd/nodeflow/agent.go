@@ -17,6 +17,8 @@ import (
 	"nodeflow/cni"
 	"nodeflow/conntrack"
 	"nodeflow/controller"
+	"nodeflow/feature/nodenet"
+	"nodeflow/feature/services"
 	"nodeflow/flows/reconcile"
 )
 
@@ -143,7 +145,17 @@ func runAgent(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	a.SetServices(c.Bool("services"))
+	// The features, in the order they are wired.
+	a.Use(nodenet.New(nodenet.Options{
+		CNIConfDir: cfg.CNIConfDir, CNIDataDir: cfg.CNIDataDir, OVSDB: cfg.DBSocket(), DatapathType: cfg.DatapathType,
+		MgmtPortName: controller.MgmtPortName, HostCheckInterval: cfg.HostCheckInterval, Interfaces: a.Interfaces,
+	}))
+	if c.Bool("services") {
+		a.Use(services.New(services.Options{}))
+	} else {
+		// No service proxy: no DNAT of the host's traffic to services.
+		services.RemoveHostNAT(logrus.StandardLogger())
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	return a.Run(ctx)

@@ -1,4 +1,4 @@
-package controller
+package services
 
 import (
 	"maps"
@@ -27,11 +27,6 @@ type IdleHandler interface {
 	Unidled(name proxy.ServicePortName)
 }
 
-// SetIdleHandler gives the service proxy the handler of idled service
-// ports; call it before Run. Without one, idled ports are left alone: no
-// flows, no rejects.
-func (a *Agent) SetIdleHandler(h IdleHandler) { a.idleHandler = h }
-
 // idleChange is one change to tell the idle handler after a sync.
 type idleChange struct {
 	name  proxy.ServicePortName
@@ -53,8 +48,8 @@ func idleChanges(name proxy.ServicePortName, port *proxy.ServicePort, ids map[st
 }
 
 // tellIdle passes the changes of a sync to the idle handler, if any.
-func (p *serviceProxy) tellIdle(changes []idleChange) {
-	h := p.a.idleHandler
+func (p *Proxy) tellIdle(changes []idleChange) {
+	h := p.idle
 	for _, c := range changes {
 		p.log.WithField("service", c.name.String()).WithField("idled", c.idled).Debug("idle state")
 		if h == nil {

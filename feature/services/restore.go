@@ -1,4 +1,4 @@
-package controller
+package services
 
 import (
 	"context"
@@ -9,34 +9,19 @@ import (
 	"nodeflow/flows/plan"
 	"nodeflow/flows/service"
 	"nodeflow/openflow"
-	"nodeflow/openflow/ofconn"
 	"nodeflow/proxy"
 )
 
 // readServiceFlows reads br0's load-balancing flows (table PodServiceLB,
-// FeatureService cookies) over a short-lived connection, before the
-// reconcilers start.
-func (a *Agent) readServiceFlows(ctx context.Context) ([]openflow.Flow, error) {
+// FeatureService cookies), before the reconcilers start.
+func (p *Proxy) readServiceFlows(ctx context.Context) ([]openflow.Flow, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	c, err := ofconn.Dial(ctx, a.cfg.MgmtSocket(a.cfg.PodBridge), ofconn.Options{Logger: a.log.WithField("bridge", a.cfg.PodBridge)})
+	fs, err := p.h.ReadFlows(ctx, plan.Pod, plan.PodServiceLB, plan.FeatureService)
 	if err != nil {
-		return nil, fmt.Errorf("controller: read %s's service flows: %w", a.cfg.PodBridge, err)
+		return nil, fmt.Errorf("services: read br0's service flows: %w", err)
 	}
-	defer c.Close()
-	req := openflow.NewFlowStatsRequest()
-	req.Table = uint8(plan.PodServiceLB)
-	req.Cookie = uint64(plan.FeatureService) << 56
-	req.CookieMask = uint64(plan.FeatureMask)
-	rep, err := c.MultipartReply(ctx, req)
-	if err != nil {
-		return nil, fmt.Errorf("controller: read %s's service flows: %w", a.cfg.PodBridge, err)
-	}
-	stats, err := rep.FlowStats()
-	if err != nil {
-		return nil, fmt.Errorf("controller: read %s's service flows: %w", a.cfg.PodBridge, err)
-	}
-	return openflow.FlowsFromStats(stats), nil
+	return fs, nil
 }
 
 // restoreGroupIDs gives the service ports the trackers know the group ids
@@ -52,7 +37,7 @@ func (a *Agent) readServiceFlows(ctx context.Context) ([]openflow.Flow, error) {
 // internal one, another group of the port the external one. It returns the
 // keys reserved; ids that cannot be (held by another port, out of range)
 // are left to the allocator.
-func (p *serviceProxy) restoreGroupIDs(installed []openflow.Flow) []string {
+func (p *Proxy) restoreGroupIDs(installed []openflow.Flow) []string {
 	ports := p.svcs.Ports()
 	byHash := map[uint64]proxy.ServicePortName{}
 	dup := map[uint64]bool{}
@@ -115,7 +100,7 @@ func (p *serviceProxy) restoreGroupIDs(installed []openflow.Flow) []string {
 
 // releaseUnbuilt frees the ids restoreGroupIDs reserved that the first
 // sync did not use (a port that changed while the agent was away).
-func (p *serviceProxy) releaseUnbuilt(keys []string) {
+func (p *Proxy) releaseUnbuilt(keys []string) {
 	used := map[string]bool{}
 	for _, b := range p.built {
 		for k := range b.ids {

@@ -1,4 +1,4 @@
-package controller
+package hostnet
 
 import (
 	"bytes"
@@ -28,8 +28,10 @@ type CNIConfig struct {
 	DatapathType string
 	MTU          int
 	Subnets      []netip.Prefix
-	// Reserved are addresses the IPAM must never hand to a pod (mp0's).
-	Reserved []netip.Addr
+	// Reserved are addresses the IPAM must never hand to a pod (mp0's);
+	// ReservedFor names what holds them ("mp0").
+	Reserved    []netip.Addr
+	ReservedFor string
 }
 
 // WriteCNIConfig reserves c.Reserved in the IPAM store and writes the CNI
@@ -42,30 +44,30 @@ func WriteCNIConfig(c CNIConfig) (bool, error) {
 	changed := false
 	store := filepath.Join(c.DataDir, CNINetworkName)
 	if err := os.MkdirAll(store, 0o755); err != nil {
-		return false, fmt.Errorf("controller: cni ipam dir %s: %w", store, err)
+		return false, fmt.Errorf("hostnet: cni ipam dir %s: %w", store, err)
 	}
 	for _, a := range c.Reserved {
 		path := filepath.Join(store, a.String())
 		b, err := os.ReadFile(path)
 		if err == nil {
 			if !bytes.HasPrefix(b, []byte("nodeflow-agent\n")) {
-				return changed, fmt.Errorf("controller: cni ipam: %s (reserved for %s) is allocated to %q", a, MgmtPortName, bytes.TrimSpace(b))
+				return changed, fmt.Errorf("hostnet: cni ipam: %s (reserved for %s) is allocated to %q", a, c.ReservedFor, bytes.TrimSpace(b))
 			}
 			continue
 		}
 		if !errors.Is(err, fs.ErrNotExist) {
-			return changed, fmt.Errorf("controller: cni ipam: %w", err)
+			return changed, fmt.Errorf("hostnet: cni ipam: %w", err)
 		}
 		// Written under a temporary name and linked into place, as the
 		// plugin does, so that a concurrent allocation cannot interleave.
 		tmp := filepath.Join(store, ".tmp-agent-"+a.String())
-		if err := os.WriteFile(tmp, []byte("nodeflow-agent\n"+MgmtPortName+"\n"), 0o644); err != nil {
-			return changed, fmt.Errorf("controller: cni ipam: %w", err)
+		if err := os.WriteFile(tmp, []byte("nodeflow-agent\n"+c.ReservedFor+"\n"), 0o644); err != nil {
+			return changed, fmt.Errorf("hostnet: cni ipam: %w", err)
 		}
 		err = os.Link(tmp, path)
 		_ = os.Remove(tmp)
 		if err != nil && !errors.Is(err, fs.ErrExist) {
-			return changed, fmt.Errorf("controller: cni ipam: reserve %s: %w", a, err)
+			return changed, fmt.Errorf("hostnet: cni ipam: reserve %s: %w", a, err)
 		}
 		changed = true
 	}
@@ -88,14 +90,14 @@ func WriteCNIConfig(c CNIConfig) (bool, error) {
 		return changed, nil
 	}
 	if err := os.MkdirAll(c.ConfDir, 0o755); err != nil {
-		return changed, fmt.Errorf("controller: cni conf dir: %w", err)
+		return changed, fmt.Errorf("hostnet: cni conf dir: %w", err)
 	}
 	tmp := path + ".tmp"
 	if err := os.WriteFile(tmp, b, 0o644); err != nil {
-		return changed, fmt.Errorf("controller: cni conf: %w", err)
+		return changed, fmt.Errorf("hostnet: cni conf: %w", err)
 	}
 	if err := os.Rename(tmp, path); err != nil {
-		return changed, fmt.Errorf("controller: cni conf: %w", err)
+		return changed, fmt.Errorf("hostnet: cni conf: %w", err)
 	}
 	return true, nil
 }

@@ -1,4 +1,4 @@
-package controller
+package services
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"nodeflow/feature/featuretest"
+	"nodeflow/flows/plan"
 	"nodeflow/flows/service"
 	"nodeflow/proxy"
 )
@@ -28,9 +30,8 @@ func (r *recordingIdler) Unidled(n proxy.ServicePortName) {
 }
 
 func TestServiceProxyIdledPortsGoToTheHandler(t *testing.T) {
-	p := testServiceProxy(t)
 	h := &recordingIdler{}
-	p.a.SetIdleHandler(h)
+	p := testServiceProxyOn(t, featuretest.New(featuretest.DefaultNode()), Options{Idle: h})
 	ctx := context.Background()
 	svc := webService("10.96.0.10")
 	svc.Annotations = map[string]string{proxy.IdledAtAnnotation: "2026-11-21T07:00:00Z"}
@@ -41,7 +42,7 @@ func TestServiceProxyIdledPortsGoToTheHandler(t *testing.T) {
 	if want := []string{"idled " + webPort.String()}; !slices.Equal(h.calls, want) {
 		t.Fatalf("handler calls %q, want %q", h.calls, want)
 	}
-	pod, _ := p.a.podStore.Get(service.Owner(webPort))
+	pod, _ := store(p, plan.Pod).Get(service.Owner(webPort))
 	for _, f := range pod.Flows {
 		if hasController(f) {
 			t.Errorf("an idled service got a reject flow: %s", f)
@@ -57,7 +58,7 @@ func TestServiceProxyIdledPortsGoToTheHandler(t *testing.T) {
 	if err := p.sync(ctx, false); err != nil {
 		t.Fatal(err)
 	}
-	pod, _ = p.a.podStore.Get(service.Owner(webPort))
+	pod, _ = store(p, plan.Pod).Get(service.Owner(webPort))
 	if len(pod.Groups) != 1 {
 		t.Errorf("unidled service: %d groups, want 1", len(pod.Groups))
 	}
@@ -113,9 +114,9 @@ func TestServiceProxyPendingGauges(t *testing.T) {
 }
 
 // gatherValue reads one gauge from the agent's registry.
-func gatherValue(t *testing.T, p *serviceProxy, name string) float64 {
+func gatherValue(t *testing.T, p *Proxy, name string) float64 {
 	t.Helper()
-	mfs, err := p.a.metrics.Registry.Gather()
+	mfs, err := testHost(p).Reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package controller
+package services
 
 import (
 	"encoding/binary"
@@ -49,7 +49,7 @@ const (
 // them.
 func rejectReply(frame []byte) ([]byte, error) {
 	if len(frame) < ethLen {
-		return nil, fmt.Errorf("controller: reject: frame of %d bytes: shorter than an ethernet header", len(frame))
+		return nil, fmt.Errorf("services: reject: frame of %d bytes: shorter than an ethernet header", len(frame))
 	}
 	switch et := binary.BigEndian.Uint16(frame[12:14]); et {
 	case ethTypeIPv4:
@@ -57,7 +57,7 @@ func rejectReply(frame []byte) ([]byte, error) {
 	case ethTypeIPv6:
 		return rejectIPv6(frame)
 	default:
-		return nil, fmt.Errorf("controller: reject: ethertype 0x%04x: %w", et, errNotRejectable)
+		return nil, fmt.Errorf("services: reject: ethertype 0x%04x: %w", et, errNotRejectable)
 	}
 }
 
@@ -80,16 +80,16 @@ func ethReply(frame []byte, size int) []byte {
 func rejectIPv4(frame []byte) ([]byte, error) {
 	ip := frame[ethLen:]
 	if len(ip) < ipv4MinLen || ip[0]>>4 != 4 {
-		return nil, fmt.Errorf("controller: reject: ipv4 header: truncated or bad version")
+		return nil, fmt.Errorf("services: reject: ipv4 header: truncated or bad version")
 	}
 	ihl := int(ip[0]&0x0f) * 4
 	total := int(binary.BigEndian.Uint16(ip[2:4]))
 	if ihl < ipv4MinLen || total < ihl || total > len(ip) {
-		return nil, fmt.Errorf("controller: reject: ipv4 header: length %d, total %d, frame %d: inconsistent", ihl, total, len(ip))
+		return nil, fmt.Errorf("services: reject: ipv4 header: length %d, total %d, frame %d: inconsistent", ihl, total, len(ip))
 	}
 	ip = ip[:total]
 	if binary.BigEndian.Uint16(ip[6:8])&0x1fff != 0 {
-		return nil, fmt.Errorf("controller: reject: ipv4: a non-first fragment: %w", errNotRejectable)
+		return nil, fmt.Errorf("services: reject: ipv4: a non-first fragment: %w", errNotRejectable)
 	}
 	src, dst := ip[12:16], ip[16:20]
 	var payload []byte
@@ -136,11 +136,11 @@ func rejectIPv4(frame []byte) ([]byte, error) {
 func rejectIPv6(frame []byte) ([]byte, error) {
 	ip := frame[ethLen:]
 	if len(ip) < ipv6Len || ip[0]>>4 != 6 {
-		return nil, fmt.Errorf("controller: reject: ipv6 header: truncated or bad version")
+		return nil, fmt.Errorf("services: reject: ipv6 header: truncated or bad version")
 	}
 	plen := int(binary.BigEndian.Uint16(ip[4:6]))
 	if ipv6Len+plen > len(ip) {
-		return nil, fmt.Errorf("controller: reject: ipv6: payload length %d beyond the frame (%d)", plen, len(ip)-ipv6Len)
+		return nil, fmt.Errorf("services: reject: ipv6: payload length %d beyond the frame (%d)", plen, len(ip)-ipv6Len)
 	}
 	ip = ip[:ipv6Len+plen]
 	src, dst := ip[8:24], ip[24:40]
@@ -187,15 +187,15 @@ func rejectIPv6(frame []byte) ([]byte, error) {
 //	12: data offset (4 bits) | 13: flags | 14: window (2) | 16: checksum (2) | 18: urgent (2)
 func rstFor(seg, src, dst []byte) ([]byte, error) {
 	if len(seg) < tcpMinLen {
-		return nil, fmt.Errorf("controller: reject: tcp header: %d bytes, want %d", len(seg), tcpMinLen)
+		return nil, fmt.Errorf("services: reject: tcp header: %d bytes, want %d", len(seg), tcpMinLen)
 	}
 	off := int(seg[12]>>4) * 4
 	if off < tcpMinLen || off > len(seg) {
-		return nil, fmt.Errorf("controller: reject: tcp header: data offset %d: outside the segment (%d)", off, len(seg))
+		return nil, fmt.Errorf("services: reject: tcp header: data offset %d: outside the segment (%d)", off, len(seg))
 	}
 	flags := seg[13]
 	if flags&tcpRST != 0 {
-		return nil, fmt.Errorf("controller: reject: tcp: a reset is not answered: %w", errNotRejectable)
+		return nil, fmt.Errorf("services: reject: tcp: a reset is not answered: %w", errNotRejectable)
 	}
 	inSeq := binary.BigEndian.Uint32(seg[4:8])
 	inAck := binary.BigEndian.Uint32(seg[8:12])
@@ -282,7 +282,7 @@ func frameAddrs(frame []byte) (src, dst netip.Addr, ok bool) {
 func withSource(frame []byte, mac net.HardwareAddr, src netip.Addr) ([]byte, error) {
 	cur, ok := frameSource(frame)
 	if !ok || cur.Is4() != src.Is4() || len(mac) != 6 {
-		return nil, fmt.Errorf("controller: reject: cannot rewrite the source of a %d-byte frame to %s", len(frame), src)
+		return nil, fmt.Errorf("services: reject: cannot rewrite the source of a %d-byte frame to %s", len(frame), src)
 	}
 	out := append([]byte(nil), frame...)
 	copy(out[6:12], mac)

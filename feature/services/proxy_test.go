@@ -1,20 +1,20 @@
-package controller
+package services
 
 import (
 	"context"
 	"net/netip"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
-	"github.com/sirupsen/logrus"
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
-	"nodeflow/conntrack"
+	"nodeflow/feature/featuretest"
 	"nodeflow/flows/plan"
 	"nodeflow/flows/reconcile"
 	"nodeflow/flows/service"
@@ -22,30 +22,31 @@ import (
 	"nodeflow/proxy"
 )
 
-// testServiceProxy returns a service proxy over empty stores, without
+// testServiceProxy returns a service proxy on a test host, without
 // Kubernetes or switches: syncs only fill the stores.
-func testServiceProxy(t testing.TB) *serviceProxy {
+func testServiceProxy(t testing.TB) *Proxy {
 	t.Helper()
-	masq, err := conntrack.NewPlan(conntrack.DefaultMasqueradeV4, conntrack.DefaultMasqueradeV6)
-	if err != nil {
+	return testServiceProxyOn(t, featuretest.New(featuretest.DefaultNode()), Options{})
+}
+
+// testServiceProxyOn initialises a service proxy with opts on h.
+func testServiceProxyOn(t testing.TB, h *featuretest.Host, opts Options) *Proxy {
+	t.Helper()
+	p := New(opts)
+	h.Restrict(p.Owns())
+	if err := p.Init(h); err != nil {
 		t.Fatal(err)
 	}
-	log := logrus.New()
-	log.SetLevel(logrus.ErrorLevel)
-	a := &Agent{
-		cfg: Config{NodeName: "node1", ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")},
-			ServiceCIDRs: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/16")}, Masquerade: masq},
-		log: log, metrics: NewMetrics(),
-		nodeIPs: []netip.Prefix{netip.MustParsePrefix("172.30.0.11/24")},
-		ports:   Ports{Uplink: 1, GatewayPatch: 2},
-	}
-	a.podStore = reconcile.NewStore(reconcile.StoreOptions{Bridge: plan.Pod})
-	a.gwStore = reconcile.NewStore(reconcile.StoreOptions{Bridge: plan.Gateway})
-	p := newServiceProxy(a)
 	// The slices' trigger times (a second ago) count as after the start.
 	p.started = time.Now().Add(-time.Hour)
 	return p
 }
+
+// testHost returns the test host of p.
+func testHost(p *Proxy) *featuretest.Host { return p.h.(*featuretest.Host) }
+
+// store returns p's desired state of bridge b.
+func store(p *Proxy, b plan.Bridge) *reconcile.Store { return testHost(p).Stores[b] }
 
 func webService(clusterIP string) *v1.Service {
 	return &v1.Service{
@@ -101,18 +102,18 @@ func TestServiceProxySync(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	pod, ok := p.a.podStore.Get(service.Owner(webPort))
+	pod, ok := store(p, plan.Pod).Get(service.Owner(webPort))
 	if !ok || len(pod.Groups) != 1 || len(pod.Groups[0].Buckets) != 2 {
 		t.Fatalf("br0 state of %s: %d groups (%+v), want one with two buckets", webPort, len(pod.Groups), pod.Groups)
 	}
 	if g := pod.Groups[0]; g.SelectionMethod != "hash" {
 		t.Errorf("group selection method %q, want hash", g.SelectionMethod)
 	}
-	gw, ok := p.a.gwStore.Get(service.GatewayOwner(webPort))
+	gw, ok := store(p, plan.Gateway).Get(service.GatewayOwner(webPort))
 	if !ok || len(gw.Flows) != 2 {
 		t.Errorf("breth0 state: %d flows, want the NodePort's two", len(gw.Flows))
 	}
-	if m, ok := p.a.podStore.Get(service.RejectMeterOwner); !ok || len(m.Meters) != 1 {
+	if m, ok := store(p, plan.Pod).Get(service.RejectMeterOwner); !ok || len(m.Meters) != 1 {
 		t.Errorf("reject meter not wanted: %+v", m)
 	}
 	if n := histCount(t, p.metrics.programming); n != 1 {
@@ -137,7 +138,7 @@ func TestServiceProxySync(t *testing.T) {
 	if err := p.sync(ctx, false); err != nil {
 		t.Fatal(err)
 	}
-	pod, _ = p.a.podStore.Get(service.Owner(webPort))
+	pod, _ = store(p, plan.Pod).Get(service.Owner(webPort))
 	rejects := 0
 	for _, f := range pod.Flows {
 		if hasController(f) {
@@ -153,7 +154,7 @@ func TestServiceProxySync(t *testing.T) {
 	if err := p.sync(ctx, false); err != nil {
 		t.Fatal(err)
 	}
-	if owners := append(p.a.podStore.Owners("service/default/"), p.a.gwStore.Owners("service-gateway/")...); len(owners) != 0 {
+	if owners := append(store(p, plan.Pod).Owners("service/default/"), store(p, plan.Gateway).Owners("service-gateway/")...); len(owners) != 0 {
 		t.Errorf("owners left after the service was deleted: %v", owners)
 	}
 	if p.ids.Len() != 0 {
@@ -195,7 +196,7 @@ func TestServiceProxyBadInput(t *testing.T) {
 	if n := value(t, p.metrics.inputErrors.WithLabelValues("Service")); n != 2 {
 		t.Errorf("service input errors %v after a repeat, want still 2", n)
 	}
-	fams, err := p.a.metrics.Registry.Gather()
+	fams, err := testHost(p).Reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -265,5 +266,33 @@ func TestServiceProxyConflict(t *testing.T) {
 	}
 	if got := p.servicePorts(); len(got) != 1 || got[0].Name != "b" {
 		t.Errorf("after a left: %v, want only b's", got)
+	}
+}
+
+// TestNodeModelSecondary checks that the service proxy's node model holds
+// the node's secondary addresses, and that a change of them is a change of
+// the node (which rebuilds every service).
+func TestNodeModelSecondary(t *testing.T) {
+	p := testServiceProxy(t)
+	before := p.nodeModel()
+	if len(before.Secondary) != 0 {
+		t.Fatalf("secondary addresses %v before any were discovered", before.Secondary)
+	}
+	a := netip.MustParseAddr
+	n := featuretest.DefaultNode()
+	n.Secondary = []netip.Addr{a("172.20.0.2"), a("fd00:172:20::2")}
+	testHost(p).SetNode(n)
+	after := p.nodeModel()
+	if want := n.Secondary; !slices.Equal(after.Secondary, want) {
+		t.Errorf("node model secondary addresses %v, want %v", after.Secondary, want)
+	}
+	if !slices.Equal(after.IPs, before.IPs) {
+		t.Errorf("node IPs changed from %v to %v", before.IPs, after.IPs)
+	}
+	if sameNode(before, after) {
+		t.Error("a new secondary address does not change the node model")
+	}
+	if !sameNode(after, p.nodeModel()) {
+		t.Error("the same addresses twice compare as different nodes")
 	}
 }

@@ -1,4 +1,4 @@
-package controller
+package services
 
 import (
 	"slices"
@@ -73,7 +73,7 @@ func newHostNAT(reg prometheus.Registerer, log logrus.FieldLogger) *hostNAT {
 
 // enableHostNAT makes the service proxy program nftables in the agent's
 // network namespace.
-func (p *serviceProxy) enableHostNAT() {
+func (p *Proxy) enableHostNAT() {
 	p.hostNAT.applier = hostnat.NewApplier(hostnat.Options{})
 }
 
@@ -109,12 +109,12 @@ func hostNATRelevant(sp *proxy.ServicePort) bool {
 // such rules changed: without it, and with the last apply good, the rules
 // cannot have changed, and the rebuild (linear in the services) is
 // skipped. Called by sync, with p.mu held.
-func (p *serviceProxy) syncHostNAT(full, dirty bool) {
+func (p *Proxy) syncHostNAT(full, dirty bool) {
 	h := p.hostNAT
 	if !full && !dirty && h.want != nil && (h.applier == nil || h.last != nil) {
 		return
 	}
-	rs, conflicts := hostnat.Build(p.a.nodeAddrs(), hostNATPorts(p.built))
+	rs, conflicts := hostnat.Build(p.h.Node().Addrs(), hostNATPorts(p.built))
 	seen := map[string]bool{}
 	for _, c := range conflicts {
 		msg := c.Error()
@@ -158,7 +158,7 @@ func (p *serviceProxy) syncHostNAT(full, dirty bool) {
 }
 
 // hostNATRules returns the rules last computed (for tests).
-func (p *serviceProxy) hostNATRules() hostnat.Ruleset {
+func (p *Proxy) hostNATRules() hostnat.Ruleset {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.hostNAT.want == nil {
@@ -167,13 +167,13 @@ func (p *serviceProxy) hostNATRules() hostnat.Ruleset {
 	return hostnat.Ruleset{V4: slices.Clone(p.hostNAT.want.V4), V6: slices.Clone(p.hostNAT.want.V6)}
 }
 
-// removeHostNAT deletes the host-NAT tables a service proxy left (the
-// service proxy is off).
-func (a *Agent) removeHostNAT() {
+// RemoveHostNAT deletes the host-NAT tables a service proxy left: the
+// agent calls it when the service proxy is off.
+func RemoveHostNAT(log logrus.FieldLogger) {
 	ap := hostnat.NewApplier(hostnat.Options{})
 	if err := ap.Delete(); err != nil {
-		a.log.WithError(err).WithField("table", ap.Table()).Warn("cannot remove the host-NAT tables of the service proxy")
+		log.WithError(err).WithField("table", ap.Table()).Warn("cannot remove the host-NAT tables of the service proxy")
 		return
 	}
-	a.log.WithField("table", ap.Table()).Debug("service proxy off: host-NAT tables removed")
+	log.WithField("table", ap.Table()).Debug("service proxy off: host-NAT tables removed")
 }

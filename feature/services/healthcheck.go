@@ -1,4 +1,4 @@
-package controller
+package services
 
 import (
 	"context"
@@ -226,7 +226,7 @@ func (h *healthChecks) serving() map[types.NamespacedName]uint16 {
 
 // healthSync is the service proxy's hook after a sync's builds: it hands
 // the changed ports to the health checks.
-func (p *serviceProxy) healthSync(changed []proxy.ServicePortName, node string) {
+func (p *Proxy) healthSync(changed []proxy.ServicePortName, node string) {
 	if p.health == nil {
 		return
 	}
@@ -241,7 +241,7 @@ func (p *serviceProxy) healthSync(changed []proxy.ServicePortName, node string) 
 
 // syncReportingHealth is the Runner's sync: p.sync, whose outcome the
 // health checks report as serviceProxyHealthy.
-func (p *serviceProxy) syncReportingHealth(ctx context.Context, full bool) error {
+func (p *Proxy) syncReportingHealth(ctx context.Context, full bool) error {
 	err := p.sync(ctx, full)
 	if p.health != nil {
 		p.health.setProxyHealthy(err == nil)

@@ -1,8 +1,7 @@
-package controller
+package services
 
 import (
 	"context"
-	"fmt"
 	"net/netip"
 	"testing"
 
@@ -13,16 +12,14 @@ import (
 	"nodeflow/flows/service"
 	"nodeflow/openflow"
 	"nodeflow/proxy"
-	"nodeflow/testbed/ovs"
-	"nodeflow/testbed/ovs/ovstest"
 )
 
 // installedFlows returns the br0 service flows p's stores hold, with the
 // cookies the reconciler would have stamped on them.
-func installedFlows(p *serviceProxy) []openflow.Flow {
+func installedFlows(p *Proxy) []openflow.Flow {
 	var out []openflow.Flow
-	for _, owner := range p.a.podStore.Owners("service/") {
-		st, _ := p.a.podStore.Get(owner)
+	for _, owner := range store(p, plan.Pod).Owners("service/") {
+		st, _ := store(p, plan.Pod).Get(owner)
 		for _, f := range st.Flows {
 			f.Cookie = uint64(plan.MakeCookie(plan.FeatureService, owner, 7))
 			out = append(out, f)
@@ -122,50 +119,5 @@ func TestRestoreGroupIDsIgnoresStrangers(t *testing.T) {
 	}
 	if keys := p.restoreGroupIDs(flows); len(keys) != 0 || p.ids.Len() != 0 {
 		t.Errorf("restored %v (%d ids held) from flows that are not the port's", keys, p.ids.Len())
-	}
-}
-
-// TestReadServiceFlowsFromOVS reads back, from a real ovs-vswitchd, the
-// service flows of table 30 and nothing else, and restores their ids.
-func TestReadServiceFlowsFromOVS(t *testing.T) {
-	sb := ovstest.New(t, ovs.Options{})
-	if _, err := sb.Vsctl("add-br", "br0", "--", "set", "bridge", "br0", "datapath_type=netdev"); err != nil {
-		t.Fatal(err)
-	}
-	owner := service.Owner(webPort)
-	ck := plan.MakeCookie(plan.FeatureService, owner, 3)
-	for _, f := range []string{
-		"group_id=4242,type=select,selection_method=hash,bucket=bucket_id=0,actions=drop",
-	} {
-		if _, err := sb.Ofctl("-O", "OpenFlow15", "add-group", "br0", f); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, f := range []string{
-		fmt.Sprintf("table=30,cookie=%s,priority=100,tcp,nw_dst=10.96.0.10,tp_dst=80,actions=group:4242", ck),
-		// Same table, not a service's; a service's in another table.
-		"table=30,cookie=0x0400000000000001,priority=100,tcp,nw_dst=10.96.0.11,tp_dst=80,actions=group:4242",
-		fmt.Sprintf("table=35,cookie=%s,priority=100,tcp,nw_dst=10.244.2.5,actions=drop", ck),
-	} {
-		if _, err := sb.Ofctl("-O", "OpenFlow15", "add-flow", "br0", f); err != nil {
-			t.Fatal(err)
-		}
-	}
-	p := testServiceProxy(t)
-	p.a.cfg.OVSRundir, p.a.cfg.PodBridge = sb.Dir, "br0"
-	flows, err := p.a.readServiceFlows(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(flows) != 1 || flows[0].Table != 30 || plan.Cookie(flows[0].Cookie)&plan.OwnerMask != ck&plan.OwnerMask {
-		t.Fatalf("read %d flows (%v), want the one service flow of table 30", len(flows), flows)
-	}
-	p.svcs.Record(nil, webService("10.96.0.10"))
-	p.svcs.Update()
-	if keys := p.restoreGroupIDs(flows); len(keys) != 1 {
-		t.Fatalf("restored %v, want the internal group", keys)
-	}
-	if o, ok := p.ids.Owner(4242); !ok || o != service.GroupKey(webPort, proxy.IPv4, false) {
-		t.Errorf("id 4242 held by %q (%v)", o, ok)
 	}
 }

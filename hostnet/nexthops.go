@@ -1,4 +1,4 @@
-package controller
+package hostnet
 
 import (
 	"net"

@@ -1,4 +1,4 @@
-package controller
+package services
 
 import (
 	"context"
@@ -17,14 +17,13 @@ import (
 	discovery "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
 
+	"nodeflow/feature"
 	"nodeflow/flows/plan"
 	"nodeflow/flows/reconcile"
 	"nodeflow/flows/service"
 	"nodeflow/openflow"
-	"nodeflow/openflow/ofconn"
 	"nodeflow/proxy"
 )
 
@@ -43,14 +42,18 @@ const (
 	serviceFlushTimeout = 30 * time.Second
 )
 
-// serviceProxy is the agent's service proxy (in place of kube-proxy):
+// Proxy is the agent's service proxy (in place of kube-proxy):
 // informers on every Service and EndpointSlice feed the change trackers of
 // package proxy; each sync rebuilds the service ports that changed with
 // flows/service and sets their reconciler owners on br0 and breth0.
-type serviceProxy struct {
-	a       *Agent
+type Proxy struct {
+	h       feature.Host
+	idle    IdleHandler
 	log     logrus.FieldLogger
 	metrics *serviceMetrics
+
+	// pod and gw are the proxy's owners on br0 and breth0.
+	pod, gw feature.Owners
 
 	svcs   *proxy.ServiceTracker
 	eps    *proxy.EndpointsTracker
@@ -64,10 +67,9 @@ type serviceProxy struct {
 	// agent never saw (kube-proxy skips them too).
 	started time.Time
 
-	// podConn is br0's OpenFlow connection, for packet-outs, conntrack
-	// flushes and affinity deletes; gwConn is breth0's, for rejects to the
-	// host. Both are nil until the reconcilers run.
-	podConn, gwConn atomic.Pointer[ofconn.Conn]
+	// running is set once the bridges are connected (Run): from then on
+	// a sync waits for them and flushes stale conntrack entries.
+	running atomic.Bool
 
 	// Sync state: syncs run one at a time (the start-up sync, then the
 	// Runner's).
@@ -107,28 +109,84 @@ type builtPort struct {
 	idled bool
 }
 
-func newServiceProxy(a *Agent) *serviceProxy {
-	p := &serviceProxy{
-		a: a, log: a.log.WithField("component", "services"),
+// Options configure the service proxy.
+type Options struct {
+	// Idle takes over idled service ports (the unidling feature); nil
+	// leaves them dropped.
+	Idle IdleHandler
+}
+
+// New returns the service proxy feature: in place of kube-proxy, it
+// watches every Service and EndpointSlice and load-balances them on br0.
+func New(opts Options) *Proxy {
+	return &Proxy{
+		idle:  opts.Idle,
 		ids:   plan.NewIDAllocator(plan.ServiceGroups),
 		built: map[proxy.ServicePortName]builtPort{}, failed: proxy.ChangeSet{}, byID: map[uint32]proxy.ServicePortName{},
 		reported: map[string]string{}, started: time.Now(),
 	}
+}
+
+// Name implements feature.Feature.
+func (p *Proxy) Name() string { return "services" }
+
+// Owns implements feature.Feature: one service port's br0 flows and group,
+// and its breth0 flows.
+func (p *Proxy) Owns() []plan.Feature {
+	return []plan.Feature{plan.FeatureService, plan.FeatureServiceGateway}
+}
+
+// Init implements feature.Feature.
+func (p *Proxy) Init(h feature.Host) error {
+	p.h = h
+	p.log = h.Log()
+	p.pod, p.gw = h.Owners(plan.Pod), h.Owners(plan.Gateway)
 	p.svcs = proxy.NewServiceTracker(p.reportInput)
 	p.eps = proxy.NewEndpointsTracker(p.reportInput)
-	p.metrics = newServiceMetrics(a.metrics.Registry, p.svcs.PendingCount, p.eps.PendingCount)
+	p.metrics = newServiceMetrics(h.Registry(), p.svcs.PendingCount, p.eps.PendingCount)
 	p.health = newHealthChecks(p.log)
-	p.hostNAT = newHostNAT(a.metrics.Registry, p.log)
+	p.hostNAT = newHostNAT(h.Registry(), p.log)
 	p.runner = proxy.NewRunner(p.syncReportingHealth, proxy.RunnerOptions{
 		MinInterval: serviceMinSyncInterval, MaxInterval: serviceFullSyncInterval, RetryInterval: serviceRetryInterval,
 	})
-	return p
+	// A change of the node's facts (a secondary address, say) rebuilds
+	// every service: sync compares the node model.
+	h.OnNodeChange(p.runner.Run)
+	return p.watch(h)
 }
 
-// start creates the Service and EndpointSlice informers (the whole
-// cluster) and waits until both have listed everything.
-func (p *serviceProxy) start(ctx context.Context) error {
-	f := informers.NewSharedInformerFactory(p.a.kube, 10*time.Minute)
+// Sync implements feature.Feature: it reads the group ids br0's service
+// flows use (a restarted agent keeps them), then builds every service.
+func (p *Proxy) Sync(ctx context.Context) error {
+	p.enableHostNAT()
+	if installed, err := p.readServiceFlows(ctx); err != nil {
+		p.log.WithError(err).Warn("cannot read the installed service flows; group ids start afresh")
+	} else {
+		p.installed = installed
+	}
+	if err := p.sync(ctx, true); err != nil {
+		p.log.WithError(err).Warn("first service sync")
+	}
+	return nil
+}
+
+// Run implements feature.Feature: the sync loop, until ctx ends.
+func (p *Proxy) Run(ctx context.Context) {
+	p.running.Store(true)
+	p.runner.Loop(ctx)
+	p.health.closeAll()
+}
+
+// PacketIns implements feature.PacketInHandler: the rejects of new
+// connections to service ports without endpoints.
+func (p *Proxy) PacketIns() []feature.PacketInCategory {
+	return []feature.PacketInCategory{{Category: plan.PacketInReject}}
+}
+
+// watch registers the Service and EndpointSlice informers (the whole
+// cluster); the agent starts them.
+func (p *Proxy) watch(h feature.Host) error {
+	f := h.Informers()
 	p.svcInf = f.Core().V1().Services().Informer()
 	p.sliceInf = f.Discovery().V1().EndpointSlices().Informer()
 	// The caches hold every Service and EndpointSlice of the cluster:
@@ -136,7 +194,7 @@ func (p *serviceProxy) start(ctx context.Context) error {
 	// larger than the object itself), which the proxy never reads.
 	for _, inf := range []cache.SharedIndexInformer{p.svcInf, p.sliceInf} {
 		if err := inf.SetTransform(stripManagedFields); err != nil {
-			return fmt.Errorf("controller: services: %w", err)
+			return fmt.Errorf("services: services: %w", err)
 		}
 	}
 	svc := func(obj any) *corev1.Service {
@@ -178,18 +236,14 @@ func (p *serviceProxy) start(ctx context.Context) error {
 		UpdateFunc: func(old, cur any) { recordSvc(svc(old), svc(cur)) },
 		DeleteFunc: func(obj any) { recordSvc(svc(obj), nil) },
 	}); err != nil {
-		return fmt.Errorf("controller: services: %w", err)
+		return fmt.Errorf("services: services: %w", err)
 	}
 	if _, err := p.sliceInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { recordSlice(nil, slice(obj)) },
 		UpdateFunc: func(old, cur any) { recordSlice(slice(old), slice(cur)) },
 		DeleteFunc: func(obj any) { recordSlice(slice(obj), nil) },
 	}); err != nil {
-		return fmt.Errorf("controller: endpointslices: %w", err)
-	}
-	f.Start(ctx.Done())
-	if !cache.WaitForCacheSync(ctx.Done(), p.svcInf.HasSynced, p.sliceInf.HasSynced) {
-		return fmt.Errorf("controller: service informers did not sync: %w", ctx.Err())
+		return fmt.Errorf("services: endpointslices: %w", err)
 	}
 	return nil
 }
@@ -203,24 +257,15 @@ func stripManagedFields(obj any) (any, error) {
 	return obj, nil
 }
 
-// run drives the sync loop until ctx ends. pod and gw are br0's and
-// breth0's connections.
-func (p *serviceProxy) run(ctx context.Context, pod, gw *ofconn.Conn) {
-	p.podConn.Store(pod)
-	p.gwConn.Store(gw)
-	p.runner.Loop(ctx)
-	p.health.closeAll()
-}
-
 // nodeModel is what the builders need to know about this node.
-func (p *serviceProxy) nodeModel() service.Node {
-	a := p.a
+func (p *Proxy) nodeModel() service.Node {
+	a := p.h.Node()
 	n := service.Node{
-		Name: a.cfg.NodeName, ClusterCIDRs: a.cfg.ClusterCIDRs, Masquerade: a.cfg.Masquerade,
-		UplinkPort: a.ports.Uplink, PatchPort: a.ports.GatewayPatch,
+		Name: a.Name, ClusterCIDRs: a.ClusterCIDRs, Masquerade: a.Masquerade,
+		UplinkPort: a.Ports.Uplink, PatchPort: a.Ports.GatewayPatch,
 	}
 	have := map[proxy.Family]bool{}
-	for _, ip := range a.nodeAddrs() {
+	for _, ip := range a.Addrs() {
 		if f := proxy.FamilyOf(ip); !have[f] {
 			have[f] = true
 			n.IPs = append(n.IPs, ip)
@@ -230,7 +275,7 @@ func (p *serviceProxy) nodeModel() service.Node {
 	}
 	// The host's other addresses (hostaddrs.go), sorted: sameNode
 	// compares them in order.
-	n.Secondary = append(n.Secondary, a.hostSecondaryIPs()...)
+	n.Secondary = append(n.Secondary, a.Secondary...)
 	slices.SortFunc(n.Secondary, netip.Addr.Compare)
 	n.Secondary = slices.Compact(n.Secondary)
 	return n
@@ -260,7 +305,7 @@ func usedEndpoints(port *proxy.ServicePort, eps []proxy.Endpoint, nodeName strin
 // service port (every port when full), sets its owners, waits for both
 // bridges to hold the result, then flushes stale UDP conntrack entries and
 // stale affinity bindings.
-func (p *serviceProxy) sync(ctx context.Context, full bool) error {
+func (p *Proxy) sync(ctx context.Context, full bool) error {
 	start := time.Now()
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -284,7 +329,7 @@ func (p *serviceProxy) sync(ctx context.Context, full bool) error {
 		for n := range p.built {
 			changed[n] = struct{}{}
 		}
-		if err := p.a.podStore.Set(service.RejectMeterOwner, reconcile.State{Meters: []openflow.MeterEntry{service.RejectMeter()}}); err != nil {
+		if err := p.pod.Set(service.RejectMeterOwner, reconcile.State{Meters: []openflow.MeterEntry{service.RejectMeter()}}); err != nil {
 			p.log.WithError(err).Error("reject meter")
 		}
 	}
@@ -302,8 +347,8 @@ func (p *serviceProxy) sync(ctx context.Context, full bool) error {
 			if !had {
 				continue
 			}
-			p.set(p.a.podStore, service.Owner(name), reconcile.State{})
-			p.set(p.a.gwStore, service.GatewayOwner(name), reconcile.State{})
+			p.set(p.pod, service.Owner(name), reconcile.State{})
+			p.set(p.gw, service.GatewayOwner(name), reconcile.State{})
 			p.forget(name, old, nil)
 			idle = append(idle, idleChanges(name, nil, nil, old.idled, false)...)
 			for _, m := range service.StaleConntrack(&node, old.port.Protocol, old.used, nil) {
@@ -318,9 +363,9 @@ func (p *serviceProxy) sync(ctx context.Context, full bool) error {
 			keys = append(keys, key)
 			return p.ids.Get(key)
 		})
-		podSet := err == nil && p.set(p.a.podStore, out.Owner, out.Pod)
+		podSet := err == nil && p.set(p.pod, out.Owner, out.Pod)
 		if err == nil && !podSet {
-			err = fmt.Errorf("controller: services: %s: br0's store refused its state", name)
+			err = fmt.Errorf("services: %s: br0's store refused its state", name)
 		}
 		if err != nil {
 			p.metrics.buildErrors.Inc()
@@ -335,7 +380,7 @@ func (p *serviceProxy) sync(ctx context.Context, full bool) error {
 			}
 			continue
 		}
-		if !p.set(p.a.gwStore, out.GatewayOwner, out.Gateway) {
+		if !p.set(p.gw, out.GatewayOwner, out.Gateway) {
 			// br0 has the new state; breth0 keeps the old one (another
 			// service wants the same external flows) until a later sync.
 			p.metrics.buildErrors.Inc()
@@ -367,18 +412,16 @@ func (p *serviceProxy) sync(ctx context.Context, full bool) error {
 	p.syncHostNAT(fullSync, natDirty)
 
 	// Wait for the bridges, then clean up after the endpoints that left.
-	if p.a.podRec != nil && p.a.gwRec != nil && len(changed) > 0 {
+	if p.running.Load() && len(changed) > 0 {
 		fctx, cancel := context.WithTimeout(ctx, serviceFlushTimeout)
 		defer cancel()
-		for _, r := range []*reconcile.Reconciler{p.a.podRec, p.a.gwRec} {
-			if err := r.Flush(fctx); err != nil {
-				p.metrics.syncErrors.Inc()
-				p.tellIdle(idle) // the built state records them already
-				return fmt.Errorf("controller: services: waiting for the bridges: %w", err)
-			}
+		if err := p.h.Flush(fctx); err != nil {
+			p.metrics.syncErrors.Inc()
+			p.tellIdle(idle) // the built state records them already
+			return fmt.Errorf("services: waiting for the bridges: %w", err)
 		}
-		if c := p.podConn.Load(); c != nil && len(flushes) > 0 {
-			if err := c.Send(fctx, flushes...); err != nil {
+		if len(flushes) > 0 {
+			if err := p.h.Send(fctx, plan.Pod, flushes...); err != nil {
 				p.log.WithError(err).Warn("cannot flush stale conntrack entries and affinity bindings")
 			} else {
 				p.metrics.staleFlushes.Add(float64(len(flushes)))
@@ -410,7 +453,7 @@ func (p *serviceProxy) sync(ctx context.Context, full bool) error {
 
 // forget releases the group ids old used that keep is without, and their
 // reverse mapping.
-func (p *serviceProxy) forget(name proxy.ServicePortName, old builtPort, keep map[string]uint32) {
+func (p *Proxy) forget(name proxy.ServicePortName, old builtPort, keep map[string]uint32) {
 	p.idMu.Lock()
 	defer p.idMu.Unlock()
 	for key, id := range old.ids {
@@ -426,7 +469,7 @@ func (p *serviceProxy) forget(name proxy.ServicePortName, old builtPort, keep ma
 
 // set replaces owner's state in store; a failure (a conflict with another
 // service's flows, say) is logged and leaves the owner as it was.
-func (p *serviceProxy) set(store *reconcile.Store, owner string, st reconcile.State) bool {
+func (p *Proxy) set(store feature.Owners, owner string, st reconcile.State) bool {
 	if err := store.Set(owner, st); err != nil {
 		p.log.WithError(err).WithField("owner", owner).Error("cannot set service flows")
 		return false
@@ -435,7 +478,7 @@ func (p *serviceProxy) set(store *reconcile.Store, owner string, st reconcile.St
 }
 
 // portOf returns the service port whose group (and ServiceID) is id.
-func (p *serviceProxy) portOf(id uint32) (proxy.ServicePortName, bool) {
+func (p *Proxy) portOf(id uint32) (proxy.ServicePortName, bool) {
 	p.idMu.Lock()
 	defer p.idMu.Unlock()
 	n, ok := p.byID[id]
@@ -444,7 +487,7 @@ func (p *serviceProxy) portOf(id uint32) (proxy.ServicePortName, bool) {
 
 // reportInput logs bad input once per object and field and message, and
 // records a Warning event on the object.
-func (p *serviceProxy) reportInput(err error) {
+func (p *Proxy) reportInput(err error) {
 	var ie *proxy.InputError
 	if !errors.As(err, &ie) {
 		p.log.WithError(err).Warn("service input")
@@ -461,7 +504,8 @@ func (p *serviceProxy) reportInput(err error) {
 	p.metrics.inputErrors.WithLabelValues(ie.Kind).Inc()
 	p.log.WithError(err).WithFields(logrus.Fields{"kind": ie.Kind, "namespace": ie.Namespace, "name": ie.Name, "field": ie.Field}).
 		Warn("bad input ignored; the rest keeps working")
-	if p.a.kube == nil {
+	kube := p.h.Kube()
+	if kube == nil {
 		return
 	}
 	apiVersion := "v1"
@@ -477,13 +521,13 @@ func (p *serviceProxy) reportInput(err error) {
 		ObjectMeta:     metav1.ObjectMeta{GenerateName: ie.Name + ".", Namespace: ns},
 		InvolvedObject: corev1.ObjectReference{Kind: ie.Kind, Namespace: ie.Namespace, Name: ie.Name, APIVersion: apiVersion, FieldPath: ie.Field},
 		Reason:         "NodeflowBadInput", Message: err.Error(), Type: corev1.EventTypeWarning,
-		Source:         corev1.EventSource{Component: "nodeflow-agent", Host: p.a.cfg.NodeName},
+		Source:         corev1.EventSource{Component: "nodeflow-agent", Host: p.h.Node().Name},
 		FirstTimestamp: now, LastTimestamp: now, Count: 1,
 	}
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		if _, err := p.a.kube.CoreV1().Events(ns).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
+		if _, err := kube.CoreV1().Events(ns).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
 			p.log.WithError(err).Debug("cannot record event")
 		}
 	}()
@@ -502,27 +546,28 @@ func (p *serviceProxy) reportInput(err error) {
 // source: the masquerade address or the node IP) and sent by packet-out
 // straight to breth0's LOCAL port, past conntrack; the entry left in
 // breth0's zone expires on its own.
-func (p *serviceProxy) packetIn(m ofconn.AsyncMessage) {
-	pin, ok := m.Message.(*openflow.PacketIn)
-	if !ok || len(pin.Userdata) < 5 || pin.Userdata[0] != byte(plan.PacketInReject) {
+func (p *Proxy) HandlePacketIn(pi feature.PacketIn) {
+	pin := pi.Msg
+	if pi.Bridge != plan.Pod || len(pin.Userdata) < 5 || pin.Userdata[0] != byte(plan.PacketInReject) {
 		return
 	}
+	node := p.h.Node()
 	id := uint32(pin.Userdata[1])<<24 | uint32(pin.Userdata[2])<<16 | uint32(pin.Userdata[3])<<8 | uint32(pin.Userdata[4])
-	frame, c, outPort := pin.Data, p.podConn.Load(), pin.InPort()
+	frame, bridge, outPort := pin.Data, plan.Pod, pin.InPort()
 	if src, dst, ok := frameAddrs(frame); ok {
-		if mq, ok := p.a.cfg.Masquerade.For(src); ok && mq.Host == src {
-			hostSrc, ok := p.hostSource(dst)
+		if mq, ok := node.Masquerade.For(src); ok && mq.Host == src {
+			hostSrc, ok := hostSource(node, dst)
 			if !ok {
 				p.metrics.rejectErrors.Inc()
 				return
 			}
-			f, err := withSource(frame, p.a.hostMAC, hostSrc)
+			f, err := withSource(frame, node.HostMAC, hostSrc)
 			if err != nil {
 				p.metrics.rejectErrors.Inc()
 				p.log.WithError(err).Debug("cannot answer reject packet-in")
 				return
 			}
-			frame, c, outPort = f, p.gwConn.Load(), openflow.PortLocal
+			frame, bridge, outPort = f, plan.Gateway, openflow.PortLocal
 		}
 	}
 	reply, err := rejectReply(frame)
@@ -533,13 +578,10 @@ func (p *serviceProxy) packetIn(m ofconn.AsyncMessage) {
 		}
 		return
 	}
-	if c == nil {
-		return
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	out := &openflow.PacketOut{InPort: openflow.PortController, Actions: []openflow.Action{openflow.OutputPort(outPort)}, Data: reply}
-	if err := c.Send(ctx, out); err != nil {
+	if err := p.h.Send(ctx, bridge, out); err != nil {
 		p.metrics.rejectErrors.Inc()
 		p.log.WithError(err).Debug("cannot send reject")
 		return
@@ -553,13 +595,13 @@ func (p *serviceProxy) packetIn(m ofconn.AsyncMessage) {
 // hostSource returns the address the host sends from to the service
 // address dst: the source of its route (the masquerade address itself,
 // or the node IP), else the node IP of dst's family.
-func (p *serviceProxy) hostSource(dst netip.Addr) (netip.Addr, bool) {
+func hostSource(node feature.Node, dst netip.Addr) (netip.Addr, bool) {
 	if rs, err := netlink.RouteGet(dst.AsSlice()); err == nil && len(rs) > 0 && rs[0].Src != nil {
 		if a, ok := netip.AddrFromSlice(rs[0].Src); ok && a.Unmap().Is4() == dst.Is4() {
 			return a.Unmap(), true
 		}
 	}
-	for _, ip := range p.a.nodeAddrs() {
+	for _, ip := range node.Addrs() {
 		if ip.Is4() == dst.Is4() {
 			return ip, true
 		}
@@ -569,13 +611,8 @@ func (p *serviceProxy) hostSource(dst netip.Addr) (netip.Addr, bool) {
 
 // servicePorts returns the names of the service ports built, sorted (for
 // tests and introspection).
-func (p *serviceProxy) servicePorts() []proxy.ServicePortName {
+func (p *Proxy) servicePorts() []proxy.ServicePortName {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return slices.SortedFunc(maps.Keys(p.built), proxy.ServicePortName.Compare)
 }
-
-// SetServices turns the service proxy on or off; call it before Run. With
-// it on, the agent replaces kube-proxy: it watches every Service and
-// EndpointSlice and load-balances them on br0.
-func (a *Agent) SetServices(on bool) { a.servicesOn = on }

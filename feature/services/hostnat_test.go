@@ -1,4 +1,4 @@
-package controller
+package services
 
 import (
 	"context"
@@ -12,9 +12,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+	"github.com/sirupsen/logrus"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/utils/ptr"
 
+	"nodeflow/feature/featuretest"
 	"nodeflow/hostnat"
 	"nodeflow/nsrun"
 )
@@ -125,10 +127,12 @@ func TestServiceProxyHostNATRules(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			p := testServiceProxy(t)
-			p.a.nodeIPs = nil
+			n := featuretest.DefaultNode()
+			n.IPs = nil
 			for _, s := range tt.nodeIPs {
-				p.a.nodeIPs = append(p.a.nodeIPs, netip.MustParsePrefix(s))
+				n.IPs = append(n.IPs, netip.MustParsePrefix(s))
 			}
+			testHost(p).SetNode(n)
 			for _, s := range tt.svcs {
 				p.svcs.Record(nil, s)
 			}
@@ -275,8 +279,9 @@ func TestRemoveHostNAT(t *testing.T) {
 		}
 		t.Skipf("no nf_tables: %v", err)
 	}
-	p := testServiceProxy(t)
-	if err := nsrun.Do(path, func() error { p.a.removeHostNAT(); return nil }); err != nil {
+	log := logrus.New()
+	log.SetLevel(logrus.ErrorLevel)
+	if err := nsrun.Do(path, func() error { RemoveHostNAT(log); return nil }); err != nil {
 		t.Fatal(err)
 	}
 	if _, found, err := ap.Read(); err != nil || found {

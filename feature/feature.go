@@ -1,0 +1,171 @@
+package feature
+
+import (
+	"context"
+	"net"
+	"net/netip"
+	"slices"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/sirupsen/logrus"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/record"
+
+	"nodeflow/conntrack"
+	"nodeflow/flows/plan"
+	"nodeflow/flows/reconcile"
+	"nodeflow/openflow"
+)
+
+// Feature is one capability of the node agent, wired by the agent through
+// this interface only.
+type Feature interface {
+	// Name names the feature in logs and metrics ("services").
+	Name() string
+	// Owns lists the plan features whose reconciler owners this feature
+	// writes. The Host's owner writers refuse every other owner.
+	Owns() []plan.Feature
+	// Init registers the feature's informers (from h's shared factories),
+	// event handlers and metrics. It must not block or do I/O.
+	Init(h Host) error
+	// Sync writes the feature's first desired state, once the informers
+	// have synced and before the reconcilers start.
+	Sync(ctx context.Context) error
+	// Run runs the feature until ctx ends; it is called once both bridges
+	// are connected.
+	Run(ctx context.Context)
+}
+
+// PacketInHandler is implemented by features that take packet-ins.
+type PacketInHandler interface {
+	// PacketIns lists the categories (the first byte of the controller
+	// action's userdata) the feature handles, with their queue sizes.
+	PacketIns() []PacketInCategory
+	// HandlePacketIn handles one packet-in of one of its categories. It is
+	// called from the category's own goroutine, one packet at a time.
+	HandlePacketIn(p PacketIn)
+}
+
+// PacketInCategory declares a category a feature handles.
+type PacketInCategory struct {
+	Category plan.PacketInCategory
+	// Queue bounds the packet-ins waiting for the handler; more are
+	// dropped and counted. 0 takes DefaultQueue.
+	Queue int
+}
+
+// PacketIn is one packet-in, as dispatched to its feature.
+type PacketIn struct {
+	// Bridge is the bridge that sent it.
+	Bridge plan.Bridge
+	// Category is the first byte of the userdata.
+	Category plan.PacketInCategory
+	// Msg is the decoded message; Msg.Userdata[0] is the category.
+	Msg *openflow.PacketIn
+}
+
+// Owners is a feature's handle on one bridge's desired state: Set replaces
+// the state of one owner, nil or an empty state removes it.
+type Owners interface {
+	Set(owner string, st reconcile.State) error
+	// List returns the owners with the given name prefix that have a
+	// state ("" for all), as the store holds them.
+	List(prefix string) []string
+}
+
+// Host is what the agent gives a feature.
+type Host interface {
+	// Log returns the feature's logger.
+	Log() logrus.FieldLogger
+	// Kube returns the API client.
+	Kube() kubernetes.Interface
+	// Informers returns the cluster-wide shared informer factory; LocalPods
+	// returns one restricted to this node's pods. Informers taken from them
+	// in Init are started and synced by the agent before Sync.
+	Informers() informers.SharedInformerFactory
+	LocalPods() informers.SharedInformerFactory
+	// Recorder records events on API objects as the agent's component.
+	Recorder() record.EventRecorder
+	// Registry is where the feature registers its metrics.
+	Registry() prometheus.Registerer
+	// Node returns the current facts about this node. OnNodeChange
+	// registers f to be called (from any goroutine, without locks held)
+	// after they change; call it from Init.
+	Node() Node
+	OnNodeChange(f func())
+	// NamespaceIDs returns the namespaces' ids.
+	NamespaceIDs() NamespaceIDs
+	// Owners returns the feature's handle on bridge b's desired state.
+	Owners(b plan.Bridge) Owners
+	// Flush waits until both bridges hold every state set before the call.
+	Flush(ctx context.Context) error
+	// ReadFlows reads the flows bridge b has installed in table t with
+	// cookies of plan feature f, over a connection of its own (it works
+	// before the reconcilers start).
+	ReadFlows(ctx context.Context, b plan.Bridge, t plan.TableID, f plan.Feature) ([]openflow.Flow, error)
+	// Send sends messages (packet-outs, conntrack flushes, flow deletes of
+	// learned flows) on bridge b's connection; it fails before Run.
+	Send(ctx context.Context, b plan.Bridge, msgs ...openflow.Message) error
+}
+
+// NamespaceIDs maps namespaces to the 24-bit id their traffic carries in
+// br0's NamespaceID register and in the VXLAN key.
+type NamespaceIDs interface {
+	// Lookup returns namespace's id; false when it has none yet.
+	Lookup(namespace string) (uint32, bool)
+	// OnChange registers f to be called with a namespace whose id changed
+	// (assigned, or released); call it from Init.
+	OnChange(f func(namespace string))
+}
+
+// Ports are the ofports of the ports the agent creates.
+type Ports struct {
+	Tunnel, PodPatch, Mgmt uint32 // on br0
+	Uplink, GatewayPatch   uint32 // on breth0
+}
+
+// Node is what features know about this node. Slices are shared: callers
+// must not modify them.
+type Node struct {
+	// Name is this node's name.
+	Name string
+	// PodBridge and GatewayBridge are the bridges' names (br0, breth0).
+	PodBridge, GatewayBridge string
+	// Ports are the agent's ports on both bridges.
+	Ports Ports
+	// IPs are the node's addresses (on breth0), at most one per family
+	// first; Secondary are the host's other addresses (a secondary IP on
+	// lo, say), sorted.
+	IPs       []netip.Prefix
+	Secondary []netip.Addr
+	// PodCIDRs are this node's pod subnets.
+	PodCIDRs []netip.Prefix
+	// ClusterCIDRs and ServiceCIDRs, one per family.
+	ClusterCIDRs, ServiceCIDRs []netip.Prefix
+	// Masquerade is the masquerade plan (169.254.169.0/29, fd69::/125).
+	Masquerade conntrack.Plan
+	// RouterMAC is the pod subnets' gateway MAC, MgmtMAC mp0's, HostMAC
+	// breth0's LOCAL port's.
+	RouterMAC, MgmtMAC, HostMAC net.HardwareAddr
+	// MTU of the pod network.
+	MTU int
+}
+
+// Addrs returns the node IPs without their prefix lengths.
+func (n Node) Addrs() []netip.Addr {
+	out := make([]netip.Addr, 0, len(n.IPs))
+	for _, p := range n.IPs {
+		out = append(out, p.Addr())
+	}
+	return out
+}
+
+// Equal reports whether n and o hold the same facts.
+func (n Node) Equal(o Node) bool {
+	return n.Name == o.Name && n.PodBridge == o.PodBridge && n.GatewayBridge == o.GatewayBridge && n.Ports == o.Ports &&
+		slices.Equal(n.IPs, o.IPs) && slices.Equal(n.Secondary, o.Secondary) && slices.Equal(n.PodCIDRs, o.PodCIDRs) &&
+		slices.Equal(n.ClusterCIDRs, o.ClusterCIDRs) && slices.Equal(n.ServiceCIDRs, o.ServiceCIDRs) &&
+		n.Masquerade == o.Masquerade && slices.Equal(n.RouterMAC, o.RouterMAC) && slices.Equal(n.MgmtMAC, o.MgmtMAC) &&
+		slices.Equal(n.HostMAC, o.HostMAC) && n.MTU == o.MTU
+}
