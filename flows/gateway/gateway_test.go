@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"flag"
+	"fmt"
 	"net"
 	"net/netip"
 	"os"
@@ -174,17 +175,45 @@ func TestSecondaryIPs(t *testing.T) {
 	}
 }
 
-// TestEveryTableEnds checks that each breth0 table has a priority-0 flow.
+// TestEveryTableEnds checks that PipelineFlows gives every table of both
+// bridges, except the version table, exactly one priority-0 flow that does
+// what the plan says its miss does.
 func TestEveryTableEnds(t *testing.T) {
-	have := map[uint8]bool{}
-	for _, f := range PipelineFlows(plan.Gateway) {
-		if f.Priority == 0 {
-			have[f.Table] = true
+	for _, b := range plan.Bridges {
+		have := map[uint8]string{}
+		for _, f := range PipelineFlows(b) {
+			if f.Priority != 0 {
+				t.Errorf("%s: pipeline flow %q is not priority 0", b, f.String())
+			}
+			if _, dup := have[f.Table]; dup {
+				t.Errorf("%s: two pipeline flows in table %d", b, f.Table)
+			}
+			have[f.Table] = f.String()
 		}
-	}
-	for _, tb := range plan.Tables(plan.Gateway) {
-		if tb.ID != plan.VersionTable && !have[uint8(tb.ID)] {
-			t.Errorf("%s has no priority-0 flow", tb)
+		for _, tb := range plan.Tables(b) {
+			text, ok := have[uint8(tb.ID)]
+			delete(have, uint8(tb.ID))
+			if tb.ID == plan.VersionTable {
+				if ok {
+					t.Errorf("%s: the version table has a pipeline flow %q", tb, text)
+				}
+				continue
+			}
+			var want string
+			switch tb.Miss {
+			case plan.MissDrop, plan.MissReturn:
+				want = "actions=drop"
+			case plan.MissGoto:
+				want = fmt.Sprintf("actions=goto_table:%d", tb.Next)
+			case plan.MissNormal:
+				want = "actions=NORMAL"
+			}
+			if !ok || !strings.HasSuffix(text, want) {
+				t.Errorf("%s: pipeline flow %q, want one ending in %q", tb, text, want)
+			}
+		}
+		for table, text := range have {
+			t.Errorf("%s: pipeline flow %q in undeclared table %d", b, text, table)
 		}
 	}
 }

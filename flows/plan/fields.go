@@ -261,8 +261,6 @@ var (
 	// NamespaceID is the source pod's namespace id, 24 bits so that it can
 	// travel as a VXLAN VNI.
 	NamespaceID = mustField("NamespaceID", Pod, SpaceReg, 1, 0, 23, "source namespace id (VNI-sized), from port security or tun_id")
-	// OutPort is the ofport a delivery table outputs to.
-	OutPort = mustField("OutPort", Pod, SpaceReg, 2, 0, 31, "ofport for local delivery")
 	// EndpointIPv4 is the IPv4 endpoint a group bucket chose.
 	EndpointIPv4 = mustField("EndpointIPv4", Pod, SpaceReg, 3, 0, 31, "IPv4 endpoint chosen by the service group")
 	// EndpointPort is the endpoint's L4 port.
@@ -288,11 +286,10 @@ var (
 
 // Marks.
 var (
-	FromPod        = mustMark("FromPod", PktSource, 1)
-	FromTunnel     = mustMark("FromTunnel", PktSource, 2)
-	FromGateway    = mustMark("FromGateway", PktSource, 3)
-	FromHost       = mustMark("FromHost", PktSource, 4)
-	FromController = mustMark("FromController", PktSource, 5)
+	FromPod     = mustMark("FromPod", PktSource, 1)
+	FromTunnel  = mustMark("FromTunnel", PktSource, 2)
+	FromGateway = mustMark("FromGateway", PktSource, 3)
+	FromHost    = mustMark("FromHost", PktSource, 4)
 
 	EndpointChosen = mustMark("EndpointChosen", EndpointSelected, 1)
 
@@ -308,12 +305,12 @@ var (
 )
 
 var declaredFields = []Field{
-	PktSource, EndpointSelected, NamespaceID, OutPort, EndpointIPv4, EndpointPort, ServiceID, EndpointIPv6, SNATKind,
+	PktSource, EndpointSelected, NamespaceID, EndpointIPv4, EndpointPort, ServiceID, EndpointIPv6, SNATKind,
 	GatewayOrigin, AffinityChecked,
 }
 
 var declaredMarks = []Mark{
-	FromPod, FromTunnel, FromGateway, FromHost, FromController, EndpointChosen,
+	FromPod, FromTunnel, FromGateway, FromHost, EndpointChosen,
 	SNATToNodeIP, SNATToGateway, OriginRouter, OriginHost, AffinityLookedUp,
 }
 

@@ -108,26 +108,3 @@ func (m Mark) Load() openflow.Action {
 	}
 	return a
 }
-
-// MissFlows returns the explicit priority-0 flow of every table of b, as
-// the plan declares it: no actions for MissDrop and MissReturn, goto_table
-// for MissGoto, output:NORMAL for MissNormal. The version table is left
-// out: its single flow is the version note. The flows carry no cookie; the
-// reconciler stamps the owner's ("pipeline").
-func MissFlows(b Bridge) []openflow.Flow {
-	var out []openflow.Flow
-	for _, t := range Tables(b) {
-		if t.ID == VersionTable {
-			continue
-		}
-		f := openflow.Flow{Table: uint8(t.ID), Priority: uint16(PriorityMiss)}
-		switch t.Miss {
-		case MissGoto:
-			f.Instructions = []openflow.Instruction{openflow.GotoTable{Table: uint8(t.Next)}}
-		case MissNormal:
-			f.Instructions = []openflow.Instruction{openflow.ApplyActions{Actions: []openflow.Action{openflow.OutputPort(openflow.PortNormal)}}}
-		}
-		out = append(out, f)
-	}
-	return out
-}

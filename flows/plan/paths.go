@@ -14,12 +14,17 @@ type Step struct {
 	// Does is what the matching flow does, in short ovs-ofctl syntax.
 	Does string
 	// Recirc is set when the step costs a datapath recirculation: a
-	// ct(..., table=N), or a tunnel pop.
+	// ct(..., table=N), or the tunnel pop before br0's in_port=vxlan0 flow.
+	// It is a claim about the built flows, not their source: the path test
+	// of flows/sample fails when a real packet's recirculations disagree.
 	Recirc bool
 }
 
 // Path is the journey of one packet (the first of a connection in one
-// direction) through both bridges.
+// direction, its reply, or a later packet) through both bridges, as a
+// model of the built flows: flows/sample drives it with real packets and
+// fails when the tables visited or the recirculations differ from Steps
+// (in any order).
 type Path struct {
 	// Name is "source -> destination -> endpoint (direction)".
 	Name  string
@@ -62,27 +67,38 @@ var (
 		pod(PodUnSNAT, "not to a SNAT address: goto 25"),
 		podRecirc(PodConntrack, "ct(zone=65000,nat,table=30)"),
 	)
+	unSNAT = seq(
+		podRecirc(PodUnSNAT, "nw_dst=SNAT address: ct(zone=65001,nat,table=25)"),
+		podRecirc(PodConntrack, "ct(zone=65000,nat,table=30)"),
+	)
 	svcNew = seq(
 		pod(PodServiceLB, "+new, VIP:port: group:N; bucket loads EndpointIP/Port, resubmit(,35)"),
 		podRecirc(PodEndpointDNAT, "ct(commit,zone=65000,nat(dst=ep),exec(SNATKind),table=40)"),
 	)
-	svcEst  = seq(pod(PodServiceLB, "established: goto 40"), pod(PodSNAT, "no SNAT mark: goto 50"))
-	toLocal = seq(
+	svcEst   = seq(pod(PodServiceLB, "not new: goto 40"), pod(PodSNAT, "no SNAT mark: goto 50"))
+	noSNAT   = seq(pod(PodSNAT, "no SNAT mark: goto 50"))
+	noBypass = seq(pod(PodEgressFirewall, "not a cluster destination: goto 60"))
+	toLocal  = seq(
 		pod(PodEgressFirewall, "cluster destination: goto 60"),
 		pod(PodRouting, "local pod subnet: goto 70"),
-		pod(PodLocalDelivery, "set MACs, output:pod"),
+		pod(PodLocalDelivery, "set MACs, output:pod (IN_PORT to the sender)"),
 	)
 	toTunnel = seq(
 		pod(PodEgressFirewall, "cluster destination: goto 60"),
 		pod(PodRouting, "remote node subnet: goto 80"),
-		pod(PodTunnelEgress, "set tun_dst, tun_id; output:vxlan0"),
+		pod(PodTunnelEgress, "set tun_dst, tun_id; output:vxlan0, tunnel push"),
+		gw(GatewayClassifier, "p600 in_port=LOCAL, VXLAN from the node IP: output:eth0"),
 	)
 	fromTunnel = seq(
-		gwRecirc(GatewayClassifier, "in_port=eth0: ct(zone=64000,nat,table=1)"),
-		gw(GatewayUplinkReturn, "not ours: NORMAL to LOCAL"),
-		rc(Pod, PodClassifier, "tnl_pop (native tunnel decap), in_port=vxlan0: FromTunnel, goto 15"),
+		gw(GatewayClassifier, "p600 in_port=eth0, VXLAN to the node IP: output:LOCAL"),
+		rc(Pod, PodClassifier, "tunnel pop, in_port=vxlan0: FromTunnel, goto 15"),
 		pod(PodTunnelIngress, "tun_src of a node: NamespaceID from tun_id, goto 20"),
 	)
+	toHost = seq(
+		pod(PodRouting, "mp0's address or a node IP: goto 70"),
+		pod(PodLocalDelivery, "set MACs, output:mp0"),
+	)
+	fromHost  = seq(pod(PodClassifier, "in_port=mp0: FromHost, goto 20"))
 	hostToSvc = seq(
 		gwRecirc(GatewayClassifier, "p500 in_port=LOCAL,nw_dst=svc CIDR: ct(commit,zone=64001,nat(src=169.254.169.2),table=2)"),
 		gw(GatewayToRouter, "set router MAC, output:patch"),
@@ -90,11 +106,12 @@ var (
 	)
 	toHostMasq = seq(
 		pod(PodRouting, "nw_dst=169.254.169.0/29: goto 95"),
-		pod(PodGatewayOutput, "set MACs, output:patch (IN_PORT from the patch port)"),
+		pod(PodGatewayOutput, "set MACs, output:patch"),
 		gwRecirc(GatewayClassifier, "p500 in_port=patch,nw_src=svc CIDR,nw_dst=169.254.169.2: ct(zone=64001,nat,table=3)"),
+		gw(GatewayToHost, "swap MACs, output:LOCAL"),
 	)
 	hostHairpin = seq(
-		pod(PodRouting, "to a host endpoint: goto 95"),
+		pod(PodRouting, "nw_dst=169.254.169.0/29: goto 95"),
 		pod(PodGatewayOutput, "set MACs, IN_PORT (or output:patch from a pod)"),
 		gwRecirc(GatewayClassifier, "p500 in_port=patch,nw_src=node IP,nw_dst=169.254.169.2: ct(commit,zone=64001,nat(dst=node IP),table=4)"),
 		gwRecirc(GatewayHostHairpin, "ct(commit,zone=64002,nat(src=169.254.169.1),table=3)"),
@@ -108,11 +125,10 @@ var (
 		podRecirc(PodUnSNAT, "nw_dst=node IP: ct(zone=65001,nat,table=25)"),
 		podRecirc(PodConntrack, "ct(zone=65000,nat,table=30)"),
 	)
-	snatNodeIP = seq(podRecirc(PodSNAT, "+new, SNATToNodeIP: ct(commit,zone=65001,nat(src=node IP),table=50)"),
-		pod(PodEgressFirewall, "host endpoint of the cluster: goto 60"))
+	snatNodeIP  = seq(podRecirc(PodSNAT, "+new, SNATToNodeIP: ct(commit,zone=65001,nat(src=node IP),table=50)"))
 	snatGateway = seq(podRecirc(PodSNAT, "+new, SNATToGateway: ct(commit,zone=65001,nat(src=gateway),table=50)"))
 	toUplink    = seq(
-		pod(PodRouting, "outside the cluster, SNAT already done: goto 95"),
+		pod(PodRouting, "ct_state=+snat-rpl (SNAT done): goto 95"),
 		pod(PodGatewayOutput, "next hop's MAC, IN_PORT or output:patch"),
 		gw(GatewayClassifier, "p100 in_port=patch: ct(commit,zone=64000,exec(ct_mark=0x1)),output:eth0"),
 	)
@@ -124,67 +140,74 @@ var (
 		podRecirc(PodConntrack, "ct(zone=65000,nat,table=30)"),
 	)
 	nodePortIn = seq(
-		gw(GatewayClassifier, "p110 in_port=eth0,tcp,tp_dst=nodePort: output:patch"),
+		gw(GatewayClassifier, "p110 in_port=eth0,tcp,nw_dst=node IP,tp_dst=nodePort: output:patch"),
 		pod(PodClassifier, "in_port=patch: FromGateway, goto 20"),
 		podRecirc(PodUnSNAT, "nw_dst=node IP: ct(zone=65001,nat,table=25)"),
 		podRecirc(PodConntrack, "ct(zone=65000,nat,table=30)"),
 	)
 	replyToUplink = seq(
-		pod(PodRouting, "reply of a DNATed connection: goto 95"),
+		pod(PodRouting, "ct_state=+rpl: goto 95"),
 		pod(PodGatewayOutput, "next hop's MAC, output:patch"),
-		gw(GatewayClassifier, "p110 in_port=patch,tp_src=nodePort: output:eth0"),
+		gw(GatewayClassifier, "p110 in_port=patch,tcp,nw_src=node IP,tp_src=nodePort: output:eth0"),
 	)
+	replyToHostMasq = steps(svcEst, noBypass, toHostMasq)
 )
 
 // paths lists the paths that matter for the recirculation budget: every
-// cell of the traffic matrix, in both directions.
+// cell of the traffic matrix, in both directions, and the established
+// packets of the longest. Each path is driven with real packets through
+// the flows the builders produce, and checked step for step, by the
+// recirculation test of flows/sample: a path added here needs a probe
+// there.
 var paths = []Path{
 	{"pod -> pod, same node", steps(podIngress, svcLookup, svcEst, toLocal)},
 	{"pod -> pod, other node (sending node)", steps(podIngress, svcLookup, svcEst, toTunnel)},
 	{"pod -> pod, other node (receiving node)", steps(fromTunnel, svcLookup, svcEst, toLocal)},
-	{"pod -> ClusterIP -> local pod", steps(podIngress, svcLookup, svcNew, seq(pod(PodSNAT, "no SNAT mark: goto 50")), toLocal)},
+	{"pod -> host by mp0's address", steps(podIngress, svcLookup, svcEst,
+		seq(pod(PodEgressFirewall, "cluster destination: goto 60")), toHost)},
+	{"pod -> host by mp0's address (reply)", steps(fromHost, svcLookup, svcEst, toLocal)},
+	{"pod -> host by the node IP", steps(podIngress, unSNAT, svcEst, noBypass, toHost)},
+	{"pod -> host by the node IP (reply)", steps(fromHost, svcLookup, svcEst, toLocal)},
+	{"pod -> ClusterIP -> local pod", steps(podIngress, svcLookup, svcNew, noSNAT, toLocal)},
 	{"pod -> ClusterIP -> local pod (reply)", steps(podIngress, svcLookup, svcEst, toLocal)},
-	{"pod -> ClusterIP -> remote pod", steps(podIngress, svcLookup, svcNew, seq(pod(PodSNAT, "no SNAT mark: goto 50")), toTunnel)},
+	{"pod -> ClusterIP -> remote pod", steps(podIngress, svcLookup, svcNew, noSNAT, toTunnel)},
+	{"pod -> ClusterIP -> remote pod (reply)", steps(fromTunnel, svcLookup, svcEst, toLocal)},
 	{"pod -> ClusterIP -> itself (hairpin)", steps(podIngress, svcLookup, svcNew, snatGateway, toLocal)},
-	{"pod -> ClusterIP -> itself (hairpin reply)", steps(podIngress,
-		seq(podRecirc(PodUnSNAT, "nw_dst=gateway: ct(zone=65001,nat,table=25)"), podRecirc(PodConntrack, "ct(zone=65000,nat,table=30)")),
-		svcEst, toLocal)},
-	{"pod -> ClusterIP -> host endpoint, this node", steps(podIngress, svcLookup, svcNew, snatNodeIP, hostHairpin)},
+	{"pod -> ClusterIP -> itself (hairpin reply)", steps(podIngress, unSNAT, svcEst, toLocal)},
+	{"pod -> ClusterIP -> host endpoint, this node", steps(podIngress, svcLookup, svcNew, snatNodeIP, noBypass, hostHairpin)},
 	{"pod -> ClusterIP -> host endpoint, this node (reply)", steps(hostHairpinReply, svcEst, toLocal)},
-	{"pod -> ClusterIP -> host endpoint, other node", steps(podIngress, svcLookup, svcNew, snatNodeIP, toUplink)},
+	{"pod -> ClusterIP -> host endpoint, other node", steps(podIngress, svcLookup, svcNew, snatNodeIP, noBypass, toUplink)},
 	{"pod -> ClusterIP -> host endpoint, other node (reply)", steps(fromUplinkToBr0, svcEst, toLocal)},
-	{"pod -> outside", steps(podIngress, svcLookup, svcEst[:1],
-		seq(pod(PodSNAT, "no SNAT mark: goto 50"), pod(PodEgressFirewall, "rule allows: goto 60"),
-			pod(PodRouting, "default route: goto 90"),
+	{"pod -> outside", steps(podIngress, svcLookup, svcEst, noBypass,
+		seq(pod(PodRouting, "FromPod, default route: goto 90"),
 			podRecirc(PodEgressSNAT, "ct(commit,zone=65001,nat(src=node IP),table=95)"),
-			pod(PodGatewayOutput, "next hop's MAC, output:patch"),
+			pod(PodGatewayOutput, "default gateway's MAC, output:patch"),
 			gw(GatewayClassifier, "p100 in_port=patch: ct(commit,zone=64000,exec(ct_mark=0x1)),output:eth0")))},
 	{"pod -> outside (reply)", steps(fromUplinkToBr0, svcEst, toLocal)},
-	{"host -> ClusterIP -> local pod", steps(hostToSvc, svcLookup, svcNew, seq(pod(PodSNAT, "no SNAT mark: goto 50")), toLocal)},
-	{"host -> ClusterIP -> local pod (reply)", steps(podIngress, svcLookup, svcEst, seq(pod(PodEgressFirewall, "cluster destination: goto 60")), toHostMasq,
-		seq(gw(GatewayToHost, "swap MACs, output:LOCAL")))},
+	{"host -> ClusterIP -> local pod", steps(hostToSvc, svcLookup, svcNew, noSNAT, toLocal)},
+	{"host -> ClusterIP -> local pod (reply)", steps(podIngress, svcLookup, replyToHostMasq)},
 	{"host -> ClusterIP -> remote pod", steps(hostToSvc, svcLookup, svcNew, snatGateway, toTunnel)},
-	{"host -> ClusterIP -> remote pod (reply)", steps(fromTunnel,
-		seq(podRecirc(PodUnSNAT, "nw_dst=gateway: ct(zone=65001,nat,table=25)"), podRecirc(PodConntrack, "ct(zone=65000,nat,table=30)")),
-		svcEst, seq(pod(PodEgressFirewall, "cluster destination: goto 60")), toHostMasq)},
-	{"host -> ClusterIP -> host endpoint, this node (the longest)", steps(hostToSvc, svcLookup, svcNew, snatNodeIP, hostHairpin)},
-	{"host -> ClusterIP -> host endpoint, this node (reply)", steps(hostHairpinReply, svcEst,
-		seq(pod(PodEgressFirewall, "cluster destination: goto 60")), toHostMasq, seq(gw(GatewayToHost, "swap MACs, output:LOCAL")))},
-	{"host -> ClusterIP -> secondary IP of this node", steps(hostToSvc, svcLookup, svcNew, snatNodeIP,
-		seq(pod(PodRouting, "to a host endpoint: goto 95"), pod(PodGatewayOutput, "set MACs, IN_PORT"),
+	{"host -> ClusterIP -> remote pod (reply)", steps(fromTunnel, unSNAT, replyToHostMasq)},
+	{"host -> ClusterIP -> host endpoint, this node (the longest)", steps(hostToSvc, svcLookup, svcNew, snatNodeIP, noBypass, hostHairpin)},
+	{"host -> ClusterIP -> host endpoint, this node (reply)", steps(hostHairpinReply, replyToHostMasq)},
+	{"host -> ClusterIP -> host endpoint, this node (established)", steps(hostToSvc, svcLookup,
+		seq(pod(PodServiceLB, "not new: goto 40"),
+			podRecirc(PodSNAT, "+est-rpl, SNATToNodeIP: ct(zone=65001,nat,table=50)")),
+		noBypass, hostHairpin)},
+	{"host -> ClusterIP -> secondary IP of this node", steps(hostToSvc, svcLookup, svcNew, snatNodeIP, noBypass,
+		seq(pod(PodRouting, "ct_state=+snat-rpl (SNAT done): goto 95"), pod(PodGatewayOutput, "next hop's MAC, IN_PORT"),
 			gwRecirc(GatewayClassifier, "p500 in_port=patch,nw_src=node IP,nw_dst=secondary IP: ct(commit,zone=64001,table=4)"),
 			gwRecirc(GatewayHostHairpin, "ct(commit,zone=64002,nat(src=169.254.169.1),table=3)"),
 			gw(GatewayToHost, "swap MACs, output:LOCAL")))},
-	{"host -> ClusterIP -> host endpoint, other node", steps(hostToSvc, svcLookup, svcNew, snatNodeIP, toUplink)},
-	{"host -> ClusterIP -> host endpoint, other node (reply)", steps(fromUplinkToBr0, svcEst,
-		seq(pod(PodEgressFirewall, "cluster destination: goto 60")), toHostMasq, seq(gw(GatewayToHost, "swap MACs, output:LOCAL")))},
-	{"outside -> NodePort -> local pod", steps(nodePortIn, svcNew, seq(pod(PodSNAT, "no SNAT mark: goto 50")), toLocal)},
-	{"outside -> NodePort -> local pod (reply)", steps(podIngress, svcLookup, svcEst, seq(pod(PodEgressFirewall, "rule allows: goto 60")), replyToUplink)},
+	{"host -> ClusterIP -> secondary IP of this node (reply)", steps(hostHairpinReply, replyToHostMasq)},
+	{"host -> ClusterIP -> host endpoint, other node", steps(hostToSvc, svcLookup, svcNew, snatNodeIP, noBypass, toUplink)},
+	{"host -> ClusterIP -> host endpoint, other node (reply)", steps(fromUplinkToBr0, replyToHostMasq)},
+	{"outside -> NodePort -> local pod", steps(nodePortIn, svcNew, noSNAT, toLocal)},
+	{"outside -> NodePort -> local pod (reply)", steps(podIngress, svcLookup, svcEst, noBypass, replyToUplink)},
 	{"outside -> NodePort -> remote pod", steps(nodePortIn, svcNew, snatGateway, toTunnel)},
-	{"outside -> NodePort -> remote pod (reply)", steps(fromTunnel,
-		seq(podRecirc(PodUnSNAT, "nw_dst=gateway: ct(zone=65001,nat,table=25)"), podRecirc(PodConntrack, "ct(zone=65000,nat,table=30)")),
-		svcEst, seq(pod(PodEgressFirewall, "rule allows: goto 60")), replyToUplink)},
-	{"outside -> NodePort -> host endpoint, this node", steps(nodePortIn, svcNew, snatNodeIP, hostHairpin)},
+	{"outside -> NodePort -> remote pod (reply)", steps(fromTunnel, unSNAT, svcEst, noBypass, replyToUplink)},
+	{"outside -> NodePort -> host endpoint, this node", steps(nodePortIn, svcNew, snatNodeIP, noBypass, hostHairpin)},
+	{"outside -> NodePort -> host endpoint, this node (reply)", steps(hostHairpinReply, svcEst, noBypass, replyToUplink)},
 }
 
 // Paths returns the documented paths.

@@ -351,18 +351,6 @@ func TestIDAllocator(t *testing.T) {
 	}
 }
 
-func TestBridgeNames(t *testing.T) {
-	for _, b := range Bridges {
-		got, err := ParseBridge(b.String())
-		if err != nil || got != b {
-			t.Errorf("ParseBridge(%s) = %v %v", b, got, err)
-		}
-	}
-	if _, err := ParseBridge("br9"); err == nil {
-		t.Error("br9 accepted")
-	}
-}
-
 func TestPathsFitTheRecirculationBudget(t *testing.T) {
 	if err := CheckPaths(); err != nil {
 		t.Fatal(err)
@@ -420,28 +408,3 @@ func TestOpenFlowAdapters(t *testing.T) {
 type actionString struct{ a openflow.Action }
 
 func (a actionString) String() string { return a.a.String() }
-
-func TestMissFlows(t *testing.T) {
-	for _, b := range Bridges {
-		fs := MissFlows(b)
-		if len(fs) != len(Tables(b))-1 {
-			t.Errorf("%s: %d miss flows for %d tables", b, len(fs), len(Tables(b)))
-		}
-		for _, f := range fs {
-			tb := MustTable(b, TableID(f.Table))
-			text := f.String()
-			var want string
-			switch tb.Miss {
-			case MissDrop, MissReturn:
-				want = "actions=drop"
-			case MissGoto:
-				want = fmt.Sprintf("actions=goto_table:%d", tb.Next)
-			case MissNormal:
-				want = "actions=NORMAL"
-			}
-			if !strings.HasSuffix(text, want) || f.Priority != 0 {
-				t.Errorf("%s: miss flow %q, want priority 0 and %q", tb, text, want)
-			}
-		}
-	}
-}

@@ -32,16 +32,6 @@ func (b Bridge) String() string {
 	return fmt.Sprintf("bridge(%d)", uint8(b))
 }
 
-// ParseBridge maps a default bridge name back to its role.
-func ParseBridge(s string) (Bridge, error) {
-	for _, b := range Bridges {
-		if b.String() == s {
-			return b, nil
-		}
-	}
-	return 0, fmt.Errorf("plan: unknown bridge %q (want br0 or breth0)", s)
-}
-
 // TableID is an OpenFlow table number.
 type TableID uint8
 
@@ -148,7 +138,7 @@ var tables = []Table{
 		MissGoto, PodConntrack, []Feature{FeatureNode}},
 	{Pod, PodConntrack, "Conntrack", "every IP packet: restore service DNAT in the service zone",
 		MissDrop, 0, []Feature{FeatureNode}},
-	{Pod, PodServiceLB, "ServiceLB", "new connections to a service: its select group, or a metered packet-in when idled or without endpoints",
+	{Pod, PodServiceLB, "ServiceLB", "new connections to a service: its select group, or a metered reject packet-in when it has no endpoints",
 		MissGoto, PodSNAT, []Feature{FeatureService, FeatureUnidle}},
 	{Pod, PodSessionAffinity, "SessionAffinity", "learned client-to-endpoint bindings (resubmit only)",
 		MissReturn, 0, []Feature{FeatureService}},
@@ -156,7 +146,7 @@ var tables = []Table{
 		MissDrop, 0, []Feature{FeatureService}},
 	{Pod, PodSNAT, "SNAT", "connections marked for SNAT: commit it when new, re-apply it to established original-direction packets",
 		MissGoto, PodEgressFirewall, []Feature{FeatureNode, FeatureService}},
-	{Pod, PodEgressFirewall, "EgressFirewall", "destinations outside the cluster and service networks, per namespace: first matching rule wins",
+	{Pod, PodEgressFirewall, "EgressFirewall", "cluster and service destinations skip the egress firewall (per-namespace rules: planned)",
 		MissGoto, PodRouting, []Feature{FeatureNode, FeatureEgressFirewall}},
 	{Pod, PodRouting, "Routing", "local pod subnet, remote node subnets, the host, and the default route out through breth0",
 		MissDrop, 0, []Feature{FeatureNode, FeaturePod}},
@@ -208,16 +198,6 @@ func LookupTable(b Bridge, id TableID) (Table, bool) {
 		}
 	}
 	return Table{}, false
-}
-
-// MustTable is LookupTable for ids known to be declared; it panics when the
-// table does not exist.
-func MustTable(b Bridge, id TableID) Table {
-	t, ok := LookupTable(b, id)
-	if !ok {
-		panic(fmt.Sprintf("plan: %s has no table %d", b, id))
-	}
-	return t
 }
 
 // Allows reports whether feature f may put flows into t.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"nodeflow/flows/gateway"
 	"nodeflow/flows/plan"
 	"nodeflow/openflow"
 	"nodeflow/openflow/ofconn"
@@ -329,7 +330,7 @@ func podState(ofport uint32, mac net.HardwareAddr, addr netip.Addr, nsID uint64)
 }
 
 // pipelineState is the explicit miss flow of every table of br0.
-func pipelineState() State { return State{Flows: plan.MissFlows(plan.Pod)} }
+func pipelineState() State { return State{Flows: gateway.PipelineFlows(plan.Pod)} }
 
 // meterState is the meter of the no-endpoint rejects.
 func meterState() State {

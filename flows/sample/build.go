@@ -1,0 +1,174 @@
+package sample
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+
+	"nodeflow/flows/gateway"
+	"nodeflow/flows/node"
+	"nodeflow/flows/plan"
+	"nodeflow/flows/reconcile"
+	"nodeflow/flows/service"
+	"nodeflow/openflow"
+)
+
+// OwnedFlow is one desired flow with the owner that wants it.
+type OwnedFlow struct {
+	Owner   string
+	Feature plan.Feature
+	Flow    openflow.Flow
+}
+
+// features lists each feature's part of the sample, in the order the agent
+// sets them up. A new feature adds one function here.
+var features = []struct {
+	name  string
+	build func(c *Config, d *Desired) error
+}{
+	{"pipeline", buildPipeline},
+	{"node networking", buildNodeNetworking},
+	{"services", buildServices},
+}
+
+// Build builds the desired state of c.Local's bridges with the real
+// builders, as the agent calls them.
+func Build(c Config) (*Desired, error) {
+	d := &Desired{
+		Pod:     reconcile.NewStore(reconcile.StoreOptions{Bridge: plan.Pod}),
+		Gateway: reconcile.NewStore(reconcile.StoreOptions{Bridge: plan.Gateway}),
+		ports: map[plan.Bridge]map[uint32]string{
+			plan.Pod:     {c.Ports.Tunnel: "vxlan0", c.Ports.PodPatch: "patch", c.Ports.Mgmt: "mp0"},
+			plan.Gateway: {c.Ports.Uplink: "uplink", c.Ports.GatewayPatch: "patch"},
+		},
+	}
+	for _, p := range c.Pods {
+		d.ports[plan.Pod][p.Port] = "pod"
+	}
+	for _, f := range features {
+		if err := f.build(&c, d); err != nil {
+			return nil, fmt.Errorf("sample: %s: %w", f.name, err)
+		}
+	}
+	return d, nil
+}
+
+// buildPipeline sets the explicit priority-0 flow of every table of both
+// bridges.
+func buildPipeline(_ *Config, d *Desired) error {
+	for _, b := range plan.Bridges {
+		if err := d.set(b, gateway.PipelineOwner(b), reconcile.State{Flows: gateway.PipelineFlows(b)}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// nodeConfig is the node builders' model of c.Local, as the agent fills it.
+func (c *Config) nodeConfig() node.Config {
+	return node.Config{
+		TunnelPort: c.Ports.Tunnel, PatchPort: c.Ports.PodPatch, MgmtPort: c.Ports.Mgmt,
+		RouterMAC: c.RouterMAC(), MgmtMAC: c.MgmtMAC(), HostMAC: c.Local.MAC,
+		PodCIDRs: c.Local.PodCIDRs, ClusterCIDRs: c.ClusterCIDRs, ServiceCIDRs: c.ServiceCIDRs,
+		NodeIPs: c.Local.IPs, Masquerade: c.Masquerade,
+	}
+}
+
+// buildNodeNetworking sets what the node networking feature wants:
+// breth0's default flows, br0's node-wide flows, the other node's tunnel
+// and routes, each pod's flows, the IPv6 neighbour discovery flood and the
+// next hops toward the uplink.
+func buildNodeNetworking(c *Config, d *Desired) error {
+	nc := c.nodeConfig()
+	gfs, err := gateway.Flows(gateway.Config{
+		UplinkPort: c.Ports.Uplink, PatchPort: c.Ports.GatewayPatch, NodeIPs: c.Local.IPs,
+		ServiceCIDRs: c.ServiceCIDRs, Masquerade: c.Masquerade, RouterMAC: c.RouterMAC(), HostMAC: c.Local.MAC,
+		SecondaryIPs: c.Local.Secondary,
+	})
+	if err != nil {
+		return err
+	}
+	if err := d.set(plan.Gateway, gateway.Owner, reconcile.State{Flows: gfs}); err != nil {
+		return err
+	}
+	fs, err := node.NodeFlows(nc)
+	if err != nil {
+		return err
+	}
+	if err := d.set(plan.Pod, node.OwnerLocal, reconcile.State{Flows: fs}); err != nil {
+		return err
+	}
+	fs, err = node.RemoteFlows(nc, node.Remote{Name: c.Remote.Name, TunnelIP: c.Remote.IPs[0], PodCIDRs: c.Remote.PodCIDRs})
+	if err != nil {
+		return err
+	}
+	if err := d.set(plan.Pod, node.RemoteOwner(c.Remote.Name), reconcile.State{Flows: fs}); err != nil {
+		return err
+	}
+	ndPorts := []uint32{c.Ports.Mgmt}
+	for _, p := range c.Pods {
+		fs, err := node.PodFlows(nc, p)
+		if err != nil {
+			return err
+		}
+		if err := d.set(plan.Pod, node.PodOwner(p.Namespace, p.Name), reconcile.State{Flows: fs}); err != nil {
+			return err
+		}
+		ndPorts = append(ndPorts, p.Port)
+	}
+	if err := d.set(plan.Pod, node.OwnerND, reconcile.State{Flows: node.NDFlows(ndPorts)}); err != nil {
+		return err
+	}
+	fs, err = node.GatewayOutputFlows(nc, c.NextHops)
+	if err != nil {
+		return err
+	}
+	return d.set(plan.Pod, node.OwnerNextHops, reconcile.State{Flows: fs})
+}
+
+// serviceNode is the service builder's model of c.Local, as the agent
+// fills it: the first address of each family is the node IP, the others
+// and the host's secondary addresses are secondary, sorted.
+func (c *Config) serviceNode() service.Node {
+	n := service.Node{
+		Name: c.Local.Name, ClusterCIDRs: c.ClusterCIDRs, Masquerade: c.Masquerade,
+		UplinkPort: c.Ports.Uplink, PatchPort: c.Ports.GatewayPatch,
+	}
+	have := map[bool]bool{}
+	for _, ip := range c.Local.IPs {
+		if !have[ip.Is6()] {
+			have[ip.Is6()] = true
+			n.IPs = append(n.IPs, ip)
+		} else {
+			n.Secondary = append(n.Secondary, ip)
+		}
+	}
+	n.Secondary = append(n.Secondary, c.Local.Secondary...)
+	slices.SortFunc(n.Secondary, netip.Addr.Compare)
+	n.Secondary = slices.Compact(n.Secondary)
+	return n
+}
+
+// buildServices sets what the services feature wants: the reject meter,
+// then each service port's br0 and breth0 state, with group ids from the
+// plan's allocator.
+func buildServices(c *Config, d *Desired) error {
+	if err := d.set(plan.Pod, service.RejectMeterOwner, reconcile.State{Meters: []openflow.MeterEntry{service.RejectMeter()}}); err != nil {
+		return err
+	}
+	n := c.serviceNode()
+	ids := plan.NewIDAllocator(plan.ServiceGroups)
+	for _, s := range c.Services {
+		out, err := service.Build(&n, service.Input{Port: s.Port, Endpoints: s.Endpoints}, ids.Get)
+		if err != nil {
+			return err
+		}
+		if err := d.set(plan.Pod, out.Owner, out.Pod); err != nil {
+			return err
+		}
+		if err := d.set(plan.Gateway, out.GatewayOwner, out.Gateway); err != nil {
+			return err
+		}
+	}
+	return nil
+}
