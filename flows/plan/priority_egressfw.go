@@ -1,0 +1,47 @@
+package plan
+
+// Priorities and ids that only the egress firewall's flows
+// (flows/egressfw) use, in table PodEgressFirewall. The rule band
+// (EgressFirewallRules) and the cluster bypass
+// (PriorityEgressFirewallBypass) are in priority.go.
+//
+// Table 50 from the top:
+//
+//	40000  guards: replies, and packets that did not come from a pod
+//	21000-31000  EgressFirewallHostAliases: a namespace's rules for the
+//	       addresses that stand in for a host address (the host masquerade
+//	       address a service DNATs to when its endpoint is this node's IP)
+//	20000  cluster and service destinations (Node)
+//	1000-10999  EgressFirewallRules: a namespace's rules, first rule highest
+//	0      miss: allow (goto 60)
+//
+// Matches in different bands never need each other's order except the
+// guards (above everything) and the host aliases (above the rules whose
+// prefixes also hold the alias address); the alias and bypass flows match
+// disjoint destinations.
+
+// PriorityEgressFirewallGuard is table 50's guards, above everything
+// else in it: replies (ct_state=+rpl+trk) are never judged, nor are packets
+// that did not come from a local pod (tunnel, gateway, host).
+const PriorityEgressFirewallGuard Priority = 40000
+
+// EgressFirewallHostAliases ranks a namespace's rules for host alias
+// addresses: rule i of a namespace gets High-i, like EgressFirewallRules,
+// and Low is the alias's own "no rule matched: allow". It has one more
+// priority than EgressFirewallRules has rules.
+var EgressFirewallHostAliases = Band{Name: "EgressFirewallHostAliases", Low: 21000, High: 31000}
+
+// Conjunction ids of the egress firewall. OpenFlow conj_id is 32 bits; a
+// namespace id is 24 and a rule index needs 14 (10,000 rules), so an id
+// cannot be the pair itself. Instead each namespace with a firewall holds a
+// block of 2^EgressFirewallConjRuleBits ids, numbered from
+// EgressFirewallConjBlocks by a node-local IDAllocator keyed by its owner
+// (a hash of the name first, so the block and the flows survive an agent
+// restart unchanged), and rule i's id is block<<EgressFirewallConjRuleBits
+// | i. The blocks cover ids 0x4000-0x7fffffff: 131,071 namespaces per node,
+// unique on the bridge; ids from 0x80000000 are left for other features
+// (NetworkPolicy).
+const EgressFirewallConjRuleBits = 14
+
+// EgressFirewallConjBlocks is the range of conjunction id blocks.
+var EgressFirewallConjBlocks = IDRange{Name: "EgressFirewallConjBlocks", First: 1, Last: 1<<(31-EgressFirewallConjRuleBits) - 1}
