@@ -137,7 +137,7 @@ func TestCRDsAgreeWithTheDecoder(t *testing.T) {
 		{"no rules", ef("default", t0, "    []\n"), "", false},
 		{"10,000 rules", ef("default", t0, many(MaxEgressFirewallRules)), "", false},
 		{"10,001 rules", ef("default", t0, many(MaxEgressFirewallRules+1)), "must have at most 10000 items", false},
-		{"not named default", ef("mine", t0, many(1)), "must be named default", false},
+		{"not named default", ef("mine", t0, many(1)), "metadata.name: Invalid value: an EgressFirewall must be named default", false},
 		{"two destinations", ef("default", t0, "  - {type: Deny, to: {cidrSelector: 10.0.0.0/8, dnsName: a.example}}\n"), "exactly one of cidrSelector, dnsName and nodeSelector", false},
 		{"no destination", ef("default", t0, "  - {type: Deny, to: {}}\n"), "exactly one of cidrSelector, dnsName and nodeSelector", false},
 		{"invalid CIDR", ef("default", t0, "  - {type: Deny, to: {cidrSelector: 10.0.0.0/33}}\n"), "cidrSelector", false},
