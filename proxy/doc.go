@@ -23,4 +23,11 @@
 // port out of range, a ClusterIP already held by another Service) is
 // reported as a *InputError naming the object and field, and the rest of
 // the object, and every other object, is still used.
+//
+// An endpoint address that parses but cannot be right (a ClusterIP, an
+// address in the service CIDRs, 255.255.255.255 or a known subnet's
+// broadcast address, multicast) is judged where a port's endpoints are
+// used, since it depends on the cluster: EndpointCheck says why an address
+// is refused, and EndpointsTracker.Usable leaves it out and reports an
+// InputError on each EndpointSlice entry that holds it.
 package proxy

@@ -38,13 +38,19 @@ func compareEndpoints(a, b Endpoint) int {
 type sliceInfo struct {
 	service types.NamespacedName
 	ports   map[ServicePortName][]Endpoint
+	// addrs holds the address of each entry of the slice's endpoints, in
+	// their order (invalid for an entry that was skipped): the field that
+	// an endpoint refused later, in context, is reported at.
+	addrs []netip.Addr
 }
 
 // SliceEndpoints processes an EndpointSlice into the endpoints of each
 // service port it serves. A slice without the kubernetes.io/service-name
 // label, or of address type FQDN, serves none (kube-proxy ignores them).
 // Bad fields are returned as *InputError and only that entry is skipped;
-// an unknown address type skips the whole slice.
+// an unknown address type skips the whole slice. Addresses that parse but
+// cannot be right (a broadcast address, a ClusterIP) are kept here: they
+// depend on the cluster, and EndpointsTracker.Usable leaves them out.
 func SliceEndpoints(s *discovery.EndpointSlice) (types.NamespacedName, map[ServicePortName][]Endpoint, []error) {
 	info, errs := processSlice(s)
 	if info == nil {
@@ -86,6 +92,7 @@ func processSlice(s *discovery.EndpointSlice) (*sliceInfo, []error) {
 		ready, serving, terminating bool
 	}
 	var eps []parsed
+	info.addrs = make([]netip.Addr, len(s.Endpoints))
 	for i, ep := range s.Endpoints {
 		if len(ep.Addresses) == 0 {
 			continue
@@ -116,6 +123,7 @@ func processSlice(s *discovery.EndpointSlice) (*sliceInfo, []error) {
 			p.terminating = *c
 		}
 		eps = append(eps, p)
+		info.addrs[i] = a
 	}
 	for i, port := range s.Ports {
 		f := fmt.Sprintf("ports[%d]", i)

@@ -12,7 +12,7 @@ import (
 // FuzzObjects feeds arbitrary addresses, ports and types to the Service
 // and EndpointSlice processing: it must never panic, every error must be an
 // InputError, and every model it keeps must hold parsed addresses and
-// ports in range.
+// ports in range, which the endpoint check judges without failing.
 func FuzzObjects(f *testing.F) {
 	f.Add("10.96.0.10", "fd00::10", "192.0.2.1", int32(80), int32(30080), "TCP", "IPv4", "10.128.0.2", int32(8080))
 	f.Add("None", "", "", int32(0), int32(0), "UDP", "IPv6", "fd01::2", int32(53))
@@ -53,6 +53,9 @@ func FuzzObjects(f *testing.F) {
 			for _, e := range list {
 				if !e.IP.IsValid() || e.Port == 0 {
 					t.Fatalf("bad endpoint %+v", e)
+				}
+				if err := testCheck().Check(e.IP); err != nil && !errors.Is(err, ErrEndpointAddress) && !errors.Is(err, ErrServiceAddress) {
+					t.Fatalf("check of %v: %v", e.IP, err)
 				}
 			}
 		}

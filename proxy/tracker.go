@@ -40,6 +40,9 @@ type ServiceTracker struct {
 	// the addresses each Service holds in ipOwner, and its ports in active.
 	ipsOf   map[types.NamespacedName][]netip.Addr
 	portsOf map[types.NamespacedName][]ServicePortName
+	// ipMoves holds the ClusterIPs taken or freed by the Updates since
+	// the last TakeClusterIPChanges.
+	ipMoves map[netip.Addr]struct{}
 }
 
 // changes coalesces the changes recorded for each object (by namespace
@@ -82,6 +85,7 @@ func NewServiceTracker(onError ErrorFunc) *ServiceTracker {
 		blocked: map[types.NamespacedName]bool{},
 		ipsOf:   map[types.NamespacedName][]netip.Addr{},
 		portsOf: map[types.NamespacedName][]ServicePortName{},
+		ipMoves: map[netip.Addr]struct{}{},
 	}
 }
 
@@ -140,8 +144,10 @@ func (t *ServiceTracker) Update() ChangeSet {
 	}
 	candidates := map[types.NamespacedName]bool{}
 	fresh := map[types.NamespacedName]bool{}
+	held := map[types.NamespacedName][]netip.Addr{} // before this Update
 	for key, ch := range t.pending {
 		fresh[key] = true
+		held[key] = t.ipsOf[key]
 		if ch.current == nil {
 			delete(t.all, key)
 		} else {
@@ -193,6 +199,7 @@ func (t *ServiceTracker) Update() ChangeSet {
 				want = info.ports
 			}
 		}
+		t.noteMoves(held[key], t.ipsOf[key])
 		// Diff this Service's active ports against want.
 		for _, name := range t.portsOf[key] {
 			if q, ok := want[name]; !ok || !reflect.DeepEqual(t.active[name], q) {
@@ -210,6 +217,48 @@ func (t *ServiceTracker) Update() ChangeSet {
 		}
 	}
 	return changed
+}
+
+// noteMoves records the ClusterIPs in one of before and after (what a
+// Service held before and after an Update) but not in both.
+func (t *ServiceTracker) noteMoves(before, after []netip.Addr) {
+	for _, a := range before {
+		if !slices.Contains(after, a) {
+			t.ipMoves[a] = struct{}{}
+		}
+	}
+	for _, a := range after {
+		if !slices.Contains(before, a) {
+			t.ipMoves[a] = struct{}{}
+		}
+	}
+}
+
+// TakeClusterIPChanges returns and forgets the ClusterIPs that a Service
+// took or freed in the Updates since the last call, sorted: an endpoint at
+// one of them has become, or stopped being, a service address.
+func (t *ServiceTracker) TakeClusterIPChanges() []netip.Addr {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(t.ipMoves) == 0 {
+		return nil
+	}
+	out := make([]netip.Addr, 0, len(t.ipMoves))
+	for a := range t.ipMoves {
+		out = append(out, a)
+	}
+	clear(t.ipMoves)
+	slices.SortFunc(out, netip.Addr.Compare)
+	return out
+}
+
+// ClusterIPOwner returns the Service that holds a as a ClusterIP (as of
+// the last Update).
+func (t *ServiceTracker) ClusterIPOwner(a netip.Addr) (types.NamespacedName, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	svc, ok := t.ipOwner[a]
+	return svc, ok
 }
 
 // release frees the ClusterIPs key holds.
@@ -385,6 +434,62 @@ func (t *EndpointsTracker) Endpoints(n ServicePortName) []Endpoint {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.endpoints[n]
+}
+
+// PortsUsing returns the service ports with an endpoint at one of addrs
+// (ports whose usable endpoints change when a ClusterIP is taken or freed).
+// It reads every endpoint: call it only when addrs is not empty.
+func (t *EndpointsTracker) PortsUsing(addrs []netip.Addr) ChangeSet {
+	out := ChangeSet{}
+	if len(addrs) == 0 {
+		return out
+	}
+	set := make(map[netip.Addr]struct{}, len(addrs))
+	for _, a := range addrs {
+		set[a] = struct{}{}
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for name, eps := range t.endpoints {
+		for _, e := range eps {
+			if _, ok := set[e.IP]; ok {
+				out[name] = struct{}{}
+				break
+			}
+		}
+	}
+	return out
+}
+
+// Usable returns the endpoints of service port n that check accepts, and
+// an *InputError for each entry of the Service's EndpointSlices that holds
+// an address check refuses (Kind EndpointSlice, Field
+// "endpoints[i].addresses[0]"). The list is shared: do not modify it.
+func (t *EndpointsTracker) Usable(n ServicePortName, check *EndpointCheck) ([]Endpoint, []error) {
+	// The check runs without t's lock: it may ask the ServiceTracker.
+	eps, refused := check.Filter(t.Endpoints(n))
+	if len(refused) == 0 {
+		return eps, nil
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	names := make([]string, 0, len(t.slices[n.NamespacedName]))
+	for name := range t.slices[n.NamespacedName] {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	var errs []error
+	for _, r := range refused {
+		for _, name := range names {
+			for i, a := range t.slices[n.NamespacedName][name].addrs {
+				if a == r.IP {
+					errs = append(errs, &InputError{Kind: "EndpointSlice", Namespace: n.Namespace, Name: name,
+						Field: fmt.Sprintf("endpoints[%d].addresses[0]", i), Err: r.Err})
+				}
+			}
+		}
+	}
+	return eps, errs
 }
 
 // TakeTriggerTimes returns and forgets the

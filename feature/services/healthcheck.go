@@ -235,7 +235,8 @@ func (p *Proxy) healthSync(changed []proxy.ServicePortName, node string) {
 		if !ok {
 			return nil, nil, false
 		}
-		return port, p.eps.Endpoints(n), true
+		eps, _ := p.eps.Usable(n, &p.check) // reported by the sync
+		return port, eps, true
 	})
 }
 

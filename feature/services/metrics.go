@@ -26,6 +26,10 @@ type serviceMetrics struct {
 	staleFlushes prometheus.Counter
 	rejects      prometheus.Counter
 	rejectErrors prometheus.Counter
+
+	// refusedEndpoints counts the endpoints (per service port) left out
+	// of the groups because they cannot be right.
+	refusedEndpoints prometheus.Gauge
 }
 
 // programmingBuckets span a millisecond to several minutes: fine below a
@@ -85,6 +89,10 @@ func newServiceMetrics(reg prometheus.Registerer, servicesPending, endpointsPend
 		services: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "nodeflow_service_ports", Help: "Service ports with flows on the bridges.",
 		}),
+		refusedEndpoints: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "nodeflow_service_refused_endpoints",
+			Help: "Endpoints (counted per service port) left out of their service because their address cannot be right: a service address, a broadcast address.",
+		}),
 		buildErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "nodeflow_service_build_errors_total", Help: "Service ports whose flows could not be built or set.",
 		}),
@@ -114,6 +122,6 @@ func newServiceMetrics(reg prometheus.Registerer, servicesPending, endpointsPend
 		m.endpointChanges, m.serviceChanges,
 		pending("sync_proxy_rules_service_changes_pending", "Services whose changes wait for the next sync.", servicesPending),
 		pending("sync_proxy_rules_endpoint_changes_pending", "EndpointSlices whose changes wait for the next sync.", endpointsPending),
-		m.services, m.buildErrors, m.syncErrors, m.inputErrors, m.staleFlushes, m.rejects, m.rejectErrors)
+		m.services, m.refusedEndpoints, m.buildErrors, m.syncErrors, m.inputErrors, m.staleFlushes, m.rejects, m.rejectErrors)
 	return m
 }

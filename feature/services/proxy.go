@@ -80,6 +80,11 @@ type Proxy struct {
 	failed proxy.ChangeSet
 	node   service.Node
 	first  bool // the start-up sync has run
+	// check refuses the endpoints that cannot be right (a service
+	// address, a broadcast address), as of the last sync; refused counts
+	// the endpoints it left out of the built ports.
+	check   proxy.EndpointCheck
+	refused int
 	// installed are br0's service flows as a restarted agent found them,
 	// for the start-up sync to keep their group ids (restoreGroupIDs).
 	installed []openflow.Flow
@@ -107,6 +112,8 @@ type builtPort struct {
 	ids  map[string]uint32
 	// idled: the port is idled and left to the idle handler.
 	idled bool
+	// refused counts the endpoints left out because they cannot be right.
+	refused int
 }
 
 // Options configure the service proxy.
@@ -281,6 +288,34 @@ func (p *Proxy) nodeModel() service.Node {
 	return n
 }
 
+// endpointCheck is what the proxy knows that makes an endpoint address
+// wrong: the service CIDRs and every Service's ClusterIP (no endpoint is a
+// service address), and the IPv4 subnets whose broadcast address it knows
+// (this node's pod subnets, the cluster networks, the node's network).
+func (p *Proxy) endpointCheck() proxy.EndpointCheck {
+	n := p.h.Node()
+	c := proxy.EndpointCheck{ServiceCIDRs: n.ServiceCIDRs, ClusterIP: p.svcs.ClusterIPOwner}
+	c.Subnets = slices.Concat(n.PodCIDRs, n.ClusterCIDRs, n.IPs)
+	return c
+}
+
+// sameCheck reports whether two checks refuse the same addresses (their
+// ClusterIP lookups are the same tracker's).
+func sameCheck(x, y proxy.EndpointCheck) bool {
+	return slices.Equal(x.ServiceCIDRs, y.ServiceCIDRs) && slices.Equal(x.Subnets, y.Subnets)
+}
+
+// outside returns the addresses of addrs in none of cidrs.
+func outside(addrs []netip.Addr, cidrs []netip.Prefix) []netip.Addr {
+	var out []netip.Addr
+	for _, a := range addrs {
+		if !slices.ContainsFunc(cidrs, func(p netip.Prefix) bool { return p.Contains(a) }) {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
 func sameNode(x, y service.Node) bool {
 	return x.Name == y.Name && slices.Equal(x.IPs, y.IPs) && slices.Equal(x.Secondary, y.Secondary) &&
 		slices.Equal(x.ClusterCIDRs, y.ClusterCIDRs) && x.Masquerade == y.Masquerade &&
@@ -315,7 +350,14 @@ func (p *Proxy) sync(ctx context.Context, full bool) error {
 	changed.Merge(p.failed)
 	clear(p.failed)
 	node := p.nodeModel()
-	fullSync := full || !p.first || !sameNode(node, p.node)
+	check := p.endpointCheck()
+	fullSync := full || !p.first || !sameNode(node, p.node) || !sameCheck(check, p.check)
+	// A ClusterIP taken or freed outside the service CIDRs changes the
+	// usable endpoints of the ports with an endpoint there (inside them,
+	// every address is refused anyway).
+	if moved := outside(p.svcs.TakeClusterIPChanges(), check.ServiceCIDRs); len(moved) > 0 && !fullSync {
+		changed.Merge(p.eps.PortsUsing(moved))
+	}
 	var restored []string
 	if !p.first && p.installed != nil {
 		restored = p.restoreGroupIDs(p.installed)
@@ -334,6 +376,7 @@ func (p *Proxy) sync(ctx context.Context, full bool) error {
 		}
 	}
 	p.node = node
+	p.check = check
 	p.first = true
 
 	var flushes []openflow.Message
@@ -350,6 +393,7 @@ func (p *Proxy) sync(ctx context.Context, full bool) error {
 			p.set(p.pod, service.Owner(name), reconcile.State{})
 			p.set(p.gw, service.GatewayOwner(name), reconcile.State{})
 			p.forget(name, old, nil)
+			p.refused -= old.refused
 			idle = append(idle, idleChanges(name, nil, nil, old.idled, false)...)
 			for _, m := range service.StaleConntrack(&node, old.port.Protocol, old.used, nil) {
 				flushes = append(flushes, m)
@@ -357,7 +401,13 @@ func (p *Proxy) sync(ctx context.Context, full bool) error {
 			delete(p.built, name)
 			continue
 		}
-		eps := p.eps.Endpoints(name)
+		// Endpoints that cannot be right are left out, each reported on
+		// its EndpointSlice; the rest of the service keeps working.
+		eps, bad := p.eps.Usable(name, &check)
+		for _, err := range bad {
+			p.reportInput(err)
+		}
+		refused := len(p.eps.Endpoints(name)) - len(eps)
 		var keys []string
 		out, err := service.Build(&node, service.Input{Port: port, Endpoints: eps}, func(key string) (uint32, error) {
 			keys = append(keys, key)
@@ -402,9 +452,11 @@ func (p *Proxy) sync(ctx context.Context, full bool) error {
 			}
 		}
 		idle = append(idle, idleChanges(name, port, out.GroupIDs, had && old.idled, out.Idled)...)
-		p.built[name] = builtPort{port: port, used: used, ids: out.GroupIDs, idled: out.Idled}
+		p.refused += refused - old.refused
+		p.built[name] = builtPort{port: port, used: used, ids: out.GroupIDs, idled: out.Idled, refused: refused}
 	}
 	p.metrics.services.Set(float64(len(p.built)))
+	p.metrics.refusedEndpoints.Set(float64(p.refused))
 	if restored != nil {
 		p.releaseUnbuilt(restored)
 	}
