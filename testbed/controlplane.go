@@ -330,7 +330,8 @@ func (cp *controlPlane) start(ctx context.Context, clusterName string, nodes, po
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("testbed: bind agent role: %w", err)
 	}
-	return nil
+	// nodeflow's CRDs (deploy/crds) are served before any agent starts.
+	return installCRDs(ctx, cfg, 30*time.Second)
 }
 
 // waitReady polls the API server's /readyz with the admin credentials.

@@ -1,0 +1,10 @@
+// Package deploy holds nodeflow's Kubernetes manifests, embedded so that
+// the testbed applies the manifests of the tree it was built from.
+package deploy
+
+import "embed"
+
+// CRDs holds crds/*.yaml: the CustomResourceDefinitions nodeflow needs.
+//
+//go:embed crds/*.yaml
+var CRDs embed.FS
