@@ -73,9 +73,9 @@ type Agent struct {
 	conns  sync.Map // plan.Bridge -> *ofconn.Conn
 
 	// The node's facts, as features see them (feature.Host.Node).
-	nodeMu   sync.Mutex
-	node     feature.Node
-	onNode   []func()
+	nodeMu    sync.Mutex
+	node      feature.Node
+	onNode    []func()
 	uplinkMAC net.HardwareAddr
 
 	secondary hostAddrSet

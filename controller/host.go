@@ -35,15 +35,15 @@ func (a *Agent) hostFor(f feature.Feature) *featureHost {
 	return h
 }
 
-func (h *featureHost) Log() logrus.FieldLogger                      { return h.log }
-func (h *featureHost) Kube() kubernetes.Interface                   { return h.a.kube }
-func (h *featureHost) Informers() informers.SharedInformerFactory   { return h.a.informers }
-func (h *featureHost) LocalPods() informers.SharedInformerFactory   { return h.a.localPods }
-func (h *featureHost) Recorder() record.EventRecorder               { return h.a.recorder }
-func (h *featureHost) Registry() prometheus.Registerer              { return h.a.metrics.Registry }
-func (h *featureHost) Node() feature.Node                           { return h.a.Node() }
-func (h *featureHost) NamespaceIDs() feature.NamespaceIDs           { return h.a.namespaces }
-func (h *featureHost) Owners(b plan.Bridge) feature.Owners          { return h.owners[b] }
+func (h *featureHost) Log() logrus.FieldLogger                    { return h.log }
+func (h *featureHost) Kube() kubernetes.Interface                 { return h.a.kube }
+func (h *featureHost) Informers() informers.SharedInformerFactory { return h.a.informers }
+func (h *featureHost) LocalPods() informers.SharedInformerFactory { return h.a.localPods }
+func (h *featureHost) Recorder() record.EventRecorder             { return h.a.recorder }
+func (h *featureHost) Registry() prometheus.Registerer            { return h.a.metrics.Registry }
+func (h *featureHost) Node() feature.Node                         { return h.a.Node() }
+func (h *featureHost) NamespaceIDs() feature.NamespaceIDs         { return h.a.namespaces }
+func (h *featureHost) Owners(b plan.Bridge) feature.Owners        { return h.owners[b] }
 func (h *featureHost) OnNodeChange(f func()) {
 	h.a.nodeMu.Lock()
 	defer h.a.nodeMu.Unlock()

@@ -27,9 +27,9 @@ type Dispatcher struct {
 	received *prometheus.CounterVec
 	dropped  *prometheus.CounterVec
 
-	mu       sync.Mutex
-	routes   map[plan.PacketInCategory]*route
-	started  bool
+	mu      sync.Mutex
+	routes  map[plan.PacketInCategory]*route
+	started bool
 }
 
 type route struct {

@@ -74,7 +74,7 @@ func DefaultNode() feature.Node {
 		ServiceCIDRs: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/16")},
 		Masquerade:   masq,
 		RouterMAC:    mac("0a:58:0a:f4:01:01"), MgmtMAC: mac("0a:58:0a:f4:01:02"), HostMAC: mac("02:00:00:00:00:11"),
-		MTU:          1400,
+		MTU: 1400,
 	}
 }
 
