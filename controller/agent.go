@@ -43,6 +43,7 @@ import (
 	"nodeflow/flows/plan"
 	"nodeflow/flows/reconcile"
 	"nodeflow/hostnet"
+	"nodeflow/nsid"
 	"nodeflow/openflow"
 	"nodeflow/openflow/ofconn"
 	"nodeflow/ovsdb"
@@ -64,6 +65,7 @@ type Agent struct {
 	recorder   record.EventRecorder
 	nodes      cache.SharedIndexInformer
 	namespaces feature.NamespaceIDs
+	ids        *nsid.Service
 
 	features   []feature.Feature
 	dispatcher *feature.Dispatcher
@@ -83,6 +85,9 @@ type Agent struct {
 	// heal asks the agent to check and repair its bridges and ports.
 	heal     chan struct{}
 	ready    atomic.Bool
+	// podBridgeRead is set once br0's flows were read and reconciled, so
+	// that the reconciler knows what is installed (namespaceIDsInUse).
+	podBridgeRead atomic.Bool
 	lastLoop atomic.Int64
 }
 
@@ -169,6 +174,10 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	a.informers.Start(ctx.Done())
 	a.localPods.Start(ctx.Done())
+	// The namespace ids before any flow that carries one.
+	if err := a.runNamespaceIDs(ctx); err != nil {
+		return err
+	}
 	for typ, ok := range a.informers.WaitForCacheSync(ctx.Done()) {
 		if !ok {
 			return fmt.Errorf("controller: informer for %v did not sync: %w", typ, ctx.Err())
@@ -335,7 +344,9 @@ func (a *Agent) setupKube(ctx context.Context) error {
 	eb := record.NewBroadcaster(record.WithContext(ctx))
 	eb.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kc.CoreV1().Events("")})
 	a.recorder = eb.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "nodeflow-agent", Host: a.cfg.NodeName})
-	a.namespaces = newHashIDs(a.informers)
+	if err := a.setupNamespaceIDs(rc); err != nil {
+		return err
+	}
 	a.nodes = a.informers.Core().V1().Nodes().Informer()
 	a.informers.Start(ctx.Done())
 	if !cache.WaitForCacheSync(ctx.Done(), a.nodes.HasSynced) {
@@ -421,7 +432,13 @@ func (a *Agent) startReconcilers(ctx context.Context) error {
 		a.metrics.ReconcileErrors.WithLabelValues(name)
 		a.metrics.PacketIns.WithLabelValues(name)
 		r := reconcile.New(store, reconcile.Options{Bridge: name, Logger: a.log,
-			OnSync: func(rep reconcile.SyncReport) { a.metrics.observe(name, store, rep) }})
+			OnSync: func(rep reconcile.SyncReport) {
+				a.metrics.observe(name, store, rep)
+				if b == plan.Pod {
+					// The ids br0's flows use may have changed.
+					a.ids.Notify()
+				}
+			}})
 		opts := r.ConnOptions(ofconn.Options{Logger: a.log.WithField("bridge", name), ControllerID: plan.ControllerID,
 			DetectEmptyTables: true,
 			Handlers: ofconn.Handlers{PacketIn: func(m ofconn.AsyncMessage) {
@@ -438,6 +455,16 @@ func (a *Agent) startReconcilers(ctx context.Context) error {
 		}
 		a.conns.Store(b, c)
 		a.recs[b] = r
+		if b == plan.Pod {
+			go func() {
+				select {
+				case <-r.Synced():
+					a.podBridgeRead.Store(true)
+					a.ids.Notify()
+				case <-ctx.Done():
+				}
+			}()
+		}
 		go func() {
 			if err := r.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
 				a.log.WithError(err).WithField("bridge", name).Error("reconciler stopped")

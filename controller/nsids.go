@@ -1,74 +1,73 @@
 package controller
 
 import (
-	"hash/fnv"
-	"sync"
+	"context"
+	"errors"
+	"fmt"
 
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/rest"
+
+	"nodeflow/flows/plan"
+	"nodeflow/nsid"
+	"nodeflow/openflow"
 )
 
-// hashIDs is the namespace id table until the allocator runs: 24 bits of
-// the FNV-1a hash of the name, never 0. It follows the Namespace informer
-// so that a namespace has an id only while it exists.
-type hashIDs struct {
-	mu    sync.Mutex
-	known map[string]bool
-	on    []func(string)
-}
+// Namespace ids. Every namespace's id comes from package nsid: a lock
+// object per id, allocated by one elected agent, the same on every node,
+// and released only when no node has flows that use it. The agent's part
+// is to say which ids its flows use (namespaceIDsInUse), to tell nsid when
+// they changed (after every reconciler pass), and to wait for the id table
+// before the features build their first flows, so that a restarted agent
+// programs every pod with the id it had.
 
-func newHashIDs(f informers.SharedInformerFactory) *hashIDs {
-	h := &hashIDs{known: map[string]bool{}}
-	inf := f.Core().V1().Namespaces().Informer()
-	set := func(obj any, present bool) {
-		if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-			obj = t.Obj
-		}
-		ns, ok := obj.(*corev1.Namespace)
-		if !ok {
-			return
-		}
-		h.mu.Lock()
-		changed := h.known[ns.Name] != present
-		if present {
-			h.known[ns.Name] = true
-		} else {
-			delete(h.known, ns.Name)
-		}
-		subs := append([]func(string){}, h.on...)
-		h.mu.Unlock()
-		if changed {
-			for _, f := range subs {
-				f(ns.Name)
-			}
-		}
-	}
-	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { set(obj, true) },
-		UpdateFunc: func(_, obj any) { set(obj, true) },
-		DeleteFunc: func(obj any) { set(obj, false) },
+// setupNamespaceIDs creates the id service on the agent's informer
+// factory; it runs from Run, after the features registered their
+// OnChange callbacks.
+func (a *Agent) setupNamespaceIDs(rc *rest.Config) error {
+	ids, err := nsid.New(nsid.Config{
+		NodeName:  a.cfg.NodeName,
+		InUse:     a.namespaceIDsInUse,
+		Rest:      rc,
+		Informers: a.informers,
+		Log:       a.log,
 	})
-	return h
+	if err != nil {
+		return fmt.Errorf("controller: namespace ids: %w", err)
+	}
+	a.ids = ids
+	a.namespaces = ids.Table()
+	return nil
 }
 
-func (h *hashIDs) Lookup(ns string) (uint32, bool) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if !h.known[ns] {
-		return 0, false
+// runNamespaceIDs runs the id service and waits until its table is
+// complete and this node takes part in releases.
+func (a *Agent) runNamespaceIDs(ctx context.Context) error {
+	go func() {
+		if err := a.ids.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+			a.log.WithError(err).Error("namespace id service stopped")
+		}
+	}()
+	if err := a.ids.WaitReady(ctx); err != nil {
+		return fmt.Errorf("controller: %w", err)
 	}
-	f := fnv.New32a()
-	f.Write([]byte(ns))
-	id := f.Sum32() & 0x7fffff
-	if id == 0 {
-		id = 1
-	}
-	return id, true
+	a.log.WithField("leader", a.ids.IsLeader()).Info("namespace ids ready")
+	return nil
 }
 
-func (h *hashIDs) OnChange(f func(string)) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.on = append(h.on, f)
+// namespaceIDsInUse returns the namespace ids that br0's flows use: those
+// the features want and those the reconciler believes are installed
+// (including stale flows it found on the bridge and has not removed yet).
+// A rebuild a feature was asked for (an id that changed) is covered too:
+// until it runs, the feature's old flows are still wanted. Before br0 has
+// been read and reconciled once, the agent does not know, and says so with
+// nil.
+func (a *Agent) namespaceIDsInUse() map[uint32]bool {
+	if !a.podBridgeRead.Load() {
+		return nil
+	}
+	used := map[uint32]bool{}
+	a.stores[plan.Pod].EachFlow(func(f *openflow.Flow) {
+		plan.NamespaceID.ValuesIn(f, func(v uint64) { used[uint32(v)] = true })
+	})
+	return used
 }

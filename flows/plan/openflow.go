@@ -108,3 +108,81 @@ func (m Mark) Load() openflow.Action {
 	}
 	return a
 }
+
+// ValueIn returns the field's value in m when m matches or sets all of the
+// field's bits: a register match (reg or the 64-bit xreg that holds it)
+// whose mask covers the field, or the same in a set_field. It reports
+// false for any other m, and for fields outside the 32-bit registers.
+func (f Field) ValueIn(m openflow.Field) (uint64, bool) {
+	if f.space != SpaceReg || m.Err() != nil {
+		return 0, false
+	}
+	fmask := uint32(f.Max()) << f.start
+	var val, mask uint32
+	switch reg, xreg := openflow.Reg(int(f.index), 0, 0), openflow.XReg(int(f.index)/2, 0, 0); {
+	case sameField(m, reg) && len(m.Value) == 4:
+		val, mask = binary.BigEndian.Uint32(m.Value), ^uint32(0)
+		if len(m.Mask) == 4 {
+			mask = binary.BigEndian.Uint32(m.Mask)
+		}
+	case sameField(m, xreg) && len(m.Value) == 8:
+		// reg 2i is the high half of xreg i, reg 2i+1 the low half.
+		shift := 32 * (1 - int(f.index)%2)
+		val, mask = uint32(binary.BigEndian.Uint64(m.Value)>>shift), ^uint32(0)
+		if len(m.Mask) == 8 {
+			mask = uint32(binary.BigEndian.Uint64(m.Mask) >> shift)
+		}
+	default:
+		return 0, false
+	}
+	if mask&fmask != fmask {
+		return 0, false
+	}
+	return uint64(val&fmask) >> f.start, true
+}
+
+func sameField(a, b openflow.Field) bool {
+	return a.Class == b.Class && a.Field == b.Field && a.Experimenter == b.Experimenter
+}
+
+// ValuesIn calls fn with every value of the field that fl matches or
+// loads: its match (ValueIn), and the set_field and load actions of its
+// instructions. It is how the agent
+// learns which values (namespace ids, say) the flows on a bridge use.
+func (f Field) ValuesIn(fl *openflow.Flow, fn func(uint64)) {
+	for _, m := range fl.Match.Fields {
+		if v, ok := f.ValueIn(m); ok {
+			fn(v)
+		}
+	}
+	for _, in := range fl.Instructions {
+		switch in := in.(type) {
+		case openflow.ApplyActions:
+			f.valuesInActions(in.Actions, fn)
+		case *openflow.ApplyActions:
+			f.valuesInActions(in.Actions, fn)
+		case openflow.WriteActions:
+			f.valuesInActions(in.Actions, fn)
+		case *openflow.WriteActions:
+			f.valuesInActions(in.Actions, fn)
+		}
+	}
+}
+
+func (f Field) valuesInActions(as []openflow.Action, fn func(uint64)) {
+	ref := f.Ref()
+	for _, a := range as {
+		switch a := a.(type) {
+		case openflow.SetField:
+			if v, ok := f.ValueIn(a.Field); ok {
+				fn(v)
+			}
+		case openflow.RegLoad:
+			d := a.Dst
+			if d.Class == ref.Class && d.Field == ref.Field && d.Experimenter == ref.Experimenter &&
+				d.Ofs <= ref.Ofs && ref.Ofs+ref.NBits <= d.Ofs+d.NBits {
+				fn((a.Value >> uint(ref.Ofs-d.Ofs)) & f.Max())
+			}
+		}
+	}
+}

@@ -1,0 +1,366 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"nodeflow/nsid"
+	"nodeflow/testbed"
+)
+
+// nsidLoad is how many namespaces TestNamespaceIDs creates at once.
+const nsidLoad = 5000
+
+// TestNamespaceIDs checks the namespace ids that the agents share through
+// NamespaceID lock objects, with both agents running: 5,000 namespaces
+// created at once get one id each and no two the same; the id a pod's flows
+// carry is its namespace's lock; an agent restart changes no id; and the
+// id of a deleted namespace stays taken while a node still has flows that
+// use it (its agent stopped), and is released once that agent is back and
+// has removed them.
+//
+// Its file sorts after zy_agent_restart_test.go, whose replacement agent
+// stops when that test ends: this test starts an agent on every node that
+// has none, and the namespaces it creates are left to the testbed's
+// removal (deleting 5,000 namespaces takes the control plane minutes).
+func TestNamespaceIDs(t *testing.T) {
+	e := up(t)
+	requireAgent(t, e)
+	ag := newAgents(t, e)
+	for _, m := range e.state.Members {
+		if m.Kind == "k8s-node" {
+			ag.ensure(m.Name)
+		}
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", e.state.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.QPS, cfg.Burst = 1000, 2000
+	kc := kubernetes.NewForConfigOrDie(cfg)
+	dyn := dynamic.NewForConfigOrDie(cfg).Resource(nsid.GVR)
+
+	// A pod, so that flows carry an id.
+	podNS := createNamespace(t, e, "e2e-nsid-pods")
+	pods := deployPods(t, e, podNS, "nsid", 2)
+
+	// 5,000 namespaces at once.
+	start := time.Now()
+	names := make([]string, nsidLoad)
+	var wg sync.WaitGroup
+	errs := make(chan error, nsidLoad)
+	work := make(chan int)
+	for range 64 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range work {
+				names[i] = fmt.Sprintf("e2e-nsid-%04d", i)
+				_, err := kc.CoreV1().Namespaces().Create(context.Background(),
+					&v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: names[i], Labels: map[string]string{"e2e": "nsid"}}}, metav1.CreateOptions{})
+				if err != nil && !apierrors.IsAlreadyExists(err) {
+					errs <- fmt.Errorf("create namespace %s: %w", names[i], err)
+				}
+			}
+		}()
+	}
+	for i := range nsidLoad {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	created := time.Since(start)
+
+	var locks map[string]nsid.Lock // by namespace
+	eventually(t, 5*time.Minute, "every namespace holds one id", func(ctx context.Context) error {
+		var err error
+		locks, err = liveLocks(ctx, kc, dyn)
+		if err != nil {
+			return err
+		}
+		for _, n := range append(names, podNS) {
+			if _, ok := locks[n]; !ok {
+				return fmt.Errorf("namespace %s has no id yet (%d of %d have)", n, len(locks), nsidLoad+1)
+			}
+		}
+		return nil
+	})
+	t.Logf("%d namespaces created in %s; all held an id %s after the first create", nsidLoad, created.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
+
+	// The pods' flows carry their namespace's id on both nodes' ports.
+	want := locks[podNS].ID
+	for _, p := range pods {
+		m, _ := e.state.Member(p.node)
+		eventually(t, 30*time.Second, "pod "+p.name+" carries namespace id "+strconv.Itoa(int(want)), func(context.Context) error {
+			got, err := podNamespaceID(m, p.port)
+			if err != nil {
+				return err
+			}
+			if got != want {
+				return fmt.Errorf("port %d loads namespace id %d, the lock says %d", p.port, got, want)
+			}
+			return nil
+		})
+	}
+
+	t.Run("restart-keeps-ids", func(t *testing.T) {
+		node := pods[0].node
+		m, _ := e.state.Member(node)
+		ag.stop(node)
+		ag.ensure(node)
+		eventually(t, 60*time.Second, "restarted agent ready", func(ctx context.Context) error { return agentReady(ctx, m) })
+		after, err := liveLocks(context.Background(), kc, dyn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for ns, l := range locks {
+			if a, ok := after[ns]; !ok || a.ID != l.ID || a.UID != l.UID {
+				t.Errorf("namespace %s: id %d (lock %s) before the restart, %d (lock %s) after", ns, l.ID, l.UID, a.ID, a.UID)
+			}
+		}
+		if got, err := podNamespaceID(m, pods[0].port); err != nil || got != want {
+			t.Errorf("after the restart, pod %s's port loads namespace id %d (%v), want %d", pods[0].name, got, err, want)
+		}
+	})
+
+	t.Run("released-after-flows-gone", func(t *testing.T) {
+		// The namespace with the pods goes while the agent of one of
+		// its pods' nodes is stopped: that node keeps the pod's flows,
+		// so the id must stay taken until the agent is back.
+		p := pods[0]
+		m, _ := e.state.Member(p.node)
+		lock := locks[podNS]
+		ag.stop(p.node)
+		if err := kc.CoreV1().Namespaces().Delete(context.Background(), podNS, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		var term nsid.Lock
+		eventually(t, 3*time.Minute, "the lock of "+podNS+" terminating", func(ctx context.Context) error {
+			u, err := dyn.Get(ctx, lock.Name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if term, err = nsid.ParseLock(u); err != nil {
+				return err
+			}
+			if !term.Terminating {
+				return fmt.Errorf("lock %s not terminating yet", lock.Name)
+			}
+			return nil
+		})
+		// Every other node releases it; the lock stays for this one.
+		eventually(t, 60*time.Second, "the other nodes release id "+lock.Name, func(ctx context.Context) error {
+			for _, o := range e.state.Members {
+				if o.Kind != "k8s-node" || o.Name == p.node {
+					continue
+				}
+				n, err := kc.CoreV1().Nodes().Get(ctx, o.Name, metav1.GetOptions{})
+				if err != nil {
+					return err
+				}
+				if c, err := rvCompare(n.Annotations[nsid.ReleasedAnnotation], term.ResourceVersion); err != nil || c < 0 {
+					return fmt.Errorf("node %s: watermark %q below the lock's %s (%v)", o.Name, n.Annotations[nsid.ReleasedAnnotation], term.ResourceVersion, err)
+				}
+			}
+			return nil
+		})
+		if _, err := dyn.Get(context.Background(), lock.Name, metav1.GetOptions{}); err != nil {
+			t.Fatalf("lock %s of namespace %s: %v; want it kept while %s's agent is down", lock.Name, podNS, err, p.node)
+		}
+		if n, err := flowsWithNamespaceID(m, lock.ID); err != nil || n == 0 {
+			t.Fatalf("%s's br0 with its agent down: %d flows use id %d (%v); the scenario needs its stale flows", p.node, n, lock.ID, err)
+		}
+
+		ag.ensure(p.node)
+		eventually(t, 60*time.Second, "lock "+lock.Name+" released once "+p.node+"'s agent is back", func(ctx context.Context) error {
+			_, err := dyn.Get(ctx, lock.Name, metav1.GetOptions{})
+			if apierrors.IsNotFound(err) {
+				return nil
+			}
+			return fmt.Errorf("lock %s still there (%v)", lock.Name, err)
+		})
+		if n, err := flowsWithNamespaceID(m, lock.ID); err != nil || n != 0 {
+			t.Errorf("%s's br0 after the release: %d flows still use id %d (%v)", p.node, n, lock.ID, err)
+		}
+	})
+}
+
+// liveLocks returns the live (not terminating) locks by namespace name,
+// and fails when a namespace holds two or a lock names a namespace that
+// does not exist with that UID.
+func liveLocks(ctx context.Context, kc kubernetes.Interface, dyn dynamic.NamespaceableResourceInterface) (map[string]nsid.Lock, error) {
+	list, err := dyn.List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	nss, err := kc.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	uids := map[string]types.UID{}
+	for _, n := range nss.Items {
+		uids[n.Name] = n.UID
+	}
+	out := map[string]nsid.Lock{}
+	ids := map[uint32]string{}
+	for i := range list.Items {
+		l, err := nsid.ParseLock(&list.Items[i])
+		if err != nil {
+			return nil, fmt.Errorf("malformed lock: %w", err)
+		}
+		if l.Terminating {
+			continue
+		}
+		if other, ok := ids[l.ID]; ok {
+			return nil, fmt.Errorf("id %d held by %s and %s", l.ID, other, l.Namespace)
+		}
+		ids[l.ID] = l.Namespace
+		if uids[l.Namespace] != l.NamespaceUID {
+			continue // its namespace is gone; the garbage collector removes it
+		}
+		if prev, ok := out[l.Namespace]; ok {
+			return nil, fmt.Errorf("namespace %s holds two ids: %d and %d", l.Namespace, prev.ID, l.ID)
+		}
+		out[l.Namespace] = l
+	}
+	return out, nil
+}
+
+// nsidLoadRE finds the namespace id a pod's port security flow loads into
+// reg1 (bits 0-23), as ovs-ofctl prints a masked set_field or a load.
+var nsidLoadRE = regexp.MustCompile(`set_field:0x([0-9a-f]+)/0xffffff->reg1|load:0x([0-9a-f]+)->NXM_NX_REG1\[0\.\.23\]`)
+
+// podNamespaceID returns the namespace id br0's port security flow of
+// ofport loads.
+func podNamespaceID(m *testbed.Member, ofport int) (uint32, error) {
+	lines, err := tryDumpFlows(m, "br0")
+	if err != nil {
+		return 0, err
+	}
+	in := regexp.MustCompile(`\bin_port=` + strconv.Itoa(ofport) + `\b`)
+	for _, l := range lines {
+		if !in.MatchString(l) {
+			continue
+		}
+		if sm := nsidLoadRE.FindStringSubmatch(l); sm != nil {
+			hex := sm[1] + sm[2]
+			v, err := strconv.ParseUint(hex, 16, 32)
+			return uint32(v), err
+		}
+	}
+	return 0, fmt.Errorf("%s: no br0 flow of in_port=%d loads a namespace id", m.Name, ofport)
+}
+
+// flowsWithNamespaceID counts br0's flows that load namespace id id.
+func flowsWithNamespaceID(m *testbed.Member, id uint32) (int, error) {
+	lines, err := tryDumpFlows(m, "br0")
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, l := range lines {
+		for _, sm := range nsidLoadRE.FindAllStringSubmatch(l, -1) {
+			if v, err := strconv.ParseUint(sm[1]+sm[2], 16, 32); err == nil && uint32(v) == id {
+				n++
+			}
+		}
+	}
+	return n, nil
+}
+
+// rvCompare compares two resourceVersions the way nsid does ("0" is
+// below all).
+func rvCompare(a, b string) (int, error) {
+	if a == "" {
+		return -1, nil
+	}
+	if a == b {
+		return 0, nil
+	}
+	x, err := strconv.ParseUint(a, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("resourceVersion %q: %w", a, err)
+	}
+	y, err := strconv.ParseUint(b, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("resourceVersion %q: %w", b, err)
+	}
+	switch {
+	case x < y:
+		return -1, nil
+	case x > y:
+		return 1, nil
+	}
+	return 0, nil
+}
+
+// agents stops and starts the nodes' agents for one test: the testbed's
+// own agent process the first time, a test-run agent after that.
+type agents struct {
+	t    *testing.T
+	e    *env
+	runs map[string]*exec.Cmd
+}
+
+func newAgents(t *testing.T, e *env) *agents {
+	return &agents{t: t, e: e, runs: map[string]*exec.Cmd{}}
+}
+
+// ensure starts an agent on node unless one is ready there, and waits
+// until it is.
+func (a *agents) ensure(node string) {
+	a.t.Helper()
+	m, ok := a.e.state.Member(node)
+	if !ok {
+		a.t.Fatalf("no member %s", node)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	err := agentReady(ctx, m)
+	cancel()
+	if err != nil {
+		a.runs[node] = startAgent(a.t, a.e, m)
+	}
+	eventually(a.t, 60*time.Second, "agent on "+node+" ready", func(ctx context.Context) error { return agentReady(ctx, m) })
+}
+
+// stop stops node's agent and waits until it has exited.
+func (a *agents) stop(node string) {
+	a.t.Helper()
+	cmd, ok := a.runs[node]
+	if !ok {
+		stopAgentProcess(a.t, a.e, node)
+		a.runs[node] = nil
+		return
+	}
+	if cmd == nil {
+		a.t.Fatalf("agent on %s: already stopped", node)
+	}
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(15 * time.Second):
+		a.t.Fatalf("agent on %s (pid %d): still running 15 s after SIGTERM", node, cmd.Process.Pid)
+	}
+	a.runs[node] = nil
+}
