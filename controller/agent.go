@@ -83,12 +83,12 @@ type Agent struct {
 	secondary hostAddrSet
 
 	// heal asks the agent to check and repair its bridges and ports.
-	heal     chan struct{}
-	ready    atomic.Bool
+	heal  chan struct{}
+	ready atomic.Bool
 	// podBridgeRead is set once br0's flows were read and reconciled, so
 	// that the reconciler knows what is installed (namespaceIDsInUse).
 	podBridgeRead atomic.Bool
-	lastLoop atomic.Int64
+	lastLoop      atomic.Int64
 }
 
 // New returns an agent for cfg.
