@@ -51,7 +51,6 @@ type Server struct {
 // Start starts a server on a free port of host (such as "127.0.0.1" or
 // "::1"). Stop it with Close.
 func Start(host string) (*Server, error) {
-	s := &Server{records: map[string][]dns.RR{}, modes: map[string]Mode{}, queries: map[string]int{}, negTTL: 3600}
 	var (
 		pc  net.PacketConn
 		ln  net.Listener
@@ -72,6 +71,14 @@ func Start(host string) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dnstest: listen tcp: %w", err)
 	}
+	return Serve(pc, ln)
+}
+
+// Serve starts a server on sockets the caller opened (port 53 of another
+// network namespace, say): UDP on pc, TCP on ln. Addr is pc's address.
+// Close closes both.
+func Serve(pc net.PacketConn, ln net.Listener) (*Server, error) {
+	s := &Server{records: map[string][]dns.RR{}, modes: map[string]Mode{}, queries: map[string]int{}, negTTL: 3600}
 	s.Addr = pc.LocalAddr().String()
 	s.udp = &dns.Server{PacketConn: pc, Handler: dns.HandlerFunc(func(w dns.ResponseWriter, r *dns.Msg) { s.serve(w, r, "udp") })}
 	s.tcp = &dns.Server{Listener: ln, Handler: dns.HandlerFunc(func(w dns.ResponseWriter, r *dns.Msg) { s.serve(w, r, "tcp") })}

@@ -6,6 +6,7 @@ import "fmt"
 var packetInNames = map[PacketInCategory]string{
 	PacketInUnidle: "unidle",
 	PacketInReject: "reject",
+	PacketInDNS:    "dns",
 }
 
 // String names the category ("reject"), or "category(N)" when undeclared.

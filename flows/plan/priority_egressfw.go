@@ -7,6 +7,8 @@ package plan
 //
 // Table 50 from the top:
 //
+//	45000  DNS learning: DNS replies to the pods of namespaces with dnsName
+//	       rules, to the agent
 //	40000  guards: replies, and packets that did not come from a pod
 //	21000-31000  EgressFirewallHostAliases: a namespace's rules for the
 //	       addresses that stand in for a host address (the host masquerade
@@ -45,3 +47,20 @@ const EgressFirewallConjRuleBits = 14
 
 // EgressFirewallConjBlocks is the range of conjunction id blocks.
 var EgressFirewallConjBlocks = IDRange{Name: "EgressFirewallConjBlocks", First: 1, Last: 1<<(31-EgressFirewallConjRuleBits) - 1}
+
+// PriorityEgressFirewallDNS is table 50's DNS learning flows, above the
+// guards: a DNS reply (UDP from port 53) to a local pod whose namespace
+// has dnsName rules goes to the agent (PacketInDNS, through
+// MeterEgressFirewallDNS), which installs the addresses it carries and
+// then releases it into table PodRouting by packet-out. Replies are
+// caught whatever their conntrack state, since a reply from outside the
+// cluster is untracked in the service zone.
+const PriorityEgressFirewallDNS Priority = 45000
+
+// MeterEgressFirewallDNS limits the DNS replies sent to the agent for
+// learning; replies over the rate are dropped, and the pod's resolver
+// retries.
+const MeterEgressFirewallDNS uint32 = 3
+
+// PacketInDNS is the packet-in category of DNS replies held for learning.
+const PacketInDNS PacketInCategory = 3

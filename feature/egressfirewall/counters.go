@@ -1,0 +1,114 @@
+package egressfirewall
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	efflows "nodeflow/flows/egressfw"
+	"nodeflow/flows/plan"
+	"nodeflow/openflow"
+	"nodeflow/openflow/ofconn"
+)
+
+// The denied packets per namespace come from the switch's own counters:
+// every Deny verdict is a flow without actions, so its n_packets counts
+// the packets it dropped. runCounters reads table 50's flow statistics
+// every CounterInterval over a connection of its own and adds each deny
+// flow's growth to nodeflow_egress_firewall_denied_packets_total of its
+// namespace (a flow replaced by a new one starts again from zero, and its
+// whole count is new).
+
+// runCounters reads the counters until ctx ends.
+func (f *Firewall) runCounters(ctx context.Context) {
+	last := map[denyKey]uint64{}
+	t := time.NewTicker(f.opts.CounterInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		stats, err := f.readStats(ctx)
+		if err != nil {
+			f.m.counterReads.WithLabelValues("error").Inc()
+			f.log.WithError(err).Debug("cannot read table 50's counters")
+			continue
+		}
+		f.m.counterReads.WithLabelValues("ok").Inc()
+		f.addDenied(stats, last)
+	}
+}
+
+// denyKey identifies one deny flow across reads.
+type denyKey struct {
+	owner uint64
+	flow  openflow.FlowKey
+}
+
+// addDenied adds the growth of each deny flow's counter since the last
+// read to its namespace, and replaces last with the current counts.
+func (f *Firewall) addDenied(stats []openflow.FlowStats, last map[denyKey]uint64) {
+	f.mu.Lock()
+	byHash := make(map[uint64]string, len(f.ns))
+	for ns := range f.ns {
+		byHash[plan.OwnerHash(efflows.Owner(ns))] = ns
+	}
+	f.mu.Unlock()
+	seen := make(map[denyKey]struct{}, len(last))
+	for i := range stats {
+		s := &stats[i]
+		if len(s.Instructions) != 0 || plan.Cookie(s.Cookie).Feature() != plan.FeatureEgressFirewall {
+			continue
+		}
+		p := plan.Priority(s.Priority)
+		if !plan.EgressFirewallRules.Contains(p) && !plan.EgressFirewallHostAliases.Contains(p) {
+			continue
+		}
+		k := denyKey{owner: plan.Cookie(s.Cookie).OwnerHash(), flow: s.Key()}
+		seen[k] = struct{}{}
+		prev, had := last[k]
+		last[k] = s.PacketCount
+		d := s.PacketCount
+		if had && s.PacketCount >= prev {
+			d = s.PacketCount - prev
+		}
+		if d == 0 {
+			continue
+		}
+		if ns, ok := byHash[k.owner]; ok {
+			f.m.denied.WithLabelValues(ns).Add(float64(d))
+		}
+	}
+	for k := range last {
+		if _, ok := seen[k]; !ok {
+			delete(last, k)
+		}
+	}
+}
+
+// readStats reads table 50's egress firewall flows with their counters.
+func (f *Firewall) readStats(ctx context.Context) ([]openflow.FlowStats, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	socket := f.opts.MgmtSocket(f.h.Node().PodBridge)
+	c, err := ofconn.Dial(ctx, socket, ofconn.Options{Logger: f.log})
+	if err != nil {
+		return nil, fmt.Errorf("egressfirewall: counters: %w", err)
+	}
+	defer c.Close()
+	req := openflow.NewFlowStatsRequest()
+	req.Table = uint8(plan.PodEgressFirewall)
+	req.Cookie = uint64(plan.FeatureEgressFirewall) << 56
+	req.CookieMask = uint64(plan.FeatureMask)
+	rep, err := c.MultipartReply(ctx, req)
+	if err != nil {
+		return nil, fmt.Errorf("egressfirewall: counters: %w", err)
+	}
+	stats, err := rep.FlowStats()
+	if err != nil {
+		return nil, fmt.Errorf("egressfirewall: counters: %w", err)
+	}
+	return stats, nil
+}

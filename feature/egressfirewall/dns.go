@@ -1,0 +1,243 @@
+package egressfirewall
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/tools/cache"
+
+	"nodeflow/dnsmsg"
+	"nodeflow/feature"
+	efflows "nodeflow/flows/egressfw"
+	"nodeflow/flows/plan"
+	"nodeflow/flows/reconcile"
+	"nodeflow/openflow"
+)
+
+// DNS learning: the replies to the pods of namespaces with dnsName rules
+// reach the agent by packet-in (efflows.DNSFlows). A reply that answers a
+// name no rule names, or that is no answer at all, is released at once.
+// One that does is handed to the learner, which installs its addresses in
+// every namespace whose rules name them, waits until the bridge holds
+// them, and only then releases the reply, so that the pod's first
+// connection to the address meets the rule. Replies held at the same time
+// are installed and released together.
+
+// HandlePacketIn implements feature.PacketInHandler: one DNS reply caught
+// by the learning flows.
+func (f *Firewall) HandlePacketIn(p feature.PacketIn) {
+	start := time.Now()
+	pin := p.Msg
+	if p.Bridge != plan.Pod || pin == nil || len(pin.Userdata) == 0 || pin.Userdata[0] != byte(plan.PacketInDNS) {
+		return
+	}
+	if dnsmsg.Classify(pin.Data) != dnsmsg.Hold {
+		f.learn.releaseNow(pin)
+		return
+	}
+	rep, err := dnsmsg.ParseFrame(pin.Data)
+	if err != nil {
+		f.learn.releaseNow(pin)
+		return
+	}
+	match := false
+	for _, n := range rep.Names {
+		if f.names.Matches(n) {
+			match = true
+			break
+		}
+	}
+	if !match {
+		f.learn.releaseNow(pin)
+		return
+	}
+	changed := f.names.ObserveReply(rep)
+	f.learn.hold(heldReply{pin: pin, start: start, changed: changed})
+}
+
+// heldReply is one DNS reply the learner holds.
+type heldReply struct {
+	pin     *openflow.PacketIn
+	start   time.Time
+	changed []string // names whose addresses the reply changed
+}
+
+// learner holds DNS replies until their addresses are installed.
+type learner struct {
+	f     *Firewall
+	queue chan heldReply
+}
+
+func newLearner(f *Firewall) *learner {
+	return &learner{f: f, queue: make(chan heldReply, f.opts.MaxHeld)}
+}
+
+// hold queues r for the learner; a full queue drops it.
+func (l *learner) hold(r heldReply) {
+	select {
+	case l.queue <- r:
+		l.f.m.dnsHeld.Inc()
+	default:
+		l.f.m.dnsReplies.WithLabelValues(ReplyDroppedFull).Inc()
+	}
+}
+
+// releaseNow releases a reply that is not held.
+func (l *learner) releaseNow(pin *openflow.PacketIn) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := l.f.h.Send(ctx, plan.Pod, efflows.Release(pin)); err != nil {
+		l.f.m.dnsReplies.WithLabelValues(ReplySendError).Inc()
+		l.f.log.WithError(err).Debug("cannot release a DNS reply")
+		return
+	}
+	l.f.m.dnsReplies.WithLabelValues(ReplyPassed).Inc()
+}
+
+// maxBatch bounds the replies installed and released together.
+const maxBatch = 256
+
+// run installs and releases the held replies until ctx ends.
+func (l *learner) run(ctx context.Context) {
+	batch := make([]heldReply, 0, maxBatch)
+	for {
+		batch = batch[:0]
+		select {
+		case <-ctx.Done():
+			return
+		case r := <-l.queue:
+			batch = append(batch, r)
+		}
+	drain:
+		for len(batch) < maxBatch {
+			select {
+			case r := <-l.queue:
+				batch = append(batch, r)
+			default:
+				break drain
+			}
+		}
+		l.f.m.dnsHeld.Sub(float64(len(batch)))
+		l.process(ctx, batch)
+	}
+}
+
+// process installs the batch's addresses, waits for the bridge, and
+// releases the replies still within MaxHold.
+func (l *learner) process(ctx context.Context, batch []heldReply) {
+	f := l.f
+	var names []string
+	for _, r := range batch {
+		for _, n := range r.changed {
+			if !slices.Contains(names, n) {
+				names = append(names, n)
+			}
+		}
+	}
+	f.syncNow(names)
+	deadline := batch[0].start.Add(f.opts.MaxHold)
+	fctx, cancel := context.WithDeadline(ctx, deadline)
+	err := f.h.Flush(fctx)
+	cancel()
+	if err != nil && (errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil) {
+		// Not installed in time: drop what has waited too long.
+		now := time.Now()
+		kept := batch[:0]
+		for _, r := range batch {
+			if now.Sub(r.start) >= f.opts.MaxHold {
+				f.m.dnsReplies.WithLabelValues(ReplyDroppedTimeout).Inc()
+				continue
+			}
+			kept = append(kept, r)
+		}
+		batch = kept
+		if len(batch) == 0 {
+			return
+		}
+		rctx, rcancel := context.WithDeadline(ctx, batch[0].start.Add(f.opts.MaxHold))
+		err = f.h.Flush(rctx)
+		rcancel()
+		if err != nil {
+			for range batch {
+				f.m.dnsReplies.WithLabelValues(ReplyDroppedTimeout).Inc()
+			}
+			return
+		}
+	} else if err != nil {
+		// The bridge reported an error, which may be another owner's:
+		// the namespace's own flows were set, so release.
+		f.log.WithError(err).Debug("dns learning: flush reported an error; releasing")
+	}
+	msgs := make([]openflow.Message, len(batch))
+	for i, r := range batch {
+		msgs[i] = efflows.Release(r.pin)
+	}
+	sctx, scancel := context.WithTimeout(ctx, 2*time.Second)
+	defer scancel()
+	if err := f.h.Send(sctx, plan.Pod, msgs...); err != nil {
+		f.m.dnsReplies.WithLabelValues(ReplySendError).Add(float64(len(batch)))
+		f.log.WithError(err).Debug("cannot release DNS replies")
+		return
+	}
+	now := time.Now()
+	for _, r := range batch {
+		f.m.dnsReplies.WithLabelValues(ReplyLearned).Inc()
+		f.m.dnsHold.Observe(now.Sub(r.start).Seconds())
+	}
+}
+
+// syncNow applies, in this goroutine, the names changed by observed
+// answers and by lookups, and every namespace waiting for a sync: when it
+// returns, every address the cache holds is set in the namespaces' owners.
+func (f *Firewall) syncNow(observed []string) {
+	f.loopMu.Lock()
+	defer f.loopMu.Unlock()
+	f.namesChanged(observed)
+	f.namesChanged(f.names.TakeChanged())
+	if f.syncDirty() {
+		f.poke() // the loop retries what failed
+	}
+}
+
+// syncDNSFlowsLocked sets the DNS learning flows: one per address of each
+// local pod (not host-network) of the namespaces whose enforced rules name
+// DNS names, and their meter. f.mu is held.
+func (f *Firewall) syncDNSFlowsLocked() error {
+	var addrs []netip.Addr
+	for ns := range f.withDNS {
+		objs, err := f.podInf.GetIndexer().ByIndex(cache.NamespaceIndex, ns)
+		if err != nil {
+			continue
+		}
+		for _, o := range objs {
+			if p, ok := o.(*corev1.Pod); ok {
+				addrs = append(addrs, podAddrs(p)...)
+			}
+		}
+	}
+	slices.SortFunc(addrs, netip.Addr.Compare)
+	addrs = slices.Compact(addrs)
+	if slices.Equal(addrs, f.dnsPods) && f.dnsPods != nil {
+		return nil
+	}
+	st := reconcile.State{}
+	if len(addrs) > 0 {
+		flows, err := efflows.DNSFlows(addrs)
+		if err != nil {
+			return err
+		}
+		st = reconcile.State{Flows: flows, Meters: []openflow.MeterEntry{efflows.DNSMeter()}}
+	}
+	if err := f.pod.Set(efflows.DNSOwner, st); err != nil {
+		return err
+	}
+	if addrs == nil {
+		addrs = []netip.Addr{}
+	}
+	f.dnsPods = addrs
+	return nil
+}
