@@ -17,6 +17,7 @@ import (
 	"nodeflow/cni"
 	"nodeflow/conntrack"
 	"nodeflow/controller"
+	"nodeflow/feature/egressfirewall"
 	"nodeflow/feature/nodenet"
 	"nodeflow/feature/services"
 	"nodeflow/flows/reconcile"
@@ -53,6 +54,9 @@ func agentCommand() *cli.Command {
 				Usage: "the CNI plugin's IPAM `DIR`, where mp0's address is reserved (default: " + cni.DefaultDataDir + ", or ipam/ beside a --cni-conf-dir outside /etc/cni)"},
 			&cli.BoolFlag{Name: "services", Value: true, EnvVars: []string{"NODEFLOW_SERVICES"},
 				Usage: "run the service proxy (in place of kube-proxy): Services and EndpointSlices load-balanced on br0"},
+			&cli.BoolFlag{Name: "egress-firewall", Value: true, EnvVars: []string{"NODEFLOW_EGRESS_FIREWALL"},
+				Usage: "enforce EgressFirewall (k8s.ovn.org/v1) and EgressNetworkPolicy (network.openshift.io/v1) on br0"},
+			&cli.StringFlag{Name: "resolv-conf", Value: "/etc/resolv.conf", EnvVars: []string{"NODEFLOW_RESOLV_CONF"}, Usage: "resolver configuration `FILE` whose nameservers the egress firewall asks for dnsNames"},
 			&cli.DurationFlag{Name: "host-check-interval", Value: 30 * time.Second, EnvVars: []string{"NODEFLOW_HOST_CHECK_INTERVAL"}, Usage: "how often the host side is re-checked"},
 		},
 		Action: runAgent,
@@ -155,6 +159,9 @@ func runAgent(c *cli.Context) error {
 	} else {
 		// No service proxy: no DNAT of the host's traffic to services.
 		services.RemoveHostNAT(logrus.StandardLogger())
+	}
+	if c.Bool("egress-firewall") {
+		a.Use(egressfirewall.New(egressfirewall.Options{Kubeconfig: cfg.Kubeconfig, MgmtSocket: cfg.MgmtSocket, ResolvConf: c.String("resolv-conf")}))
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
