@@ -48,6 +48,9 @@ func TestWriteCNIConfig(t *testing.T) {
 func inNetns(t *testing.T, fn func()) {
 	t.Helper()
 	if os.Geteuid() != 0 {
+		if os.Getenv("NODEFLOW_REQUIRE_OVS") != "" {
+			t.Fatal("needs root for a network namespace, and NODEFLOW_REQUIRE_OVS is set")
+		}
 		t.Skip("needs root for a network namespace")
 	}
 	runtime.LockOSThread()

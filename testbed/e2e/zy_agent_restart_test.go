@@ -213,7 +213,7 @@ func restartVswitchd(t *testing.T, m *testbed.Member) time.Duration {
 		pid, _ = strconv.Atoi(strings.Fields(string(out) + " 0")[0])
 	}
 	if pid == 0 {
-		t.Skipf("cannot find ovs-vswitchd of %s", m.Name)
+		t.Fatalf("cannot find ovs-vswitchd of %s (no pidfile, no process with its run directory)", m.Name)
 	}
 	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
 	if err != nil {
