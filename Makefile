@@ -18,7 +18,7 @@ STATICCHECK := $(GOBIN)/staticcheck
 TEST_FLAGS  ?=
 BENCH       ?= .
 
-.PHONY: all deps build test unit bench lint demo clean testbed-deps e2e
+.PHONY: all deps build test unit bench lint demo clean testbed-deps e2e prereqs
 
 all: build
 
@@ -58,13 +58,21 @@ lint:
 testbed-deps:
 	@GO=$(GO) testbed/tools/build.sh >/dev/null
 
+# What the testbed needs from the machine (root, OVS, netns, tun, Go),
+# checked in seconds before anything builds for minutes.
+prereqs:
+	@GO=$(GO) testbed/prereqs.sh
+
 # End-to-end scenarios: bring the testbed up, run them, take it down.
-e2e: testbed-deps
+e2e: deps prereqs testbed-deps
 	NODEFLOW_REQUIRE_OVS=1 $(GO) test -count=1 -timeout 20m $(TEST_FLAGS) ./testbed/e2e/...
 
-# Brings up the default testbed, deploys a sample Deployment and Service,
-# tries traffic and shows the flows; leaves the cluster running.
-demo: build testbed-deps
+# Installs what is missing (as make test does), checks the machine, builds
+# the control plane once, brings up the default testbed, deploys a sample
+# Deployment and Service, tries traffic and shows the flows; leaves the
+# cluster running. The prerequisites are in this order on purpose: make
+# runs them left to right, so a missing prerequisite stops it in seconds.
+demo: deps prereqs testbed-deps build
 	@testbed/demo.sh
 
 clean:
