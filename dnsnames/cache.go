@@ -262,9 +262,11 @@ func (c *Cache) Status(name string) (Status, bool) {
 }
 
 // Changes returns a channel that receives when names' addresses changed
-// through lookups, alias answers or expiry; TakeChanged says which. One
-// receive may stand for many changes. Changes made by Observe are
-// returned to its caller instead.
+// through lookups, alias answers or expiry, or when an exact name's
+// lookup status changed (its first lookup ended; its lookups started or
+// stopped failing; it became or stopped being NXDOMAIN); TakeChanged
+// says which. One receive may stand for many changes. Changes made by
+// Observe are returned to its caller instead.
 func (c *Cache) Changes() <-chan struct{} { return c.notify }
 
 // TakeChanged returns the names whose addresses changed since the last

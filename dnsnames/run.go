@@ -172,6 +172,15 @@ func (c *Cache) applyLocked(e *entry, res [2]familyResult, start time.Time) {
 			changed = c.learnLocked(n, len(rep.Records), get, now, e, changed)
 		}
 	}
+	// A name whose lookups start or stop failing, or start or stop being
+	// NXDOMAIN, is posted too, for its users to report it.
+	first := e.lastLookup.IsZero()
+	prevErr := e.lastErr
+	defer func() {
+		if !did && (first || (prevErr == nil) != (e.lastErr == nil) || errors.Is(prevErr, ErrNoSuchName) != errors.Is(e.lastErr, ErrNoSuchName)) {
+			c.postLocked(e.name)
+		}
+	}()
 	if did {
 		changed = append(changed, e.name)
 	}

@@ -43,6 +43,13 @@ type State struct {
 	NetnsPrefix string    `json:"netnsPrefix"`
 	Members     []Member  `json:"members"`
 	Processes   []Process `json:"processes"`
+	// DNSSocket is the control socket of the DNS server on the external
+	// host (DNSClient), and DNSServers its addresses; empty without one.
+	DNSSocket  string   `json:"dnsSocket,omitempty"`
+	DNSServers []string `json:"dnsServers,omitempty"`
+	// ExternalNetworks are the networks the external host answers for
+	// (ExternalV4, ExternalV6).
+	ExternalNetworks []string `json:"externalNetworks,omitempty"`
 	// Timings records how long the phases of `up` took.
 	Timings map[string]string `json:"timings,omitempty"`
 }

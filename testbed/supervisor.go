@@ -58,6 +58,7 @@ type supervisor struct {
 	cp        *controlPlane
 	proxies   []*nodeProxy
 	agents    []*proc
+	dns       *dnsService
 	kubelets  sync.WaitGroup
 	kubeStop  context.CancelFunc
 }
@@ -148,6 +149,9 @@ func (s *supervisor) up(ctx context.Context) error {
 		return fmt.Errorf("testbed: network: %w", err)
 	}
 	s.timing("network", t)
+	if err := s.startDNS(); err != nil {
+		return err
+	}
 
 	// The control plane and the nodes' OVS start side by side.
 	s.cp = &controlPlane{dir: s.opts.Dir, binDir: s.opts.BinDir, logDir: filepath.Join(s.opts.Dir, "logs")}
@@ -252,6 +256,7 @@ func (s *supervisor) startAgents(ctx context.Context, nodes []string) error {
 			"NODEFLOW_CNI_CONF_DIR=" + filepath.Join(s.nodeDir(n), "net.d"),
 		}
 		env = append(env, sb.Env()...)
+		env = append(env, s.agentDNSEnv()...)
 		p, err := startProc("agent "+n, filepath.Join(s.nodeDir(n), "agent.log"), memberNetns(s.top.Name, n), env, s.opts.Nodeflow, "agent")
 		if err != nil {
 			return err
@@ -383,6 +388,9 @@ func (s *supervisor) down() {
 	}
 	for _, p := range s.proxies {
 		p.close()
+	}
+	if s.dns != nil {
+		s.dns.close()
 	}
 	if s.cp != nil {
 		s.cp.stop()

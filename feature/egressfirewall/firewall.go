@@ -195,6 +195,14 @@ func (f *Firewall) Init(h feature.Host) error {
 		dopts.Log = l
 	}
 	names, err := dnsnames.New(dopts)
+	if err != nil && len(dopts.Servers) == 0 {
+		// No usable resolver configuration: names are still learned from
+		// the answers pods receive, and their lookups fail (and are
+		// reported) until the node has a resolver.
+		f.log.WithError(err).Warn("no resolver for dnsNames; asking the local host's port 53")
+		dopts.Servers = []string{"127.0.0.1:53"}
+		names, err = dnsnames.New(dopts)
+	}
 	if err != nil {
 		return fmt.Errorf("egressfirewall: dns: %w", err)
 	}

@@ -280,3 +280,18 @@ func TestDNSLearning(t *testing.T) {
 		t.Errorf("names still registered: %v", names)
 	}
 }
+
+func TestUnresolvedName(t *testing.T) {
+	e := newEnvDNS(t, func(s *dnstest.Server) { s.SetNegativeTTL(1) },
+		ef("a", "default", "Allow 192.0.2.0/24", "Allow dns:never.example.com", "Deny 0.0.0.0/0"))
+	e.event("Warning", ReasonDNSNameUnresolved, "spec.egress[1].to.dnsName", `"never.example.com" does not resolve`, "NXDOMAIN")
+	e.lastApplied("a", "default", "node1: "+StatusNotApplied+": EgressFirewall a/default: spec.egress[1].to.dnsName")
+	// The other rules are in place all the same.
+	if got := e.flows(efflows.Owner("a")); !has(got, "nw_dst=192.0.2.0/24", "goto_table:60") || !has(got, "priority=10997", "actions=drop") {
+		t.Fatalf("flows:\n%s", strings.Join(got, "\n"))
+	}
+	// The name comes into being: applied.
+	e.dns.Set("never.example.com", 30, netip.MustParseAddr("198.51.100.1"))
+	e.waitFlows(efflows.Owner("a"), "the name's address", func(got []string) bool { return has(got, "nw_dst=198.51.100.1") })
+	e.lastApplied("a", "default", "node1: "+StatusApplied)
+}

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"reflect"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -34,7 +35,8 @@ func (f *Firewall) syncNamespaceLocked(ns string) bool {
 	start := time.Now()
 	log := f.log.WithField("namespace", ns)
 	sel := fw.Select(ns, f.objects(ns))
-	f.events.problems(ns, sel.Problems)
+	problems := sel.Problems
+	defer func() { f.events.problems(ns, problems) }()
 
 	st := f.ns[ns]
 	if st == nil {
@@ -118,6 +120,11 @@ func (f *Firewall) syncNamespaceLocked(ns string) bool {
 	}
 	f.m.syncDuration.Observe(time.Since(start).Seconds())
 
+	// Names that do not resolve are reported: the rule is in place but
+	// matches nothing.
+	unresolved := f.unresolved(pol)
+	problems = append(problems, unresolved...)
+
 	// The status of the EgressFirewall that should be enforced.
 	switch {
 	case sel.Chosen.Kind != fw.KindEgressFirewall:
@@ -129,6 +136,8 @@ func (f *Firewall) syncNamespaceLocked(ns string) bool {
 		f.status.want(sel.Chosen, notApplied(why))
 	case !haveID:
 		f.status.want(sel.Chosen, notApplied(fmt.Errorf("namespace %s has no namespace id yet", ns)))
+	case len(unresolved) > 0:
+		f.status.want(sel.Chosen, notApplied(unresolved[0].Err))
 	default:
 		f.status.want(sel.Chosen, applied())
 	}
@@ -162,6 +171,37 @@ func (f *Firewall) build(ns string, id uint32, pol *fw.Policy) ([]openflow.Flow,
 		return nil
 	})
 	return efflows.Build(f.config(), efflows.Namespace{Name: ns, ID: id, ConjBlock: block, Rules: rules})
+}
+
+// ReasonDNSNameUnresolved is the event reason of a dnsName rule whose
+// exact name does not resolve (NXDOMAIN, or no server answers): the rule
+// is in place but matches no address until the name resolves.
+const ReasonDNSNameUnresolved = "EgressFirewallDNSNameUnresolved"
+
+// unresolved returns a problem for each rule of pol whose exact dnsName
+// has been looked up and has no address because the lookup failed or the
+// name does not exist. Wildcards are never looked up, so never reported.
+func (f *Firewall) unresolved(pol *fw.Policy) []fw.Problem {
+	if pol == nil {
+		return nil
+	}
+	var out []fw.Problem
+	for _, r := range pol.Rules {
+		n := r.Dest.DNSName
+		if n == "" || strings.HasPrefix(n, "*.") {
+			continue
+		}
+		st, ok := f.names.Status(n)
+		if !ok || st.LastLookup.IsZero() || len(st.Addrs) > 0 || st.LastError == nil {
+			continue
+		}
+		ref := pol.Ref()
+		out = append(out, fw.Problem{Object: ref, Reason: ReasonDNSNameUnresolved, Err: &fw.FieldError{
+			Object: ref, Field: fmt.Sprintf("spec.egress[%d].to.dnsName", r.Index),
+			Detail: fmt.Sprintf("%q does not resolve (%v); the rule matches no address until it does", n, st.LastError),
+		}})
+	}
+	return out
 }
 
 // config is the node's facts the builder needs: each node IP with the
