@@ -30,6 +30,11 @@ func addExternalNetworks(ctx context.Context, top *topology.Topology, host *topo
 		return nil, nil
 	}
 	hostNs, brNs := memberNetns(top.Name, host.Name), memberNetns(top.Name, br.Name)
+	// Servers may bind any address of the networks (IPv6 needs this for
+	// addresses it has no configured address for).
+	if err := sysctl(ctx, hostNs, "net.ipv4.ip_nonlocal_bind=1", "net.ipv6.ip_nonlocal_bind=1"); err != nil {
+		return nil, err
+	}
 	var added []string
 	for _, ext := range []netip.Prefix{ExternalV4, ExternalV6} {
 		var via netip.Addr

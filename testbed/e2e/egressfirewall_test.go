@@ -1,0 +1,613 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/tools/clientcmd"
+
+	fw "nodeflow/egressfw"
+	"nodeflow/testbed"
+	"nodeflow/testbed/nsutil"
+)
+
+// The egress firewall scenarios share one namespace with a pod on each
+// node, and a server on the external host that answers on every address
+// of the external networks (testbed.ExternalV4, ExternalV6): over TCP it
+// writes "ext <the address the client reached>" and closes; over UDP it
+// answers each datagram the same way, from the address it was sent to.
+
+// Ports of the external server.
+const (
+	egfwTCP = 18080
+	egfwUDP = 15353
+)
+
+// egfwEnv is the shared set-up of the egress firewall scenarios.
+type egfwEnv struct {
+	e    *env
+	ns   string
+	pods []netPod // one on each node, node1's first
+	dyn  dynamic.Interface
+	dns  *testbed.DNSClient
+	ext  *testbed.Member
+
+	udpMu sync.Mutex
+	udp   map[netip.Addr]bool
+}
+
+var (
+	egfwOnce   sync.Once
+	egfwShared *egfwEnv
+)
+
+// egfwSetup returns the shared set-up, creating it on first use.
+func egfwSetup(t *testing.T) *egfwEnv {
+	t.Helper()
+	e := up(t)
+	requireAgent(t, e)
+	egfwOnce.Do(func() {
+		g := &egfwEnv{e: e, udp: map[netip.Addr]bool{}}
+		cfg, err := clientcmd.BuildConfigFromFlags("", e.state.Kubeconfig)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g.dyn, err = dynamic.NewForConfig(cfg); err != nil {
+			t.Fatal(err)
+		}
+		if g.dns, err = testbed.NewDNSClient(e.state); err != nil {
+			t.Fatal(err)
+		}
+		for i := range e.state.Members {
+			if m := &e.state.Members[i]; m.Kind == "host" {
+				g.ext = m
+				break
+			}
+		}
+		if g.ext == nil {
+			t.Fatal("no external host")
+		}
+		l, err := nsutil.Listen(g.ext.Netns, "tcp", net.JoinHostPort("::", strconv.Itoa(egfwTCP)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		go serveExtTCP(l) // until the process ends
+		g.ns = createNamespace(t, e, "e2e-egfw")
+		pods := deployPods(t, e, g.ns, "egfw", 2)
+		if len(pods) != 2 || pods[0].node == pods[1].node {
+			t.Fatalf("pods not on both nodes: %+v", pods)
+		}
+		if pods[0].node != "node1" {
+			pods[0], pods[1] = pods[1], pods[0]
+		}
+		g.pods = pods
+		egfwShared = g
+	})
+	if egfwShared == nil {
+		t.Fatal("egress firewall set-up failed in an earlier test")
+	}
+	return egfwShared
+}
+
+func serveExtTCP(l net.Listener) {
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		local := netip.MustParseAddrPort(c.LocalAddr().String()).Addr().Unmap()
+		fmt.Fprintf(c, "ext %s\n", local)
+		c.Close()
+	}
+}
+
+// serveUDP makes the external server answer UDP on addrs.
+func (g *egfwEnv) serveUDP(t *testing.T, addrs ...netip.Addr) {
+	t.Helper()
+	g.udpMu.Lock()
+	defer g.udpMu.Unlock()
+	for _, a := range addrs {
+		if g.udp[a] {
+			continue
+		}
+		var pc net.PacketConn
+		if err := nsutil.Do(g.ext.Netns, func() error {
+			var err error
+			pc, err = net.ListenPacket("udp", net.JoinHostPort(a.String(), strconv.Itoa(egfwUDP)))
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		g.udp[a] = true
+		go func() {
+			buf := make([]byte, 2048)
+			for {
+				_, from, err := pc.ReadFrom(buf)
+				if err != nil {
+					return
+				}
+				_, _ = pc.WriteTo([]byte("ext "+a.String()+"\n"), from)
+			}
+		}()
+	}
+}
+
+// ext returns address n of the external network of a family.
+func ext(v6 bool, n int) netip.Addr {
+	p := testbed.ExternalV4
+	if v6 {
+		p = testbed.ExternalV6
+	}
+	a := p.Addr()
+	for range n {
+		a = a.Next()
+	}
+	return a
+}
+
+// extReach connects from netns to the external server at dst over proto
+// ("tcp" or "udp") and returns the address that answered.
+func extReach(netns, proto string, dst netip.Addr, timeout time.Duration) (string, error) {
+	port := egfwTCP
+	if proto == "udp" {
+		port = egfwUDP
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	c, err := nsutil.Dial(ctx, netns, proto, net.JoinHostPort(dst.String(), strconv.Itoa(port)), timeout)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(timeout))
+	if proto == "udp" {
+		if _, err := c.Write([]byte("hello")); err != nil {
+			return "", err
+		}
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		return "", err
+	}
+	got, ok := strings.CutPrefix(strings.TrimSpace(line), "ext ")
+	if !ok {
+		return "", fmt.Errorf("answer %q", line)
+	}
+	return got, nil
+}
+
+// verdict checks that proto traffic from pod p to dst is allowed (it
+// answers, within a few tries) or denied (dropped: every try times out).
+func verdict(t *testing.T, p netPod, proto string, dst netip.Addr, allowed bool) {
+	t.Helper()
+	if allowed {
+		var err error
+		for range 5 {
+			var got string
+			if got, err = extReach(p.netns, proto, dst, 2*time.Second); err == nil {
+				if got != dst.String() {
+					t.Errorf("%s %s -> %s: answered by %s", p.node, proto, dst, got)
+				}
+				return
+			}
+		}
+		t.Errorf("%s %s -> %s: want allowed, got %v", p.node, proto, dst, err)
+		return
+	}
+	for i := range 2 {
+		got, err := extReach(p.netns, proto, dst, 1200*time.Millisecond)
+		var ne net.Error
+		switch {
+		case err == nil:
+			t.Errorf("%s %s -> %s: want denied, try %d answered by %s", p.node, proto, dst, i, got)
+			return
+		case !errors.As(err, &ne) || !ne.Timeout():
+			t.Errorf("%s %s -> %s: want dropped (a timeout), try %d: %v", p.node, proto, dst, i, err)
+			return
+		}
+	}
+}
+
+// check is one expected verdict.
+type check struct {
+	proto   string
+	dst     netip.Addr
+	allowed bool
+}
+
+// verdicts checks every verdict from every pod, in parallel.
+func (g *egfwEnv) verdicts(t *testing.T, cs []check) {
+	t.Helper()
+	t.Run("traffic", func(t *testing.T) {
+		for _, p := range g.pods {
+			for _, c := range cs {
+				name := fmt.Sprintf("%s/%s-%s", p.node, c.proto, c.dst)
+				t.Run(name, func(t *testing.T) {
+					t.Parallel()
+					verdict(t, p, c.proto, c.dst, c.allowed)
+				})
+			}
+		}
+	})
+}
+
+// rules builds EgressFirewall rules from the shorthand "Allow 10.0.0.0/8",
+// "Deny dns:x.example.com TCP/80", "Allow nodes:role=infra".
+func rules(ss ...string) []fw.EgressFirewallRule {
+	var out []fw.EgressFirewallRule
+	for _, s := range ss {
+		parts := strings.Fields(s)
+		r := fw.EgressFirewallRule{Type: fw.RuleType(parts[0])}
+		switch d := parts[1]; {
+		case strings.HasPrefix(d, "dns:"):
+			r.To.DNSName = strings.TrimPrefix(d, "dns:")
+		case strings.HasPrefix(d, "nodes:"):
+			sel, err := metav1.ParseToLabelSelector(strings.TrimPrefix(d, "nodes:"))
+			if err != nil {
+				panic(err)
+			}
+			r.To.NodeSelector = sel
+		default:
+			r.To.CIDRSelector = d
+		}
+		for _, p := range parts[2:] {
+			proto, port, _ := strings.Cut(p, "/")
+			fp := fw.EgressFirewallPort{Protocol: proto}
+			if port != "" {
+				n, _ := strconv.Atoi(port)
+				fp.Port = new(int32)
+				*fp.Port = int32(n)
+			}
+			r.Ports = append(r.Ports, fp)
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// setFirewall creates or replaces the namespace's EgressFirewall
+// "default" with rules and returns the object.
+func (g *egfwEnv) setFirewall(t *testing.T, ns string, rs []fw.EgressFirewallRule) *unstructured.Unstructured {
+	t.Helper()
+	ctx := context.Background()
+	c := g.dyn.Resource(fw.EgressFirewallGVR).Namespace(ns)
+	obj := (&fw.EgressFirewall{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "default"}, Spec: fw.EgressFirewallSpec{Egress: rs}}).Unstructured()
+	cur, err := c.Get(ctx, "default", metav1.GetOptions{})
+	if err == nil {
+		obj.SetResourceVersion(cur.GetResourceVersion())
+		obj.SetUID(cur.GetUID())
+		out, err := c.Update(ctx, obj, metav1.UpdateOptions{})
+		if err != nil {
+			t.Fatalf("update EgressFirewall %s/default: %v", ns, err)
+		}
+		return out
+	}
+	out, err := c.Create(ctx, obj, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create EgressFirewall %s/default: %v", ns, err)
+	}
+	return out
+}
+
+// deleteFirewall deletes the namespace's EgressFirewall.
+func (g *egfwEnv) deleteFirewall(t *testing.T, ns string) {
+	t.Helper()
+	err := g.dyn.Resource(fw.EgressFirewallGVR).Namespace(ns).Delete(context.Background(), "default", metav1.DeleteOptions{})
+	if err != nil && !strings.Contains(err.Error(), "not found") {
+		t.Error(err)
+	}
+}
+
+// waitStatus waits until the namespace's EgressFirewall reports msg from
+// every node, and the roll-up rollup.
+func (g *egfwEnv) waitStatus(t *testing.T, ns, msg, rollup string) *unstructured.Unstructured {
+	t.Helper()
+	var u *unstructured.Unstructured
+	eventually(t, 30*time.Second, "EgressFirewall "+ns+"/default status", func(ctx context.Context) error {
+		var err error
+		u, err = g.dyn.Resource(fw.EgressFirewallGVR).Namespace(ns).Get(ctx, "default", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		msgs, _, _ := unstructured.NestedStringSlice(u.Object, "status", "messages")
+		st, _, _ := unstructured.NestedString(u.Object, "status", "status")
+		for _, n := range []string{"node1", "node2"} {
+			found := false
+			for _, m := range msgs {
+				found = found || strings.HasPrefix(m, n+": "+msg)
+			}
+			if !found {
+				return fmt.Errorf("messages %q: none from %s starting %q", msgs, n, msg)
+			}
+		}
+		if st != rollup {
+			return fmt.Errorf("status.status %q, want %q (messages %q)", st, rollup, msgs)
+		}
+		return nil
+	})
+	return u
+}
+
+// table50 returns table 50 of node m's br0 with counters.
+func table50(m *testbed.Member) ([]string, error) {
+	cmd := exec.Command("ovs-ofctl", "-O", "OpenFlow15", "dump-flows", "br0", "table=50")
+	cmd.Env = append(os.Environ(), "OVS_RUNDIR="+m.OVSRundir)
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("dump-flows table=50 on %s: %v", m.Name, err)
+	}
+	var lines []string
+	for _, l := range strings.Split(string(out), "\n") {
+		if strings.HasPrefix(l, " ") {
+			lines = append(lines, strings.TrimSpace(l))
+		}
+	}
+	return lines, nil
+}
+
+// hasFlow reports whether a line holds every part.
+func hasFlow(lines []string, parts ...string) bool {
+	_, ok := findFlow(lines, parts...)
+	return ok
+}
+
+func findFlow(lines []string, parts ...string) (string, bool) {
+	for _, l := range lines {
+		ok := true
+		for _, p := range parts {
+			ok = ok && strings.Contains(l, p)
+		}
+		if ok {
+			return l, true
+		}
+	}
+	return "", false
+}
+
+// waitTable50 waits until table 50 of both nodes satisfies cond.
+func (g *egfwEnv) waitTable50(t *testing.T, what string, cond func([]string) bool) {
+	t.Helper()
+	for _, n := range []string{"node1", "node2"} {
+		m := member(t, g.e, n)
+		eventually(t, 30*time.Second, n+": "+what, func(context.Context) error {
+			lines, err := table50(m)
+			if err != nil {
+				return err
+			}
+			if !cond(lines) {
+				return fmt.Errorf("table 50:\n%s", strings.Join(lines, "\n"))
+			}
+			return nil
+		})
+	}
+}
+
+// packetsOf returns n_packets of a flow line.
+func packetsOf(line string) int {
+	m := regexp.MustCompile(`n_packets=(\d+)`).FindStringSubmatch(line)
+	if m == nil {
+		return -1
+	}
+	n, _ := strconv.Atoi(m[1])
+	return n
+}
+
+// agentMetrics returns node m's agent's metrics text.
+func agentMetrics(m *testbed.Member) (string, error) {
+	tr := &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		return nsutil.Dial(ctx, m.Netns, network, addr, time.Second)
+	}}
+	defer tr.CloseIdleConnections()
+	resp, err := (&http.Client{Transport: tr, Timeout: 5 * time.Second}).Get("http://" + agentHealthAddr + "/metrics")
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return string(b), err
+}
+
+// seriesValue returns the value of the sample line that starts with
+// series ("name{labels}"), -1 when there is none.
+func seriesValue(text, series string) float64 {
+	for _, l := range strings.Split(text, "\n") {
+		if rest, ok := strings.CutPrefix(l, series+" "); ok {
+			v, err := strconv.ParseFloat(strings.TrimSpace(rest), 64)
+			if err == nil {
+				return v
+			}
+		}
+	}
+	return -1
+}
+
+// TestEgressFirewallRules: CIDR rules in order (the first match wins, no
+// match allows), ports, IPv4 and IPv6, TCP and UDP, from a pod on each
+// node; the status per node; the rules and their counters in
+// `ovs-ofctl dump-flows br0 table=50` and `nodeflow flows --owner`; the
+// denied packets per namespace in the metrics; and an update under
+// continuous traffic through a rule it does not change: no connection
+// lost, and none through a rule it does not change either.
+func TestEgressFirewallRules(t *testing.T) {
+	g := egfwSetup(t)
+	v4, v6 := func(n int) netip.Addr { return ext(false, n) }, func(n int) netip.Addr { return ext(true, n) }
+	g.serveUDP(t, v4(1), v4(2), v4(3), v4(4), v4(9), v6(1), v6(2), v6(9))
+	g.setFirewall(t, g.ns, rules(
+		"Allow 198.18.0.1/32",
+		"Allow 2001:db8:e::1/128",
+		"Deny 198.18.0.0/29 TCP/18080",
+		"Allow 198.18.0.3/32",
+		"Deny 2001:db8:e::/125 TCP/18080 UDP/15353",
+		"Deny 198.18.0.4/32",
+	))
+	t.Cleanup(func() { g.deleteFirewall(t, g.ns) })
+	g.waitStatus(t, g.ns, "EgressFirewall Rules applied", "EgressFirewall Rules applied")
+	g.verdicts(t, []check{
+		{"tcp", v4(1), true}, {"udp", v4(1), true},
+		{"tcp", v6(1), true}, {"udp", v6(1), true},
+		// Rule 2 takes TCP to the /29; UDP falls through to the default.
+		{"tcp", v4(2), false}, {"udp", v4(2), true},
+		// Rule 3 never sees TCP: rule 2 matched first.
+		{"tcp", v4(3), false}, {"udp", v4(3), true},
+		{"tcp", v6(2), false}, {"udp", v6(2), false},
+		{"tcp", v4(4), false}, {"udp", v4(4), false},
+		// No rule matches: allowed.
+		{"tcp", v4(9), true}, {"udp", v4(9), true}, {"tcp", v6(9), true}, {"udp", v6(9), true},
+	})
+	if t.Failed() {
+		return
+	}
+
+	t.Run("dump-flows", func(t *testing.T) {
+		for _, p := range g.pods {
+			m := member(t, g.e, p.node)
+			lines, err := table50(m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Rule 2 (priority 10997) dropped the TCP attempts to .2, .3 and .4.
+			l, ok := findFlow(lines, "priority=10997", "tcp", "nw_dst=198.18.0.0/29", "tp_dst=18080", "actions=drop")
+			if !ok || packetsOf(l) < 6 {
+				t.Errorf("%s: rule 2's flow with its packets: %q\ntable 50:\n%s", p.node, l, strings.Join(lines, "\n"))
+			}
+			// Rule 4 takes TCP and UDP to the IPv6 /125.
+			for _, part := range []string{"tcp6", "udp6"} {
+				if l, ok := findFlow(lines, "priority=10995", part, "ipv6_dst=2001:db8:e::/125", "actions=drop"); !ok || packetsOf(l) < 2 {
+					t.Errorf("%s: rule 4's %s flow: %q", p.node, part, l)
+				}
+			}
+			if l, ok := findFlow(lines, "priority=10999", "nw_dst=198.18.0.1", "goto_table:60"); !ok || packetsOf(l) < 2 {
+				t.Errorf("%s: rule 0's flow: %q", p.node, l)
+			}
+			// The owner's flows through the agent's introspection socket.
+			out, err := exec.Command(filepath.Join(g.e.binDir, "nodeflow"), "flows", "--socket", filepath.Join(m.OVSRundir, "nodeflow.sock"),
+				"--bridge", "br0", "--owner", "egressfirewall/"+g.ns).CombinedOutput()
+			if err != nil || !strings.Contains(string(out), "nw_dst=198.18.0.0/29") || strings.Contains(string(out), "egressfirewall/_guards") {
+				t.Errorf("%s: nodeflow flows --owner egressfirewall/%s: %v\n%s", p.node, g.ns, err, out)
+			}
+		}
+	})
+
+	t.Run("denied packets metric", func(t *testing.T) {
+		for _, p := range g.pods {
+			m := member(t, g.e, p.node)
+			eventually(t, 30*time.Second, p.node+" denied packets metric", func(context.Context) error {
+				text, err := agentMetrics(m)
+				if err != nil {
+					return err
+				}
+				series := `nodeflow_egress_firewall_denied_packets_total{namespace="` + g.ns + `"}`
+				if v := seriesValue(text, series); v < 8 {
+					return fmt.Errorf("%s = %v, want at least 8", series, v)
+				}
+				if v := seriesValue(text, "nodeflow_egress_firewall_rules"); v < 6 {
+					return fmt.Errorf("nodeflow_egress_firewall_rules = %v", v)
+				}
+				return nil
+			})
+		}
+	})
+
+	t.Run("update under traffic", func(t *testing.T) {
+		// Connections to .1 go through an unchanged rule; connections to
+		// .2 are denied by an unchanged rule. While the rules around them
+		// change, no .1 connection may fail and no .2 connection may get
+		// through.
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		var ok1, fail1, leak2, tries2 atomic.Int64
+		var firstErr atomic.Value
+		for _, p := range g.pods {
+			for _, proto := range []string{"tcp", "udp"} {
+				wg.Add(2)
+				go func() {
+					defer wg.Done()
+					for {
+						select {
+						case <-stop:
+							return
+						default:
+						}
+						if _, err := extReach(p.netns, proto, v4(1), 2*time.Second); err != nil {
+							fail1.Add(1)
+							firstErr.CompareAndSwap(nil, fmt.Sprintf("%s %s: %v", p.node, proto, err))
+						} else {
+							ok1.Add(1)
+						}
+						time.Sleep(10 * time.Millisecond)
+					}
+				}()
+				go func() {
+					defer wg.Done()
+					if proto == "udp" {
+						return // UDP to .2 is allowed
+					}
+					for {
+						select {
+						case <-stop:
+							return
+						default:
+						}
+						tries2.Add(1)
+						if _, err := extReach(p.netns, proto, v4(2), 300*time.Millisecond); err == nil {
+							leak2.Add(1)
+						}
+					}
+				}()
+			}
+		}
+		base := []string{"Allow 198.18.0.1/32", "Allow 2001:db8:e::1/128", "Deny 198.18.0.0/29 TCP/18080", "Allow 198.18.0.3/32"}
+		has := func(parts ...string) func([]string) bool {
+			return func(lines []string) bool { return hasFlow(lines, parts...) }
+		}
+		updates := []struct {
+			rules     []string
+			installed func([]string) bool
+		}{
+			{append([]string{"Deny 198.18.0.5/32"}, base...), has("priority=10999,", "nw_dst=198.18.0.5")},
+			{append([]string{"Deny 198.18.0.5/32", "Deny 198.18.0.6/32 UDP"}, base...), has("priority=10998,", "nw_dst=198.18.0.6")},
+			{append(append([]string{}, base...), "Deny 0.0.0.0/0", "Deny ::/0"), func(lines []string) bool {
+				return hasFlow(lines, "priority=10999,", "nw_dst=198.18.0.1") && hasFlow(lines, "priority=10994,", "ipv6,") && !hasFlow(lines, "nw_dst=198.18.0.6")
+			}},
+			{append([]string{"Allow 198.18.0.7/32 TCP/18080 UDP/15353"}, append(append([]string{}, base...), "Deny 0.0.0.0/0")...), has("priority=10999,", "nw_dst=198.18.0.7")},
+			{base, func(lines []string) bool {
+				return hasFlow(lines, "priority=10999,", "nw_dst=198.18.0.1") && hasFlow(lines, "priority=10996,", "nw_dst=198.18.0.3") && !hasFlow(lines, "priority=10995,")
+			}},
+		}
+		time.Sleep(300 * time.Millisecond) // traffic before the first update, by design of the scenario
+		for i, u := range updates {
+			g.setFirewall(t, g.ns, rules(u.rules...))
+			g.waitTable50(t, fmt.Sprintf("update %d installed", i), u.installed)
+			time.Sleep(200 * time.Millisecond) // traffic between updates, by design of the scenario
+		}
+		close(stop)
+		wg.Wait()
+		if fail1.Load() != 0 || ok1.Load() == 0 {
+			t.Errorf("through the unchanged allow: %d ok, %d failed (first: %v)", ok1.Load(), fail1.Load(), firstErr.Load())
+		}
+		if leak2.Load() != 0 || tries2.Load() == 0 {
+			t.Errorf("through the unchanged deny: %d of %d attempts got through", leak2.Load(), tries2.Load())
+		}
+		t.Logf("%d updates: %d connections through the unchanged allow, %d failed; %d attempts at the unchanged deny, %d through",
+			len(updates), ok1.Load(), fail1.Load(), tries2.Load(), leak2.Load())
+	})
+}
