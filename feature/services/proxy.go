@@ -355,9 +355,11 @@ func (p *Proxy) sync(ctx context.Context, full bool) error {
 	// A ClusterIP taken or freed outside the service CIDRs changes the
 	// usable endpoints of the ports with an endpoint there (inside them,
 	// every address is refused anyway).
-	if moved := outside(p.svcs.TakeClusterIPChanges(), check.ServiceCIDRs); len(moved) > 0 && !fullSync {
+	moves := p.svcs.TakeClusterIPChanges()
+	if moved := outside(moves, check.ServiceCIDRs); len(moved) > 0 && !fullSync {
 		changed.Merge(p.eps.PortsUsing(moved))
 	}
+	p.guardAddresses(moves)
 	var restored []string
 	if !p.first && p.installed != nil {
 		restored = p.restoreGroupIDs(p.installed)
@@ -374,6 +376,7 @@ func (p *Proxy) sync(ctx context.Context, full bool) error {
 		if err := p.pod.Set(service.RejectMeterOwner, reconcile.State{Meters: []openflow.MeterEntry{service.RejectMeter()}}); err != nil {
 			p.log.WithError(err).Error("reject meter")
 		}
+		p.guardCIDRs(check.ServiceCIDRs)
 	}
 	p.node = node
 	p.check = check

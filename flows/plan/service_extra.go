@@ -20,3 +20,16 @@ var AffinityLookedUp = mustMark("AffinityLookedUp", AffinityChecked, 1)
 // packet-ins (the Unidle owner) use the same priority; a service port has
 // one or the other, never both.
 const PriorityServiceNoEndpoints Priority = 190
+
+// PriorityServiceAddress is table 30's flow for a ClusterIP on a port that
+// no Service serves: new connections to the address get the metered
+// reject packet-in (TCP RST, ICMP unreachable), as kube-proxy's
+// cluster-ips-check does. Below every per-port flow of the address.
+const PriorityServiceAddress Priority = 150
+
+// PriorityServiceCIDR is table 30's drop of whatever is still addressed to
+// a service CIDR below every service flow: an address no Service holds,
+// and packets to a ClusterIP that are not new (invalid, or not translated
+// by conntrack). Nothing addressed to a service CIDR ever reaches the
+// routing table, so nothing of it leaves the node.
+const PriorityServiceCIDR Priority = 110

@@ -150,14 +150,22 @@ func (c *Config) serviceNode() service.Node {
 }
 
 // buildServices sets what the services feature wants: the reject meter,
-// then each service port's br0 and breth0 state, with group ids from the
-// plan's allocator.
+// the service CIDRs' drop, then each service port's br0 and breth0 state,
+// with group ids from the plan's allocator, and each ClusterIP's reject.
 func buildServices(c *Config, d *Desired) error {
 	if err := d.set(plan.Pod, service.RejectMeterOwner, reconcile.State{Meters: []openflow.MeterEntry{service.RejectMeter()}}); err != nil {
 		return err
 	}
+	cidrs, err := service.CIDRFlows(c.ServiceCIDRs)
+	if err != nil {
+		return err
+	}
+	if err := d.set(plan.Pod, service.CIDROwner, cidrs); err != nil {
+		return err
+	}
 	n := c.serviceNode()
 	ids := plan.NewIDAllocator(plan.ServiceGroups)
+	addrs := map[netip.Addr]bool{}
 	for _, s := range c.Services {
 		out, err := service.Build(&n, service.Input{Port: s.Port, Endpoints: s.Endpoints}, ids.Get)
 		if err != nil {
@@ -168,6 +176,19 @@ func buildServices(c *Config, d *Desired) error {
 		}
 		if err := d.set(plan.Gateway, out.GatewayOwner, out.Gateway); err != nil {
 			return err
+		}
+		for _, a := range s.Port.ClusterIPs {
+			if addrs[a] {
+				continue
+			}
+			addrs[a] = true
+			st, err := service.AddressFlows(a)
+			if err != nil {
+				return err
+			}
+			if err := d.set(plan.Pod, service.AddressOwner(a), st); err != nil {
+				return err
+			}
 		}
 	}
 	return nil

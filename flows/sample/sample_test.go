@@ -1,12 +1,14 @@
 package sample
 
 import (
+	"net/netip"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
 
 	"nodeflow/flows/plan"
+	"nodeflow/flows/service"
 )
 
 // TestBuild checks that the sample builds, that the plan-checking stores
@@ -31,12 +33,22 @@ func TestBuild(t *testing.T) {
 			t.Errorf("%s: %v", b, errs)
 		}
 	}
-	// The idled port builds nothing on either bridge.
-	for _, b := range plan.Bridges {
-		for _, o := range d.Store(b).Owners("") {
-			if strings.Contains(o, "/idled:") {
-				t.Errorf("%s: the idled port has owner %s", b, o)
+	// The idled port is held back: its br0 flows drop, nothing else.
+	for _, o := range d.Pod.Owners("") {
+		if !strings.Contains(o, "/idled:") {
+			continue
+		}
+		st, _ := d.Pod.Get(o)
+		for _, f := range st.Flows {
+			if !strings.HasSuffix(f.String(), "actions=drop") || f.Priority != uint16(plan.PriorityServiceNoEndpoints) {
+				t.Errorf("idled port's flow %s: want a drop at priority %d", f.String(), plan.PriorityServiceNoEndpoints)
 			}
+		}
+	}
+	// Nothing for a service CIDR passes table 30 unjudged.
+	for _, o := range []string{service.CIDROwner, service.AddressOwner(netip.MustParseAddr("10.96.0.10"))} {
+		if _, ok := d.Pod.Get(o); !ok {
+			t.Errorf("br0: no owner %s", o)
 		}
 	}
 }

@@ -63,8 +63,9 @@ type Output struct {
 	Owner, GatewayOwner string
 	Pod                 reconcile.State // br0
 	Gateway             reconcile.State // breth0
-	// Idled is set when the service is idled and has no endpoints: nothing
-	// was built for it in table 30, and the unidling hook takes it over.
+	// Idled is set when the service is idled and has no endpoints: its
+	// table-30 flows drop (and count) new connections instead of rejecting
+	// them, and the unidling hook takes the port over.
 	Idled bool
 	// GroupIDs lists the ids of the groups used (and of the ServiceIDs of
 	// reject flows), by key.
@@ -249,11 +250,11 @@ func (b *builder) lb(key string, vips []vip, eps []proxy.Endpoint, anyEps bool) 
 	b.out.GroupIDs[key] = gid
 	st := &b.out.Pod
 	if len(eps) == 0 {
-		if b.out.Idled {
-			return nil
-		}
+		// Idled: held back, dropped and counted by the flow, until
+		// unidling takes the port over. Otherwise the reject (no endpoint
+		// at all) or a drop (a Local policy leaves none here).
 		var acts []openflow.Action
-		if !anyEps {
+		if !anyEps && !b.out.Idled {
 			acts = []openflow.Action{mustLoad(plan.ServiceID.LoadValue(uint64(gid))), RejectAction(gid)}
 		}
 		for _, v := range vips {

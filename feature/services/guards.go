@@ -1,0 +1,41 @@
+package services
+
+import (
+	"net/netip"
+
+	"nodeflow/flows/reconcile"
+	"nodeflow/flows/service"
+)
+
+// No service address leaks (see flows/service's AddressFlows and
+// CIDRFlows): each ClusterIP that a Service holds gets its reject flow for
+// the ports no Service serves, and the service CIDRs get their drop. The
+// proxy keeps both in step with the ServiceTracker's ClusterIPs.
+
+// guardAddresses sets or removes the reject owner of each ClusterIP that
+// a Service took or freed since the last sync. p.mu is held.
+func (p *Proxy) guardAddresses(moved []netip.Addr) {
+	for _, a := range moved {
+		owner := service.AddressOwner(a)
+		if _, held := p.svcs.ClusterIPOwner(a); !held {
+			p.set(p.pod, owner, reconcile.State{})
+			continue
+		}
+		st, err := service.AddressFlows(a)
+		if err != nil {
+			p.log.WithError(err).WithField("address", a).Error("cannot build the ClusterIP's reject flow")
+			continue
+		}
+		p.set(p.pod, owner, st)
+	}
+}
+
+// guardCIDRs sets the drop of the service CIDRs. p.mu is held.
+func (p *Proxy) guardCIDRs(cidrs []netip.Prefix) {
+	st, err := service.CIDRFlows(cidrs)
+	if err != nil {
+		p.log.WithError(err).WithField("cidrs", cidrs).Error("cannot build the service CIDRs' drop flows")
+		return
+	}
+	p.set(p.pod, service.CIDROwner, st)
+}
