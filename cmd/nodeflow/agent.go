@@ -20,7 +20,9 @@ import (
 	"nodeflow/feature/egressfirewall"
 	"nodeflow/feature/nodenet"
 	"nodeflow/feature/services"
+	"nodeflow/feature/unidle"
 	"nodeflow/flows/reconcile"
+	"nodeflow/openflow"
 )
 
 func init() {
@@ -54,6 +56,10 @@ func agentCommand() *cli.Command {
 				Usage: "the CNI plugin's IPAM `DIR`, where mp0's address is reserved (default: " + cni.DefaultDataDir + ", or ipam/ beside a --cni-conf-dir outside /etc/cni)"},
 			&cli.BoolFlag{Name: "services", Value: true, EnvVars: []string{"NODEFLOW_SERVICES"},
 				Usage: "run the service proxy (in place of kube-proxy): Services and EndpointSlices load-balanced on br0"},
+			&cli.BoolFlag{Name: "unidle", Value: true, EnvVars: []string{"NODEFLOW_UNIDLE"},
+				Usage: "catch the first packets of idled services, ask for pods (NeedPods events) and re-inject the packets once they exist"},
+			&cli.DurationFlag{Name: "unidle-hold-time", Value: unidle.DefaultHoldTime, EnvVars: []string{"NODEFLOW_UNIDLE_HOLD_TIME"},
+				Usage: "how long a packet to an idled service is held before it is rejected"},
 			&cli.BoolFlag{Name: "egress-firewall", Value: true, EnvVars: []string{"NODEFLOW_EGRESS_FIREWALL"},
 				Usage: "enforce EgressFirewall (k8s.ovn.org/v1) and EgressNetworkPolicy (network.openshift.io/v1) on br0"},
 			&cli.StringFlag{Name: "resolv-conf", Value: "/etc/resolv.conf", EnvVars: []string{"NODEFLOW_RESOLV_CONF"}, Usage: "resolver configuration `FILE` whose nameservers the egress firewall asks for dnsNames"},
@@ -155,7 +161,21 @@ func runAgent(c *cli.Context) error {
 		MgmtPortName: controller.MgmtPortName, HostCheckInterval: cfg.HostCheckInterval, Interfaces: a.Interfaces,
 	}))
 	if c.Bool("services") {
-		a.Use(services.New(services.Options{}))
+		opts := services.Options{}
+		var proxy *services.Proxy
+		var idle *unidle.Unidler
+		if c.Bool("unidle") {
+			// The unidling feature takes the idled ports over; what it held
+			// past its hold time is rejected as the proxy rejects.
+			idle = unidle.New(unidle.Options{HoldTime: c.Duration("unidle-hold-time"),
+				Reject: func(p *openflow.PacketIn) bool { return proxy.Reject(p) }})
+			opts.Idle = idle
+		}
+		proxy = services.New(opts)
+		a.Use(proxy)
+		if idle != nil {
+			a.Use(idle)
+		}
 	} else {
 		// No service proxy: no DNAT of the host's traffic to services.
 		services.RemoveHostNAT(logrus.StandardLogger())

@@ -606,21 +606,34 @@ func (p *Proxy) HandlePacketIn(pi feature.PacketIn) {
 	if pi.Bridge != plan.Pod || len(pin.Userdata) < 5 || pin.Userdata[0] != byte(plan.PacketInReject) {
 		return
 	}
-	node := p.h.Node()
 	id := uint32(pin.Userdata[1])<<24 | uint32(pin.Userdata[2])<<16 | uint32(pin.Userdata[3])<<8 | uint32(pin.Userdata[4])
+	if p.Reject(pin) {
+		if n, ok := p.portOf(id); ok {
+			p.log.WithFields(logrus.Fields{"service": n.String(), "in_port": pin.InPort()}).Trace("rejected a connection to a service without endpoints")
+		}
+	}
+}
+
+// Reject answers the packet of a br0 packet-in as a service without
+// endpoints does: a TCP RST+ACK, or an ICMP port unreachable, sent back to
+// the port it came from (to breth0's LOCAL port for the host's own
+// traffic). It reports whether it sent one. The unidling feature uses it
+// for the packets it held past their hold time.
+func (p *Proxy) Reject(pin *openflow.PacketIn) bool {
+	node := p.h.Node()
 	frame, bridge, outPort := pin.Data, plan.Pod, pin.InPort()
 	if src, dst, ok := frameAddrs(frame); ok {
 		if mq, ok := node.Masquerade.For(src); ok && mq.Host == src {
 			hostSrc, ok := hostSource(node, dst)
 			if !ok {
 				p.metrics.rejectErrors.Inc()
-				return
+				return false
 			}
 			f, err := withSource(frame, node.HostMAC, hostSrc)
 			if err != nil {
 				p.metrics.rejectErrors.Inc()
 				p.log.WithError(err).Debug("cannot answer reject packet-in")
-				return
+				return false
 			}
 			frame, bridge, outPort = f, plan.Gateway, openflow.PortLocal
 		}
@@ -631,7 +644,7 @@ func (p *Proxy) HandlePacketIn(pi feature.PacketIn) {
 			p.metrics.rejectErrors.Inc()
 			p.log.WithError(err).Debug("cannot answer reject packet-in")
 		}
-		return
+		return false
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
@@ -639,12 +652,10 @@ func (p *Proxy) HandlePacketIn(pi feature.PacketIn) {
 	if err := p.h.Send(ctx, bridge, out); err != nil {
 		p.metrics.rejectErrors.Inc()
 		p.log.WithError(err).Debug("cannot send reject")
-		return
+		return false
 	}
 	p.metrics.rejects.Inc()
-	if n, ok := p.portOf(id); ok {
-		p.log.WithFields(logrus.Fields{"service": n.String(), "in_port": pin.InPort()}).Trace("rejected a connection to a service without endpoints")
-	}
+	return true
 }
 
 // hostSource returns the address the host sends from to the service

@@ -1,0 +1,482 @@
+// Package unidle is the node agent's unidling feature. For every idled
+// service port (its Service carries an idled-at annotation and it has no
+// ready endpoint; the services feature says which, through its
+// IdleHandler) it installs br0 flows that send the new connections of
+// every VIP of the port to the agent, through a meter (flows/unidle). The
+// agent then:
+//
+//   - emits one Normal event NeedPods on the Service per wait cycle per port
+//     ("The service-port NS/NAME:PORT needs pods."), which `nodeflow
+//     unidler` (or openshift-controller-manager) answers by scaling the
+//     port's workloads back up;
+//   - holds the packets themselves, in bounded buffers (per port and in
+//     total, by count and by bytes, for at most the hold time), keeping one
+//     copy of a retransmitted TCP segment;
+//   - once the port has endpoints and br0 holds its load-balancing flows
+//     (the services feature calls Unidled after a barrier), takes its own
+//     flows away, waits for the bridge, and re-injects every held packet
+//     with a packet-out from its original in_port to table 0, so that it
+//     goes through the whole pipeline as if it had never been held;
+//   - answers a packet held past the hold time as a service without
+//     endpoints (TCP RST, ICMP unreachable). A port that stops being idled
+//     without endpoints (its Service deleted or un-annotated) re-injects
+//     its packets too, and the pipeline rejects or drops them as it would
+//     any packet to that address.
+package unidle
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/sirupsen/logrus"
+	corev1 "k8s.io/api/core/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
+
+	"nodeflow/feature"
+	"nodeflow/flows/plan"
+	"nodeflow/flows/reconcile"
+	flows "nodeflow/flows/unidle"
+	"nodeflow/openflow"
+	"nodeflow/proxy"
+)
+
+// Defaults of Options.
+const (
+	DefaultHoldTime      = 60 * time.Second
+	DefaultPortPackets   = 256
+	DefaultPortBytes     = 1 << 20
+	DefaultTotalPackets  = 8192
+	DefaultTotalBytes    = 16 << 20
+	DefaultQueue         = 1024
+	defaultExpiryCheck   = 200 * time.Millisecond
+	releaseFlushDeadline = 10 * time.Second
+)
+
+// EventReason is the reason of the event that asks for pods.
+const EventReason = "NeedPods"
+
+// Options configure the feature.
+type Options struct {
+	// HoldTime bounds how long a packet is held (DefaultHoldTime).
+	HoldTime time.Duration
+	// PortPackets and PortBytes bound one port's held packets;
+	// TotalPackets and TotalBytes all of them. Zero takes the defaults.
+	PortPackets, PortBytes, TotalPackets, TotalBytes int
+	// Reject answers a packet held past the hold time as a service
+	// without endpoints; nil drops it.
+	Reject func(*openflow.PacketIn) bool
+	// Now defaults to time.Now.
+	Now func() time.Time
+}
+
+func (o *Options) defaults() {
+	if o.HoldTime <= 0 {
+		o.HoldTime = DefaultHoldTime
+	}
+	if o.PortPackets <= 0 {
+		o.PortPackets = DefaultPortPackets
+	}
+	if o.PortBytes <= 0 {
+		o.PortBytes = DefaultPortBytes
+	}
+	if o.TotalPackets <= 0 {
+		o.TotalPackets = DefaultTotalPackets
+	}
+	if o.TotalBytes <= 0 {
+		o.TotalBytes = DefaultTotalBytes
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+}
+
+// Unidler is the feature. It implements feature.Feature,
+// feature.PacketInHandler and the services feature's IdleHandler.
+type Unidler struct {
+	opts    Options
+	h       feature.Host
+	log     logrus.FieldLogger
+	svcs    corelisters.ServiceLister
+	m       *metrics
+	release chan releaseReq
+
+	mu      sync.Mutex
+	byID    map[uint32]*port
+	byName  map[proxy.ServicePortName]*port
+	packets int
+	bytes   int
+}
+
+// port is one idled service port and what is held for it.
+type port struct {
+	name    proxy.ServicePortName
+	ids     []uint32
+	held    []held
+	bytes   int
+	seen    map[segmentKey]bool
+	waiting bool // NeedPods sent for this wait cycle
+	first   time.Time
+}
+
+// held is one held packet.
+type held struct {
+	pin *openflow.PacketIn
+	at  time.Time
+}
+
+// segmentKey identifies a TCP segment, so that a retransmit of a held one
+// takes no room.
+type segmentKey struct {
+	inPort           uint32
+	src, dst         netip.Addr
+	sport, dport     uint16
+	seq              uint32
+	synOnly, payload bool
+}
+
+type releaseReq struct {
+	name proxy.ServicePortName
+	held []held
+}
+
+// New returns the feature.
+func New(opts Options) *Unidler {
+	opts.defaults()
+	return &Unidler{opts: opts, byID: map[uint32]*port{}, byName: map[proxy.ServicePortName]*port{}, release: make(chan releaseReq, 1024)}
+}
+
+// Name implements feature.Feature.
+func (u *Unidler) Name() string { return "unidle" }
+
+// Owns implements feature.Feature.
+func (u *Unidler) Owns() []plan.Feature { return []plan.Feature{plan.FeatureUnidle} }
+
+// Init implements feature.Feature.
+func (u *Unidler) Init(h feature.Host) error {
+	u.h = h
+	u.log = h.Log()
+	u.svcs = h.Informers().Core().V1().Services().Lister()
+	u.m = newMetrics()
+	if err := u.m.register(h.Registry()); err != nil {
+		return fmt.Errorf("unidle: metrics: %w", err)
+	}
+	return nil
+}
+
+// Sync implements feature.Feature: the unidle meter.
+func (u *Unidler) Sync(context.Context) error {
+	if err := u.h.Owners(plan.Pod).Set(flows.MeterOwner, reconcile.State{Meters: []openflow.MeterEntry{flows.Meter()}}); err != nil {
+		return fmt.Errorf("unidle: meter: %w", err)
+	}
+	return nil
+}
+
+// Run implements feature.Feature: it expires held packets and releases
+// the ports that got endpoints.
+func (u *Unidler) Run(ctx context.Context) {
+	t := time.NewTicker(defaultExpiryCheck)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case r := <-u.release:
+			u.doRelease(ctx, r)
+		case <-t.C:
+			u.expire()
+		}
+	}
+}
+
+// PacketIns implements feature.PacketInHandler.
+func (u *Unidler) PacketIns() []feature.PacketInCategory {
+	return []feature.PacketInCategory{{Category: plan.PacketInUnidle, Queue: DefaultQueue}}
+}
+
+// Idled implements the services feature's IdleHandler: port name is
+// idled; its flows catch its new connections from now on.
+func (u *Unidler) Idled(name proxy.ServicePortName, sp *proxy.ServicePort, groupIDs map[string]uint32) {
+	st, err := flows.Build(sp, u.h.Node().Addrs(), groupIDs)
+	if err == nil {
+		err = u.h.Owners(plan.Pod).Set(flows.Owner(name), st)
+	}
+	if err != nil {
+		// The services feature's drop stays: the port is held back, not
+		// leaked; its clients wait for the unidler's own timeouts.
+		u.log.WithError(err).WithField("service", name.String()).Error("cannot catch an idled port's connections")
+		return
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	p := u.byName[name]
+	if p == nil {
+		p = &port{name: name, seen: map[segmentKey]bool{}}
+		u.byName[name] = p
+	}
+	for _, id := range p.ids {
+		delete(u.byID, id)
+	}
+	p.ids = p.ids[:0]
+	for _, id := range groupIDs {
+		p.ids = append(p.ids, id)
+		u.byID[id] = p
+	}
+	u.m.idled.Set(float64(len(u.byName)))
+}
+
+// Unidled implements the services feature's IdleHandler: port name has
+// its flows again (or is gone). Its held packets are re-injected once its
+// own flows are off br0.
+func (u *Unidler) Unidled(name proxy.ServicePortName) {
+	u.mu.Lock()
+	p := u.byName[name]
+	var h []held
+	if p != nil {
+		delete(u.byName, name)
+		for _, id := range p.ids {
+			delete(u.byID, id)
+		}
+		h = p.held
+		u.packets -= len(p.held)
+		u.bytes -= p.bytes
+		if p.waiting {
+			u.m.unidle.Observe(u.opts.Now().Sub(p.first).Seconds())
+		}
+	}
+	u.m.idled.Set(float64(len(u.byName)))
+	u.m.setHeld(u.packets, u.bytes)
+	u.mu.Unlock()
+	if err := u.h.Owners(plan.Pod).Set(flows.Owner(name), reconcile.State{}); err != nil {
+		u.log.WithError(err).WithField("service", name.String()).Error("cannot remove an unidled port's flows")
+	}
+	select {
+	case u.release <- releaseReq{name: name, held: h}:
+	default:
+		u.m.dropped.WithLabelValues("release-queue").Add(float64(len(h)))
+	}
+}
+
+// doRelease waits until br0 no longer holds the port's catch flows, then
+// re-injects its held packets to table 0 from their original ports.
+func (u *Unidler) doRelease(ctx context.Context, r releaseReq) {
+	if len(r.held) == 0 {
+		return
+	}
+	fctx, cancel := context.WithTimeout(ctx, releaseFlushDeadline)
+	defer cancel()
+	if err := u.h.Flush(fctx); err != nil {
+		u.log.WithError(err).WithField("service", r.name.String()).Warn("bridges not in step; re-injecting anyway")
+	}
+	now := u.opts.Now()
+	msgs := make([]openflow.Message, 0, len(r.held))
+	for _, h := range r.held {
+		msgs = append(msgs, &openflow.PacketOut{InPort: h.pin.InPort(), Actions: []openflow.Action{openflow.OutputPort(openflow.PortTable)}, Data: h.pin.Data})
+		u.m.holdTime.Observe(now.Sub(h.at).Seconds())
+	}
+	if err := u.h.Send(fctx, plan.Pod, msgs...); err != nil {
+		u.m.dropped.WithLabelValues("reinject-error").Add(float64(len(msgs)))
+		u.log.WithError(err).WithField("service", r.name.String()).Error("cannot re-inject held packets")
+		return
+	}
+	u.m.released.Add(float64(len(msgs)))
+	u.log.WithFields(logrus.Fields{"service": r.name.String(), "packets": len(msgs)}).Info("re-injected the held packets")
+}
+
+// HandlePacketIn implements feature.PacketInHandler: it holds the packet
+// and asks for pods once per wait cycle.
+func (u *Unidler) HandlePacketIn(pi feature.PacketIn) {
+	u.m.packetIns.Inc()
+	pin := pi.Msg
+	if pi.Bridge != plan.Pod {
+		u.m.dropped.WithLabelValues("bridge").Inc()
+		return
+	}
+	id, err := flows.ParseUserdata(pin.Userdata)
+	if err != nil {
+		u.m.dropped.WithLabelValues("malformed").Inc()
+		return
+	}
+	now := u.opts.Now()
+	u.mu.Lock()
+	p := u.byID[id]
+	if p == nil {
+		u.mu.Unlock()
+		// A flow of a port no longer idled, before its removal reached
+		// br0: the port's own flows take the connection's retransmit.
+		u.m.dropped.WithLabelValues("not-idled").Inc()
+		return
+	}
+	k, isTCP := tcpSegment(pin)
+	if isTCP && p.seen[k] {
+		u.mu.Unlock()
+		u.m.dropped.WithLabelValues("retransmit").Inc()
+		return
+	}
+	size := len(pin.Data)
+	switch {
+	case len(p.held) >= u.opts.PortPackets || p.bytes+size > u.opts.PortBytes:
+		u.mu.Unlock()
+		u.m.dropped.WithLabelValues("port-full").Inc()
+		return
+	case u.packets >= u.opts.TotalPackets || u.bytes+size > u.opts.TotalBytes:
+		u.mu.Unlock()
+		u.m.dropped.WithLabelValues("total-full").Inc()
+		return
+	}
+	if isTCP {
+		p.seen[k] = true
+	}
+	p.held = append(p.held, held{pin: pin, at: now})
+	p.bytes += size
+	u.packets++
+	u.bytes += size
+	ask := !p.waiting
+	if ask {
+		p.waiting, p.first = true, now
+	}
+	name := p.name
+	u.m.setHeld(u.packets, u.bytes)
+	u.mu.Unlock()
+	if ask {
+		u.needPods(name)
+	}
+}
+
+// needPods emits the NeedPods event of a port on its Service.
+func (u *Unidler) needPods(name proxy.ServicePortName) {
+	svc, err := u.svcs.Services(name.Namespace).Get(name.Name)
+	if err != nil {
+		u.log.WithError(err).WithField("service", name.String()).Warn("cannot ask for pods: no Service")
+		return
+	}
+	ref := &corev1.Service{}
+	ref.Namespace, ref.Name, ref.UID, ref.ResourceVersion = svc.Namespace, svc.Name, svc.UID, svc.ResourceVersion
+	ref.Kind, ref.APIVersion = "Service", "v1"
+	u.h.Recorder().Eventf(ref, corev1.EventTypeNormal, EventReason, "The service-port %s/%s:%s needs pods.", name.Namespace, name.Name, name.Port)
+	u.m.needPods.Inc()
+	u.log.WithField("service", name.String()).Info("asked for pods")
+}
+
+// expire answers the packets held past the hold time, and starts a new
+// wait cycle for a port whose packets all expired.
+func (u *Unidler) expire() {
+	now := u.opts.Now()
+	var out []*openflow.PacketIn
+	u.mu.Lock()
+	for _, p := range u.byName {
+		n := 0
+		for n < len(p.held) && now.Sub(p.held[n].at) >= u.opts.HoldTime {
+			out = append(out, p.held[n].pin)
+			p.bytes -= len(p.held[n].pin.Data)
+			n++
+		}
+		if n == 0 {
+			continue
+		}
+		p.held = append(p.held[:0], p.held[n:]...)
+		u.packets -= n
+		if len(p.held) == 0 {
+			p.waiting = false
+			clear(p.seen)
+		}
+	}
+	u.bytes = 0
+	for _, p := range u.byName {
+		u.bytes += p.bytes
+	}
+	u.m.setHeld(u.packets, u.bytes)
+	u.mu.Unlock()
+	for _, pin := range out {
+		u.m.expired.Inc()
+		if u.opts.Reject != nil {
+			u.opts.Reject(pin)
+		}
+	}
+}
+
+// tcpSegment returns the key of a TCP segment's frame.
+func tcpSegment(pin *openflow.PacketIn) (segmentKey, bool) {
+	f := pin.Data
+	if len(f) < 14 {
+		return segmentKey{}, false
+	}
+	k := segmentKey{inPort: pin.InPort()}
+	var l4 []byte
+	switch binary.BigEndian.Uint16(f[12:14]) {
+	case 0x0800:
+		ip := f[14:]
+		if len(ip) < 20 || ip[9] != 6 {
+			return k, false
+		}
+		ihl := int(ip[0]&0x0f) * 4
+		if len(ip) < ihl+20 {
+			return k, false
+		}
+		k.src, k.dst = netip.AddrFrom4([4]byte(ip[12:16])), netip.AddrFrom4([4]byte(ip[16:20]))
+		l4 = ip[ihl:]
+	case 0x86dd:
+		ip := f[14:]
+		if len(ip) < 60 || ip[6] != 6 {
+			return k, false
+		}
+		k.src, k.dst = netip.AddrFrom16([16]byte(ip[8:24])), netip.AddrFrom16([16]byte(ip[24:40]))
+		l4 = ip[40:]
+	default:
+		return k, false
+	}
+	k.sport, k.dport = binary.BigEndian.Uint16(l4[0:2]), binary.BigEndian.Uint16(l4[2:4])
+	k.seq = binary.BigEndian.Uint32(l4[4:8])
+	off := int(l4[12]>>4) * 4
+	k.synOnly = l4[13]&0x02 != 0
+	k.payload = off < len(l4)
+	return k, true
+}
+
+// metrics are the feature's Prometheus metrics.
+type metrics struct {
+	packetIns, needPods, released, expired prometheus.Counter
+	dropped                                *prometheus.CounterVec
+	heldPackets, heldBytes, idled          prometheus.Gauge
+	holdTime, unidle                       prometheus.Histogram
+}
+
+func newMetrics() *metrics {
+	buckets := []float64{.01, .05, .1, .25, .5, 1, 2, 5, 10, 30, 60, 120}
+	return &metrics{
+		packetIns: prometheus.NewCounter(prometheus.CounterOpts{Name: "nodeflow_unidle_packet_ins_total", Help: "Packet-ins of new connections to idled service ports."}),
+		needPods:  prometheus.NewCounter(prometheus.CounterOpts{Name: "nodeflow_unidle_needpods_events_total", Help: "NeedPods events emitted (one per wait cycle per port)."}),
+		released:  prometheus.NewCounter(prometheus.CounterOpts{Name: "nodeflow_unidle_released_packets_total", Help: "Held packets re-injected into br0's pipeline."}),
+		expired:   prometheus.NewCounter(prometheus.CounterOpts{Name: "nodeflow_unidle_expired_packets_total", Help: "Held packets answered as a service without endpoints after the hold time."}),
+		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "nodeflow_unidle_dropped_packets_total",
+			Help: "Packet-ins of idled ports not held, by cause (retransmit, port-full, total-full, not-idled, malformed, bridge, reinject-error, release-queue)."}, []string{"cause"}),
+		heldPackets: prometheus.NewGauge(prometheus.GaugeOpts{Name: "nodeflow_unidle_held_packets", Help: "Packets held for idled service ports."}),
+		heldBytes:   prometheus.NewGauge(prometheus.GaugeOpts{Name: "nodeflow_unidle_held_bytes", Help: "Bytes held for idled service ports."}),
+		idled:       prometheus.NewGauge(prometheus.GaugeOpts{Name: "nodeflow_unidle_idled_ports", Help: "Idled service ports whose connections are caught."}),
+		holdTime: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "nodeflow_unidle_hold_seconds",
+			Help: "How long a re-injected packet was held.", Buckets: buckets}),
+		unidle: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "nodeflow_unidle_duration_seconds",
+			Help: "From a port's first held packet to its release.", Buckets: buckets}),
+	}
+}
+
+func (m *metrics) register(r prometheus.Registerer) error {
+	for _, c := range []prometheus.Collector{m.packetIns, m.needPods, m.released, m.expired, m.dropped, m.heldPackets, m.heldBytes, m.idled, m.holdTime, m.unidle} {
+		if err := r.Register(c); err != nil {
+			return err
+		}
+	}
+	for _, c := range []string{"retransmit", "port-full", "total-full", "not-idled", "malformed", "bridge", "reinject-error", "release-queue"} {
+		m.dropped.WithLabelValues(c)
+	}
+	return nil
+}
+
+func (m *metrics) setHeld(packets, bytes int) {
+	m.heldPackets.Set(float64(packets))
+	m.heldBytes.Set(float64(bytes))
+}

@@ -1,0 +1,159 @@
+package unidle
+
+import (
+	"context"
+	"encoding/binary"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
+
+	"nodeflow/feature"
+	"nodeflow/feature/featuretest"
+	"nodeflow/flows/plan"
+	"nodeflow/flows/service"
+	flows "nodeflow/flows/unidle"
+	"nodeflow/openflow"
+	"nodeflow/proxy"
+)
+
+// syn returns an ethernet frame of a TCP SYN from a pod to dst:80.
+func syn(sport uint16, seq uint32) []byte {
+	f := make([]byte, 14+20+20)
+	binary.BigEndian.PutUint16(f[12:14], 0x0800)
+	ip := f[14:]
+	ip[0], ip[9] = 0x45, 6
+	binary.BigEndian.PutUint16(ip[2:4], 40)
+	copy(ip[12:16], []byte{10, 244, 0, 5})
+	copy(ip[16:20], []byte{10, 96, 0, 50})
+	tcp := ip[20:]
+	binary.BigEndian.PutUint16(tcp[0:2], sport)
+	binary.BigEndian.PutUint16(tcp[2:4], 80)
+	binary.BigEndian.PutUint32(tcp[4:8], seq)
+	tcp[12], tcp[13] = 5<<4, 0x02
+	return f
+}
+
+func packetIn(id uint32, inPort uint32, frame []byte) feature.PacketIn {
+	return feature.PacketIn{Bridge: plan.Pod, Category: plan.PacketInUnidle, Msg: &openflow.PacketIn{
+		Reason: openflow.PacketInAction, Table: uint8(plan.PodServiceLB), Data: frame, Userdata: flows.Userdata(id),
+		Match: openflow.NewMatch(openflow.InPort(inPort))}}
+}
+
+// TestHoldAndRelease follows one idled port through a wait cycle: its
+// flows are set, the first packet asks for pods once, a retransmit takes
+// no room, the bounds hold, and unidling re-injects every held packet to
+// table 0 from its port and removes the flows.
+func TestHoldAndRelease(t *testing.T) {
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web", UID: types.UID("u1")}}
+	h := featuretest.New(featuretest.DefaultNode(), svc)
+	now := time.Unix(1000, 0)
+	var rejected []*openflow.PacketIn
+	u := New(Options{PortPackets: 3, HoldTime: 10 * time.Second, Now: func() time.Time { return now },
+		Reject: func(p *openflow.PacketIn) bool { rejected = append(rejected, p); return true }})
+	if err := u.Init(h); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	h.Start(ctx)
+	if err := u.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	name := proxy.ServicePortName{NamespacedName: types.NamespacedName{Namespace: "ns", Name: "web"}, Port: "http", Protocol: corev1.ProtocolTCP}
+	port := &proxy.ServicePort{Name: name, Protocol: corev1.ProtocolTCP, Port: 80, ClusterIPs: []netip.Addr{netip.MustParseAddr("10.96.0.50")}}
+	ids := map[string]uint32{service.GroupKey(name, proxy.IPv4, false): 7}
+	u.Idled(name, port, ids)
+	st, ok := h.Stores[plan.Pod].Get(flows.Owner(name))
+	if !ok || len(st.Flows) != 1 || !strings.Contains(st.Flows[0].String(), "priority=195,ct_state=+new+trk,tcp,nw_dst=10.96.0.50,tp_dst=80") {
+		t.Fatalf("idled port's flows: %v", st.Flows)
+	}
+
+	u.HandlePacketIn(packetIn(7, 4, syn(40000, 1)))
+	u.HandlePacketIn(packetIn(7, 4, syn(40000, 1))) // the SYN retransmitted
+	u.HandlePacketIn(packetIn(7, 5, syn(40001, 9)))
+	u.HandlePacketIn(packetIn(99, 5, syn(40002, 9))) // not an idled port
+	if u.packets != 2 {
+		t.Fatalf("held %d packets, want 2 (one retransmit, one unknown port)", u.packets)
+	}
+	events := drain(h.Events)
+	if len(events) != 1 || !strings.Contains(events[0], "NeedPods The service-port ns/web:http needs pods.") {
+		t.Fatalf("events %q, want one NeedPods", events)
+	}
+	u.HandlePacketIn(packetIn(7, 4, syn(40003, 1)))
+	u.HandlePacketIn(packetIn(7, 4, syn(40004, 1))) // over PortPackets
+	if u.packets != 3 {
+		t.Fatalf("held %d packets, want the port's bound 3", u.packets)
+	}
+
+	u.Unidled(name)
+	if _, ok := h.Stores[plan.Pod].Get(flows.Owner(name)); ok {
+		t.Error("the unidled port's flows are still wanted")
+	}
+	u.doRelease(ctx, <-u.release)
+	sent := h.Sent()
+	if len(sent) != 3 {
+		t.Fatalf("re-injected %d packets, want 3", len(sent))
+	}
+	for _, s := range sent {
+		po, ok := s.Msg.(*openflow.PacketOut)
+		if !ok || s.Bridge != plan.Pod || (po.InPort != 4 && po.InPort != 5) || !strings.Contains(openflow.ActionsString(po.Actions), "TABLE") {
+			t.Errorf("re-injection %+v: want a packet-out from the pod's port to table 0", s)
+		}
+	}
+	if len(rejected) != 0 {
+		t.Errorf("%d packets rejected", len(rejected))
+	}
+}
+
+// TestExpiry: a packet held past the hold time is rejected, and the next
+// packet starts a new wait cycle with a new NeedPods.
+func TestExpiry(t *testing.T) {
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web"}}
+	h := featuretest.New(featuretest.DefaultNode(), svc)
+	now := time.Unix(1000, 0)
+	var rejected int
+	u := New(Options{HoldTime: 10 * time.Second, Now: func() time.Time { return now },
+		Reject: func(*openflow.PacketIn) bool { rejected++; return true }})
+	if err := u.Init(h); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	h.Start(ctx)
+	name := proxy.ServicePortName{NamespacedName: types.NamespacedName{Namespace: "ns", Name: "web"}, Port: "http", Protocol: corev1.ProtocolTCP}
+	port := &proxy.ServicePort{Name: name, Protocol: corev1.ProtocolTCP, Port: 80, ClusterIPs: []netip.Addr{netip.MustParseAddr("10.96.0.50")}}
+	u.Idled(name, port, map[string]uint32{service.GroupKey(name, proxy.IPv4, false): 7})
+	u.HandlePacketIn(packetIn(7, 4, syn(40000, 1)))
+	now = now.Add(9 * time.Second)
+	u.expire()
+	if rejected != 0 {
+		t.Fatalf("rejected before the hold time")
+	}
+	now = now.Add(time.Second)
+	u.expire()
+	if rejected != 1 || u.packets != 0 {
+		t.Fatalf("after the hold time: %d rejected, %d held; want 1, 0", rejected, u.packets)
+	}
+	u.HandlePacketIn(packetIn(7, 4, syn(40000, 1))) // the client tries again
+	if n := len(drain(h.Events)); n != 2 {
+		t.Fatalf("%d NeedPods events, want 2 (one per wait cycle)", n)
+	}
+}
+
+func drain(r *record.FakeRecorder) []string {
+	var out []string
+	for {
+		select {
+		case e := <-r.Events:
+			out = append(out, e)
+		default:
+			return out
+		}
+	}
+}

@@ -1,0 +1,134 @@
+// Package unidle builds br0's flows that catch the first packets of an
+// idled service port: for every VIP of the port (ClusterIP, node IP and
+// NodePort, ExternalIPs, LoadBalancer ingress IPs; each family), new
+// connections load the port's ServiceID and go to the controller through
+// the unidle meter, as a packet-in of category plan.PacketInUnidle whose
+// userdata carries the ServiceID:
+//
+//	table=30, priority=195,ct_state=+new+trk,tcp,nw_dst=VIP,tp_dst=PORT
+//	    actions=set_field:ID->reg5,controller(userdata=01.<ID, 4 bytes>,meter_id=1)
+//
+// The builders are pure; feature/unidle holds and re-injects the packets.
+package unidle
+
+import (
+	"encoding/binary"
+	"fmt"
+	"net/netip"
+	"slices"
+
+	v1 "k8s.io/api/core/v1"
+
+	"nodeflow/flows/plan"
+	"nodeflow/flows/reconcile"
+	"nodeflow/flows/service"
+	"nodeflow/openflow"
+	"nodeflow/proxy"
+)
+
+// Owner returns the reconciler owner of an idled port's flows.
+func Owner(n proxy.ServicePortName) string { return "unidle/" + n.String() }
+
+// MeterOwner is the reconciler owner of the unidle meter.
+const MeterOwner = "unidle/_meters"
+
+// MeterRate is the unidle meter's rate in packets per second (burst twice
+// that): the first packets of new connections to every idled port of the
+// node share it, so a flood is shed in the datapath.
+const MeterRate = 200
+
+// Meter returns the meter in front of every unidle packet-in.
+func Meter() openflow.MeterEntry {
+	return openflow.MeterEntry{
+		ID: plan.MeterUnidle, Flags: openflow.MeterFlagPktps | openflow.MeterFlagBurst,
+		Bands: []openflow.MeterBand{{Type: openflow.MeterBandDrop, Rate: MeterRate, BurstSize: 2 * MeterRate}},
+	}
+}
+
+// Userdata returns the controller userdata of port id's packet-ins.
+func Userdata(id uint32) []byte {
+	ud := []byte{byte(plan.PacketInUnidle), 0, 0, 0, 0}
+	binary.BigEndian.PutUint32(ud[1:], id)
+	return ud
+}
+
+// ParseUserdata returns the ServiceID of an unidle packet-in's userdata.
+func ParseUserdata(ud []byte) (uint32, error) {
+	if len(ud) != 5 || ud[0] != byte(plan.PacketInUnidle) {
+		return 0, fmt.Errorf("unidle: userdata %x: want category %d and a 4-byte ServiceID", ud, plan.PacketInUnidle)
+	}
+	return binary.BigEndian.Uint32(ud[1:]), nil
+}
+
+// Build returns the flows of an idled service port. nodeIPs are the node's
+// addresses (for its NodePort); ids are the group ids (ServiceIDs) the
+// services feature gave the port, by service.GroupKey.
+func Build(port *proxy.ServicePort, nodeIPs []netip.Addr, ids map[string]uint32) (reconcile.State, error) {
+	if port == nil {
+		return reconcile.State{}, fmt.Errorf("unidle: build: no service port")
+	}
+	var proto uint8
+	var dst func(uint16) openflow.Field
+	switch port.Protocol {
+	case v1.ProtocolTCP:
+		proto, dst = 6, openflow.TCPDst
+	case v1.ProtocolUDP:
+		proto, dst = 17, openflow.UDPDst
+	case v1.ProtocolSCTP:
+		proto, dst = 132, openflow.SCTPDst
+	default:
+		return reconcile.State{}, fmt.Errorf("unidle: %s: protocol %q: not TCP, UDP or SCTP", port.Name, port.Protocol)
+	}
+	var st reconcile.State
+	for _, f := range port.Families() {
+		internal, ok := ids[service.GroupKey(port.Name, f, false)]
+		if !ok {
+			return reconcile.State{}, fmt.Errorf("unidle: %s: %s: no ServiceID", port.Name, f)
+		}
+		external := internal
+		if id, ok := ids[service.GroupKey(port.Name, f, true)]; ok {
+			external = id
+		}
+		type vip struct {
+			addr netip.Addr
+			port uint16
+			id   uint32
+		}
+		var vips []vip
+		if cip, ok := port.ClusterIP(f); ok {
+			vips = append(vips, vip{cip, port.Port, internal})
+		}
+		if port.NodePort != 0 {
+			for _, a := range nodeIPs {
+				if proxy.FamilyOf(a) == f {
+					vips = append(vips, vip{a, port.NodePort, external})
+				}
+			}
+		}
+		for _, a := range slices.Concat(port.ExternalIPs, port.LoadBalancerIPs) {
+			if proxy.FamilyOf(a) == f {
+				vips = append(vips, vip{a, port.Port, external})
+			}
+		}
+		for _, v := range vips {
+			eth, ip := uint16(0x0800), openflow.IPv4Dst(v.addr)
+			if v.addr.Is6() {
+				eth, ip = 0x86dd, openflow.IPv6Dst(v.addr)
+			}
+			load, err := plan.ServiceID.LoadValue(uint64(v.id))
+			if err != nil {
+				return reconcile.State{}, fmt.Errorf("unidle: %s: ServiceID %d: %w", port.Name, v.id, err)
+			}
+			st.Flows = append(st.Flows, openflow.Flow{
+				Table: uint8(plan.PodServiceLB), Priority: uint16(plan.PriorityUnidle),
+				Match: openflow.NewMatch(openflow.CtState(openflow.CtNew|openflow.CtTrk, openflow.CtNew|openflow.CtTrk),
+					openflow.EthType(eth), openflow.IPProto(proto), ip, dst(v.port)),
+				Instructions: []openflow.Instruction{openflow.ApplyActions{Actions: []openflow.Action{load, openflow.Controller2{
+					MaxLen: openflow.ControllerMaxLenNoBuffer, ControllerID: plan.ControllerID,
+					Reason: openflow.PacketInAction, Userdata: Userdata(v.id), MeterID: plan.MeterUnidle,
+				}}}},
+			})
+		}
+	}
+	return st, nil
+}

@@ -1,0 +1,193 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"nodeflow/proxy"
+)
+
+// TestUnidle idles a Deployment-backed Service (annotation, zero
+// replicas, as `nodeflow idle` does) and connects to its ClusterIP from a
+// pod: the agent catches the SYN in br0, emits one NeedPods event on the
+// Service, holds the SYN, and re-injects it once the pods are back, so the
+// client's first connect succeeds. The test plays the unidler: it scales
+// the Deployment back up when it sees the event.
+func TestUnidle(t *testing.T) {
+	e := up(t)
+	requireAgent(t, e)
+	ns := createNamespace(t, e, "e2e-unidle")
+	clients := deployPods(t, e, ns, "client", 2)
+	deployPods(t, e, ns, "sleepy", 1)
+	svc := createService(t, e, ns, &v1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "sleepy"},
+		Spec: v1.ServiceSpec{Selector: map[string]string{"app": "sleepy"}, IPFamilyPolicy: ptrPolicy(v1.IPFamilyPolicyRequireDualStack),
+			Ports: []v1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080), Protocol: v1.ProtocolTCP}}},
+	})
+	ctx := context.Background()
+	cip := netip.MustParseAddr(svc.Spec.ClusterIPs[0])
+	client := clients[0]
+	eventually(t, 30*time.Second, "service answers before idling", func(ctx context.Context) error {
+		_, _, err := httpGet(ctx, client.netns, cip, 80)
+		return err
+	})
+
+	// Idle it: the annotation first, then zero replicas.
+	svc.Annotations = map[string]string{proxy.IdledAtAnnotation: time.Now().UTC().Format(time.RFC3339),
+		"idling.alpha.openshift.io/unidle-targets": `[{"kind":"Deployment","name":"sleepy","group":"apps","replicas":1}]`}
+	if _, err := e.client.CoreV1().Services(ns).Update(ctx, svc, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	scale(t, e, ns, "sleepy", 0)
+	m, _ := e.state.Member(client.node)
+	eventually(t, 60*time.Second, "the idled port caught on "+client.node, func(context.Context) error {
+		lines, err := tryDumpFlows(m, "br0")
+		if err != nil {
+			return err
+		}
+		for _, l := range lines {
+			if strings.Contains(l, "priority=195") && strings.Contains(l, "nw_dst="+cip.String()+",") && strings.Contains(l, "controller(") {
+				return nil
+			}
+		}
+		return fmt.Errorf("no priority-195 unidle flow for %s yet", cip)
+	})
+
+	// The unidler: scale back up at the first NeedPods.
+	var wg sync.WaitGroup
+	wg.Add(1)
+	asked := make(chan time.Time, 1)
+	uctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	go func() {
+		defer wg.Done()
+		for uctx.Err() == nil {
+			evs, err := e.client.CoreV1().Events(ns).List(uctx, metav1.ListOptions{FieldSelector: "reason=NeedPods,involvedObject.name=sleepy"})
+			if err == nil && len(evs.Items) > 0 {
+				asked <- time.Now()
+				_ = scaleErr(e, ns, "sleepy", 1)
+				return
+			}
+			select {
+			case <-uctx.Done():
+			case <-time.After(20 * time.Millisecond): // the unidler's polling interval
+			}
+		}
+	}()
+
+	before := retransSegs(t, client.netns)
+	start := time.Now()
+	cctx, ccancel := context.WithTimeout(ctx, 40*time.Second)
+	pod, _, err := httpGet(cctx, client.netns, cip, 80)
+	ccancel()
+	took := time.Since(start)
+	wg.Wait()
+	if err != nil {
+		t.Fatalf("first connection to the idled service: %v (after %s)", err, took)
+	}
+	if !strings.HasPrefix(pod, "sleepy-") {
+		t.Errorf("answered by %q, want a sleepy pod", pod)
+	}
+	retrans := retransSegs(t, client.netns) - before
+	t.Logf("idled service answered the first connection after %s; the client retransmitted %d segments", took.Round(time.Millisecond), retrans)
+	// The held SYN itself got through: within the client's first
+	// retransmission timer (1 s) nothing was retransmitted.
+	if took < 900*time.Millisecond && retrans != 0 {
+		t.Errorf("answered after %s, yet the client retransmitted %d segments: the held SYN was not the one answered", took, retrans)
+	}
+	select {
+	case at := <-asked:
+		t.Logf("NeedPods seen %s after the connect", at.Sub(start).Round(time.Millisecond))
+	default:
+		t.Error("no NeedPods event")
+	}
+	evs, err := e.client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "reason=NeedPods,involvedObject.name=sleepy"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	count := 0
+	for _, ev := range evs.Items {
+		count += int(max(ev.Count, 1))
+		if want := fmt.Sprintf("The service-port %s/sleepy:http needs pods.", ns); ev.Message != want || ev.InvolvedObject.Kind != "Service" {
+			t.Errorf("event %q on %s, want %q on the Service", ev.Message, ev.InvolvedObject.Kind, want)
+		}
+	}
+	if count != 1 {
+		t.Errorf("%d NeedPods events, want exactly 1 for one wait cycle of one port", count)
+	}
+	// Unidled: the catch flows are gone from br0.
+	eventually(t, 10*time.Second, "unidle flows removed", func(context.Context) error {
+		if n := sumFlowPackets(t, m, "br0", "table=30", "priority=195,"); n != 0 {
+			return fmt.Errorf("priority-195 flows still count %d packets", n)
+		}
+		lines, err := tryDumpFlows(m, "br0")
+		if err != nil {
+			return err
+		}
+		for _, l := range lines {
+			if strings.Contains(l, "priority=195") && strings.Contains(l, cip.String()) {
+				return fmt.Errorf("still there: %s", l)
+			}
+		}
+		return nil
+	})
+}
+
+// scale sets a Deployment's replicas.
+func scale(t *testing.T, e *env, ns, name string, n int32) {
+	t.Helper()
+	if err := scaleErr(e, ns, name, n); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func scaleErr(e *env, ns, name string, n int32) error {
+	ctx := context.Background()
+	s, err := e.client.AppsV1().Deployments(ns).GetScale(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	s.Spec.Replicas = n
+	_, err = e.client.AppsV1().Deployments(ns).UpdateScale(ctx, name, s, metav1.UpdateOptions{})
+	return err
+}
+
+// retransSegs reads the TCP retransmission counter of a network
+// namespace (/proc/net/snmp is per namespace).
+func retransSegs(t *testing.T, netns string) int {
+	t.Helper()
+	out, err := exec.Command("ip", "netns", "exec", netns, "cat", "/proc/net/snmp").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var head []string
+	for _, l := range strings.Split(string(out), "\n") {
+		if !strings.HasPrefix(l, "Tcp: ") {
+			continue
+		}
+		f := strings.Fields(l)
+		if head == nil {
+			head = f
+			continue
+		}
+		for i, h := range head {
+			if h == "RetransSegs" && i < len(f) {
+				n, _ := strconv.Atoi(f[i])
+				return n
+			}
+		}
+	}
+	t.Fatalf("no Tcp RetransSegs in %s's /proc/net/snmp", netns)
+	return 0
+}
