@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,11 +21,15 @@ import (
 	"testing"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
 
+	"nodeflow/cni"
 	fw "nodeflow/egressfw"
 	"nodeflow/testbed"
 	"nodeflow/testbed/nsutil"
@@ -93,6 +98,30 @@ func egfwSetup(t *testing.T) *egfwEnv {
 		go serveExtTCP(l) // until the process ends
 		g.ns = createNamespace(t, e, "e2e-egfw")
 		pods := deployPods(t, e, g.ns, "egfw", 2)
+		// A pod started before the agent reserved mp0's address can get
+		// it (the address after the subnet's gateway); such a pod
+		// cannot be reached, whatever the firewall does. Replace it.
+		for try := 0; try < 3 && slices.ContainsFunc(pods, onMgmtIP); try++ {
+			for _, p := range pods {
+				if onMgmtIP(p) {
+					t.Logf("pod %s got mp0's address %v; replacing it", p.name, p.ips)
+					if err := e.client.CoreV1().Pods(g.ns).Delete(context.Background(), p.name, metav1.DeleteOptions{}); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			eventually(t, 60*time.Second, "replaced pods gone", func(ctx context.Context) error {
+				for _, p := range pods {
+					if onMgmtIP(p) {
+						if _, err := e.client.CoreV1().Pods(g.ns).Get(ctx, p.name, metav1.GetOptions{}); err == nil {
+							return fmt.Errorf("%s still there", p.name)
+						}
+					}
+				}
+				return nil
+			})
+			pods = runningPods(t, e, g.ns, "egfw", 2)
+		}
 		if len(pods) != 2 || pods[0].node == pods[1].node {
 			t.Fatalf("pods not on both nodes: %+v", pods)
 		}
@@ -106,6 +135,59 @@ func egfwSetup(t *testing.T) *egfwEnv {
 		t.Fatal("egress firewall set-up failed in an earlier test")
 	}
 	return egfwShared
+}
+
+// runningPods waits until app's n pods in ns run with their ports, and
+// returns them.
+func runningPods(t *testing.T, e *env, ns, app string, n int) []netPod {
+	t.Helper()
+	var pods []netPod
+	eventually(t, 90*time.Second, fmt.Sprintf("%d %s pods running with ports", n, app), func(ctx context.Context) error {
+		list, err := e.client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=" + app})
+		if err != nil {
+			return err
+		}
+		pods = pods[:0]
+		for _, p := range list.Items {
+			if p.Status.Phase != v1.PodRunning || len(p.Status.PodIPs) != 2 || p.DeletionTimestamp != nil {
+				return fmt.Errorf("pod %s: %s, %d addresses", p.Name, p.Status.Phase, len(p.Status.PodIPs))
+			}
+			np := netPod{name: p.Name, node: p.Spec.NodeName}
+			for _, ip := range p.Status.PodIPs {
+				np.ips = append(np.ips, netip.MustParseAddr(ip.IP))
+			}
+			m, ok := e.state.Member(p.Spec.NodeName)
+			if !ok {
+				return fmt.Errorf("no member %s", p.Spec.NodeName)
+			}
+			for _, op := range cniPorts(t, m) {
+				if op.ExternalIDs[cni.ExternalIDPodName] == p.Name && op.ExternalIDs[cni.ExternalIDPodNamespace] == ns {
+					np.netns = strings.TrimPrefix(op.ExternalIDs[cni.ExternalIDNetns], "/run/netns/")
+					np.port = op.Ofport
+				}
+			}
+			if np.netns == "" || np.port <= 0 {
+				return fmt.Errorf("pod %s: no port on %s yet", p.Name, p.Spec.NodeName)
+			}
+			pods = append(pods, np)
+		}
+		if len(pods) != n {
+			return fmt.Errorf("%d of %d pods", len(pods), n)
+		}
+		return nil
+	})
+	return pods
+}
+
+// onMgmtIP reports whether the pod holds the address mp0 takes in its
+// node's subnet (the second of the subnet).
+func onMgmtIP(p netPod) bool {
+	for _, a := range p.ips {
+		if a.Is4() && a.As4()[3] == 2 {
+			return true
+		}
+	}
+	return false
 }
 
 func serveExtTCP(l net.Listener) {
@@ -449,6 +531,7 @@ func seriesValue(text, series string) float64 {
 // lost, and none through a rule it does not change either.
 func TestEgressFirewallRules(t *testing.T) {
 	g := egfwSetup(t)
+	g.diagnoseOnFailure(t)
 	v4, v6 := func(n int) netip.Addr { return ext(false, n) }, func(n int) netip.Addr { return ext(true, n) }
 	g.serveUDP(t, v4(1), v4(2), v4(3), v4(4), v4(9), v6(1), v6(2), v6(9))
 	g.setFirewall(t, g.ns, rules(
@@ -609,5 +692,187 @@ func TestEgressFirewallRules(t *testing.T) {
 		}
 		t.Logf("%d updates: %d connections through the unchanged allow, %d failed; %d attempts at the unchanged deny, %d through",
 			len(updates), ok1.Load(), fail1.Load(), tries2.Load(), leak2.Load())
+	})
+}
+
+// TestEgressFirewallServices: the firewall judges a service's endpoints
+// one by one after the DNAT, with nothing withdrawn from the service as a
+// whole: behind one ClusterIP, the allowed outside endpoint always
+// answers and the denied one never does. Under deny-all, services with
+// pod endpoints still work, NodePort clients outside are answered (the
+// reply direction is never judged), and the host's own traffic (that of
+// host-network pods) is not judged at all.
+func TestEgressFirewallServices(t *testing.T) {
+	g := egfwSetup(t)
+	g.diagnoseOnFailure(t)
+	ctx := context.Background()
+	allowed, denied := ext(false, 1), ext(false, 2)
+	// A selectorless service whose endpoints are outside the cluster.
+	outside := createService(t, g.e, g.ns, &v1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "outside"},
+		Spec:       v1.ServiceSpec{Ports: []v1.ServicePort{{Name: "http", Port: egfwTCP, Protocol: v1.ProtocolTCP}}},
+	})
+	slice := sliceFor("outside", "outside-1", discovery.AddressTypeIPv4,
+		[]discovery.EndpointPort{{Name: ptr.To("http"), Port: ptr.To(int32(egfwTCP)), Protocol: ptr.To(v1.ProtocolTCP)}},
+		readyEndpoint(allowed, ""), readyEndpoint(denied, ""))
+	slice.Endpoints[0].NodeName, slice.Endpoints[1].NodeName = nil, nil
+	if _, err := g.e.client.DiscoveryV1().EndpointSlices(g.ns).Create(ctx, slice, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	vip := netip.MustParseAddr(outside.Spec.ClusterIP)
+	// Without a firewall, both endpoints answer.
+	for _, p := range g.pods {
+		seen := map[string]bool{}
+		eventually(t, 30*time.Second, p.node+": both outside endpoints answer", func(context.Context) error {
+			got, err := extReachPort(p.netns, vip, egfwTCP, 2*time.Second)
+			if err != nil {
+				return err
+			}
+			seen[got] = true
+			if !seen[allowed.String()] || !seen[denied.String()] {
+				return fmt.Errorf("answered by %v so far", seen)
+			}
+			return nil
+		})
+	}
+	g.setFirewall(t, g.ns, rules("Allow 198.18.0.1/32", "Deny 0.0.0.0/0", "Deny ::/0"))
+	t.Cleanup(func() { g.deleteFirewall(t, g.ns) })
+	g.waitStatus(t, g.ns, "EgressFirewall Rules applied", "EgressFirewall Rules applied")
+	t.Run("per-endpoint", func(t *testing.T) {
+		for _, p := range g.pods {
+			t.Run(p.node, func(t *testing.T) {
+				t.Parallel()
+				var ok, dropped int
+				for range 30 {
+					got, err := extReachPort(p.netns, vip, egfwTCP, 1200*time.Millisecond)
+					var ne net.Error
+					switch {
+					case err == nil && got == allowed.String():
+						ok++
+					case err == nil:
+						t.Errorf("%s: the service answered from %s, a denied endpoint", p.node, got)
+					case errors.As(err, &ne) && ne.Timeout():
+						dropped++
+					default:
+						t.Errorf("%s: %v, want an answer from %s or a drop", p.node, err, allowed)
+					}
+				}
+				// 30 new connections over two endpoints: both happen.
+				if ok == 0 || dropped == 0 {
+					t.Errorf("%s: %d answered by the allowed endpoint, %d dropped; want some of each", p.node, ok, dropped)
+				}
+				t.Logf("%s: %d connections through the allowed endpoint, %d to the denied one dropped", p.node, ok, dropped)
+			})
+		}
+	})
+
+	// A service of the namespace's pods, also a NodePort.
+	inside := createService(t, g.e, g.ns, &v1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "inside"},
+		Spec: v1.ServiceSpec{Type: v1.ServiceTypeNodePort, Selector: map[string]string{"app": "egfw"},
+			IPFamilyPolicy: ptr.To(v1.IPFamilyPolicyPreferDualStack),
+			Ports:          []v1.ServicePort{{Name: "http", Port: 8080, Protocol: v1.ProtocolTCP}}},
+	})
+	nodePort := nodePortOf(t, inside, v1.ProtocolTCP)
+	t.Run("clusterip to pods", func(t *testing.T) {
+		for _, p := range g.pods {
+			for _, c := range inside.Spec.ClusterIPs {
+				dst := netip.MustParseAddr(c)
+				eventually(t, 30*time.Second, p.node+" to service "+c, func(ctx context.Context) error {
+					_, _, err := httpGet(ctx, p.netns, dst, 8080)
+					return err
+				})
+			}
+			// And pod to pod directly.
+			other := g.pods[0]
+			if other.name == p.name {
+				other = g.pods[1]
+			}
+			for _, ip := range other.ips {
+				if pod, _, err := httpGet(ctx, p.netns, ip, 8080); err != nil || pod != other.name {
+					t.Errorf("%s to pod %s at %s: %q %v", p.node, other.name, ip, pod, err)
+				}
+			}
+		}
+	})
+	t.Run("nodeport from outside", func(t *testing.T) {
+		for _, n := range []string{"node1", "node2"} {
+			m := member(t, g.e, n)
+			for _, v6 := range []bool{false, true} {
+				dst := memberIP(t, m, v6)
+				eventually(t, 30*time.Second, "NodePort "+dst.String()+" from the external host", func(ctx context.Context) error {
+					pod, _, err := httpGet(ctx, g.ext.Netns, dst, nodePort)
+					if err == nil && !strings.HasPrefix(pod, "egfw-") {
+						return fmt.Errorf("answered by %q", pod)
+					}
+					return err
+				})
+			}
+		}
+	})
+	t.Run("host network", func(t *testing.T) {
+		for _, n := range []string{"node1", "node2"} {
+			m := member(t, g.e, n)
+			for _, dst := range []netip.Addr{denied, ext(true, 2)} {
+				if got, err := extReachPort(m.Netns, dst, egfwTCP, 3*time.Second); err != nil || got != dst.String() {
+					t.Errorf("%s's host to %s: %q %v, want it unjudged", n, dst, got, err)
+				}
+			}
+		}
+	})
+}
+
+// extReachPort connects over TCP from netns to dst:port and returns the
+// address of the external server that answered.
+func extReachPort(netns string, dst netip.Addr, port int, timeout time.Duration) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	c, err := nsutil.Dial(ctx, netns, "tcp", net.JoinHostPort(dst.String(), strconv.Itoa(port)), timeout)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(timeout))
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		return "", err
+	}
+	got, ok := strings.CutPrefix(strings.TrimSpace(line), "ext ")
+	if !ok {
+		return "", fmt.Errorf("answer %q", line)
+	}
+	return got, nil
+}
+
+// diagnoseOnFailure logs, when t has failed, what helps to see why: each
+// node's tables 30 and 50 and the agent's warnings and errors.
+func (g *egfwEnv) diagnoseOnFailure(t *testing.T) {
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		for _, n := range []string{"node1", "node2"} {
+			m, ok := g.e.state.Member(n)
+			if !ok {
+				continue
+			}
+			for _, table := range []string{"table=30", "table=50"} {
+				cmd := exec.Command("ovs-ofctl", "-O", "OpenFlow15", "dump-flows", "br0", table)
+				cmd.Env = append(os.Environ(), "OVS_RUNDIR="+m.OVSRundir)
+				out, _ := cmd.CombinedOutput()
+				t.Logf("%s %s:\n%s", n, table, out)
+			}
+			b, _ := os.ReadFile(filepath.Join(m.Dir, "agent.log"))
+			var lines []string
+			for _, l := range strings.Split(string(b), "\n") {
+				if strings.Contains(l, "level=warning") || strings.Contains(l, "level=error") || strings.Contains(l, "panic") {
+					lines = append(lines, l)
+				}
+			}
+			if len(lines) > 40 {
+				lines = lines[len(lines)-40:]
+			}
+			t.Logf("%s agent warnings and errors:\n%s", n, strings.Join(lines, "\n"))
+		}
 	})
 }
