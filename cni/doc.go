@@ -11,10 +11,14 @@
 //     datapath validates checksums in conntrack;
 //   - adds the host end to the pod bridge (br0) over OVSDB, with external_ids
 //     naming the pod (see the ExternalID constants) so that the node agent can
-//     program its flows.
+//     program its flows;
+//   - keeps a durable record of that port on disk (see PortRecord), from which
+//     the node agent recreates the port when it is deleted (with its bridge,
+//     say) while the pod and its veth remain (see WithPortRecords).
 //
 // DEL undoes all of this and succeeds for attachments it does not know, as
 // the specification requires. CHECK compares the live state with the
-// prevResult. GC releases addresses and ports of attachments that are no
-// longer valid. STATUS reports whether the plugin can serve ADD.
+// prevResult and the port record. GC releases addresses, port records and
+// ports of attachments that are no longer valid. STATUS reports whether the
+// plugin can serve ADD.
 package cni

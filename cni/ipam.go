@@ -43,6 +43,7 @@ type Attachment struct {
 //	DIR/fd00:10:244:1::7      the same for IPv6
 //	DIR/last-reserved-ip.4    the last IPv4 address handed out (round robin)
 //	DIR/last-reserved-ip.6
+//	DIR/ports/PORT.json       the attachments' port records (see PortRecord)
 type Store struct {
 	dir  string
 	lock *os.File
@@ -263,14 +264,17 @@ func (s *Store) writeAtomic(path string, data []byte) error {
 	return s.syncDir()
 }
 
-func (s *Store) syncDir() error {
-	d, err := os.Open(s.dir)
+func (s *Store) syncDir() error { return syncDir(s.dir) }
+
+// syncDir makes the entries of dir durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
 	if err != nil {
 		return fmt.Errorf("cni: ipam store: %w", err)
 	}
 	defer d.Close()
 	if err := d.Sync(); err != nil {
-		return fmt.Errorf("cni: ipam store: sync %s: %w", s.dir, err)
+		return fmt.Errorf("cni: ipam store: sync %s: %w", dir, err)
 	}
 	return nil
 }

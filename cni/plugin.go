@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/netip"
 	"os"
@@ -142,6 +143,12 @@ func (p *Plugin) AddResult(args *skel.CmdArgs) (*current.Result, *NetConf, error
 		ExternalIDIfName:       args.IfName,
 		ExternalIDNetns:        args.Netns,
 	}
+	// The record first: from here on, a port deleted by someone else
+	// (with its bridge, say) can be recreated by the node agent.
+	rec := PortRecord{Bridge: conf.Bridge, Port: hostName, ContainerID: args.ContainerID, IfName: args.IfName, ExternalIDs: ids}
+	if err := p.putRecord(conf, rec); err != nil {
+		return nil, nil, err
+	}
 	ctx, cancel := p.ctx()
 	defer cancel()
 	sw, err := dialSwitch(ctx, conf.OVSDB)
@@ -204,8 +211,35 @@ func (p *Plugin) allocate(conf *NetConf, att Attachment) ([]netip.Prefix, error)
 	return out, nil
 }
 
+// putRecord writes the port record of an attachment, under the store's
+// lock.
+func (p *Plugin) putRecord(conf *NetConf, rec PortRecord) error {
+	st, err := OpenStore(storeDir(conf))
+	if err != nil {
+		return types.NewError(types.ErrIOFailure, "cni: port record", err.Error())
+	}
+	defer st.Close()
+	if err := st.PutPort(rec); err != nil {
+		return types.NewError(types.ErrIOFailure, "cni: port record", err.Error())
+	}
+	return nil
+}
+
+// deleteRecord removes the port record of hostName, under the store's
+// lock. Once it returns, the node agent no longer recreates the port, so
+// the port and the veth can go.
+func (p *Plugin) deleteRecord(conf *NetConf, hostName string) error {
+	st, err := OpenStore(storeDir(conf))
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	return st.DeletePort(hostName)
+}
+
 // undo removes what a failed ADD created, best effort.
 func (p *Plugin) undo(conf *NetConf, att Attachment, hostName string) {
+	_ = p.deleteRecord(conf, hostName)
 	ctx, cancel := p.ctx()
 	defer cancel()
 	if sw, err := dialSwitch(ctx, conf.OVSDB); err == nil {
@@ -236,6 +270,9 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 		return types.NewError(types.ErrTryAgainLater, "cni: del: connect to ovsdb "+conf.OVSDB, err.Error())
 	}
 	defer sw.Close()
+	if err := p.deleteRecord(conf, hostName); err != nil {
+		return types.NewError(types.ErrIOFailure, "cni: del: port record", err.Error())
+	}
 	if err := sw.DelPort(ctx, conf.Bridge, hostName); err != nil {
 		return types.NewError(types.ErrInternal, "cni: del: port "+hostName, err.Error())
 	}
@@ -255,9 +292,10 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 }
 
 // Check verifies that the attachment described by prevResult is intact:
-// addresses still allocated, host veth up with TX checksum offload off, OVS
-// port on the bridge with the attachment's external_ids, and inside the pod
-// the interface with its MAC, addresses and default routes.
+// addresses still allocated, the port record present, host veth up with TX
+// checksum offload off, OVS port on the bridge with the attachment's and
+// the record's external_ids, and inside the pod the interface with its MAC,
+// addresses and default routes.
 func (p *Plugin) Check(args *skel.CmdArgs) error {
 	conf, err := ParseConfig(args.StdinData)
 	if err != nil {
@@ -287,12 +325,24 @@ func (p *Plugin) Check(args *skel.CmdArgs) error {
 		return types.NewError(types.ErrIOFailure, "cni: check: ipam", err.Error())
 	}
 	have, err := st.Lookup(att)
+	if err != nil {
+		st.Close()
+		return types.NewError(types.ErrIOFailure, "cni: check: ipam", err.Error())
+	}
+	rec, haveRec, err := st.Port(hostName)
 	st.Close()
 	if err != nil {
-		return types.NewError(types.ErrIOFailure, "cni: check: ipam", err.Error())
+		return fail("port record %s: %v", hostName, err)
 	}
 	if !slices.Equal(have, want) {
 		return fail("ipam: attachment holds %v, prevResult says %v", have, want)
+	}
+	if !haveRec {
+		return fail("port record %s: missing (the port could not be recreated if it were deleted)", hostName)
+	}
+	if rec.Bridge != conf.Bridge || rec.Attachment() != att {
+		return fail("port record %s: bridge %q, attachment %s/%s; want %q, %s/%s", hostName,
+			rec.Bridge, rec.ContainerID, rec.IfName, conf.Bridge, att.ContainerID, att.IfName)
 	}
 
 	host, err := netlink.LinkByName(hostName)
@@ -342,6 +392,11 @@ func (p *Plugin) Check(args *skel.CmdArgs) error {
 	for k, v := range wantIDs {
 		if ids[k] != v {
 			return fail("port %s: external_ids:%s is %q, want %q", hostName, k, ids[k], v)
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(rec.ExternalIDs)) {
+		if ids[k] != rec.ExternalIDs[k] {
+			return fail("port %s: external_ids:%s is %q, its record says %q", hostName, k, ids[k], rec.ExternalIDs[k])
 		}
 	}
 	return nil
@@ -413,8 +468,8 @@ func maskBits(m net.IPMask) int {
 	return ones
 }
 
-// GC releases the addresses, ports and veths of attachments that are not in
-// cni.dev/valid-attachments.
+// GC releases the addresses, port records, ports and veths of attachments
+// that are not in cni.dev/valid-attachments.
 func (p *Plugin) GC(args *skel.CmdArgs) error {
 	conf, err := ParseConfig(args.StdinData)
 	if err != nil {
@@ -434,6 +489,21 @@ func (p *Plugin) GC(args *skel.CmdArgs) error {
 		return types.NewError(types.ErrTryAgainLater, "cni: gc: connect to ovsdb "+conf.OVSDB, err.Error())
 	}
 	defer sw.Close()
+	// The records first, so the node agent does not recreate what goes;
+	// a stale record's veth goes even when its port is already gone.
+	st, err := OpenStore(storeDir(conf))
+	if err != nil {
+		return types.NewError(types.ErrIOFailure, "cni: gc: port records", err.Error())
+	}
+	gone, err := st.gcPorts(valid)
+	st.Close()
+	if err != nil {
+		return types.NewError(types.ErrIOFailure, "cni: gc: port records", err.Error())
+	}
+	for _, name := range gone {
+		_ = deleteVeth(name)
+		p.log().WithField("port", name).Info("gc: removed stale port record")
+	}
 	ports, err := sw.OwnedPorts(ctx, conf.Bridge)
 	if err != nil {
 		return types.NewError(types.ErrInternal, "cni: gc: list ports", err.Error())
@@ -449,7 +519,7 @@ func (p *Plugin) GC(args *skel.CmdArgs) error {
 		_ = deleteVeth(name)
 		p.log().WithFields(logrus.Fields{"port": name, "container": a.ContainerID}).Info("gc: removed stale port")
 	}
-	st, err := OpenStore(storeDir(conf))
+	st, err = OpenStore(storeDir(conf))
 	if err != nil {
 		return types.NewError(types.ErrIOFailure, "cni: gc: ipam", err.Error())
 	}

@@ -9,11 +9,12 @@ import (
 
 // Self-repair. An operator's mistake (`ovs-vsctl del-br br0`, a deleted
 // port) must not leave the node without its network: the agent follows
-// OVSDB's Interface table, and when an interface it owns disappears it
-// recreates the bridges and ports (EnsureBridges is idempotent) and takes
-// the new ofports into the node's facts, so the features rebuild the flows
-// that name them. The reconcilers reconnect to a recreated bridge by
-// themselves and replay every flow.
+// OVSDB's Interface table, and when an interface it owns or a pod's port
+// disappears it recreates the bridges and ports (EnsureBridges is
+// idempotent), re-adds the pods' ports from the CNI plugin's records
+// (healports.go), and takes the new ofports into the node's facts, so the
+// features rebuild the flows that name them. The reconcilers reconnect to
+// a recreated bridge at once (Redial) and replay every flow.
 
 // watchOwnPorts asks for a repair whenever an interface the agent created
 // is deleted or loses its ofport.
@@ -32,7 +33,7 @@ func (a *Agent) watchOwnPorts(ctx context.Context) {
 			if !ok {
 				return
 			}
-			if ownInterface(ev.Old) && (ev.Kind == ovsdb.InterfaceDeleted || (ev.New != nil && ev.New.Ofport <= 0)) {
+			if (ownInterface(ev.Old) || podPortRecorded(ev.Old)) && (ev.Kind == ovsdb.InterfaceDeleted || (ev.New != nil && ev.New.Ofport <= 0)) {
 				poke(a.heal)
 			}
 		}
@@ -49,8 +50,14 @@ func (a *Agent) repair(ctx context.Context) {
 	}
 	if old := a.Node().Ports; old != ports {
 		a.log.WithField("old", old).WithField("new", ports).Warn("bridges or ports were recreated; rebuilding their flows")
+		a.redial()
 	}
 	a.updateNode(func(n *feature.Node) { n.Ports = ports })
+	if n, err := a.repairPodPorts(ctx); err != nil {
+		a.log.WithError(err).Warn("cannot repair pod ports; retrying at the next check")
+	} else if n > 0 {
+		a.redial()
+	}
 }
 
 // ownInterface reports whether i is one of the interfaces the agent
