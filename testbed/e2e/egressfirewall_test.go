@@ -876,3 +876,92 @@ func (g *egfwEnv) diagnoseOnFailure(t *testing.T) {
 		}
 	})
 }
+
+// TestEgressFirewallNodeSelector: a nodeSelector rule matches the
+// addresses of the selected nodes, both families, and follows a label
+// that changes and a node that joins (a Node whose address is on the
+// external network, so that traffic to it can be tried) and leaves.
+func TestEgressFirewallNodeSelector(t *testing.T) {
+	g := egfwSetup(t)
+	g.diagnoseOnFailure(t)
+	ctx := context.Background()
+	const label = "egfw.e2e/target"
+	node2 := member(t, g.e, "node2")
+	l, err := nsutil.Listen(node2.Netns, "tcp", net.JoinHostPort("::", strconv.Itoa(egfwTCP)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go serveExtTCP(l)
+	setLabel := func(name, value string) {
+		t.Helper()
+		eventually(t, 30*time.Second, "label "+name, func(ctx context.Context) error {
+			n, err := g.e.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if value == "" {
+				delete(n.Labels, label)
+			} else {
+				n.Labels[label] = value
+			}
+			_, err = g.e.client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
+			return err
+		})
+	}
+	t.Cleanup(func() { setLabel("node2", "") })
+	g.setFirewall(t, g.ns, rules("Allow nodes:"+label+"=yes TCP/18080", "Deny 0.0.0.0/0", "Deny ::/0"))
+	t.Cleanup(func() { g.deleteFirewall(t, g.ns) })
+	g.waitStatus(t, g.ns, "EgressFirewall Rules applied", "EgressFirewall Rules applied")
+	n2v4, n2v6 := memberIP(t, node2, false), memberIP(t, node2, true)
+	for _, p := range g.pods {
+		for _, dst := range []netip.Addr{n2v4, n2v6} {
+			verdict(t, p, "tcp", dst, false)
+		}
+	}
+
+	// A label that changes.
+	setLabel("node2", "yes")
+	g.waitTable50(t, "node2 selected", func(lines []string) bool { return hasFlow(lines, "nw_dst="+n2v4.String(), "tp_dst=18080", "goto_table:60") })
+	for _, p := range g.pods {
+		for _, dst := range []netip.Addr{n2v4, n2v6} {
+			verdict(t, p, "tcp", dst, true)
+		}
+	}
+
+	// A node that joins, on the external network.
+	joinV4, joinV6 := ext(false, 99), ext(true, 0x99)
+	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "egfw-joined", Labels: map[string]string{label: "yes"}}}
+	if _, err := g.e.client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = g.e.client.CoreV1().Nodes().Delete(context.Background(), "egfw-joined", metav1.DeleteOptions{}) })
+	eventually(t, 30*time.Second, "address of the joined node", func(ctx context.Context) error {
+		cur, err := g.e.client.CoreV1().Nodes().Get(ctx, "egfw-joined", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		cur.Status.Addresses = []v1.NodeAddress{{Type: v1.NodeInternalIP, Address: joinV4.String()}, {Type: v1.NodeInternalIP, Address: joinV6.String()}}
+		_, err = g.e.client.CoreV1().Nodes().UpdateStatus(ctx, cur, metav1.UpdateOptions{})
+		return err
+	})
+	g.waitTable50(t, "the joined node selected", func(lines []string) bool { return hasFlow(lines, "nw_dst="+joinV4.String(), "tp_dst=18080") })
+	for _, p := range g.pods {
+		for _, dst := range []netip.Addr{joinV4, joinV6} {
+			verdict(t, p, "tcp", dst, true)
+		}
+	}
+	// It leaves; node2's label goes.
+	if err := g.e.client.CoreV1().Nodes().Delete(ctx, "egfw-joined", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	setLabel("node2", "")
+	g.waitTable50(t, "no node selected", func(lines []string) bool {
+		return !hasFlow(lines, "nw_dst="+joinV4.String()) && !hasFlow(lines, "nw_dst="+n2v4.String())
+	})
+	for _, p := range g.pods {
+		for _, dst := range []netip.Addr{joinV4, n2v6} {
+			verdict(t, p, "tcp", dst, false)
+		}
+	}
+}
