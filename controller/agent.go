@@ -81,6 +81,9 @@ type Agent struct {
 	uplinkMAC net.HardwareAddr
 
 	secondary hostAddrSet
+	// gwL3 is the node's own addresses and routes on the gateway bridge,
+	// kept to restore them when the bridge is recreated (heal.go).
+	gwL3 hostnet.L3Config
 
 	// heal asks the agent to check and repair its bridges and ports.
 	heal  chan struct{}
@@ -248,6 +251,7 @@ func (a *Agent) setupOVS(ctx context.Context) error {
 	if err := hostnet.MoveUplinkConfig(a.log, a.cfg.Uplink, a.cfg.GatewayBridge); err != nil {
 		return err
 	}
+	a.keepGatewayL3()
 	ips, err := hostnet.NodeIPs(a.cfg.Uplink, a.cfg.GatewayBridge, a.cfg.Masquerade)
 	if err != nil {
 		return err

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"nodeflow/feature"
+	"nodeflow/hostnet"
 	"nodeflow/ovsdb"
 )
 
@@ -48,6 +49,7 @@ func (a *Agent) repair(ctx context.Context) {
 		a.log.WithError(err).Warn("cannot repair the bridges; retrying at the next check")
 		return
 	}
+	a.keepGatewayL3()
 	if old := a.Node().Ports; old != ports {
 		a.log.WithField("old", old).WithField("new", ports).Warn("bridges or ports were recreated; rebuilding their flows")
 		a.redial()
@@ -72,4 +74,27 @@ func ownInterface(i *ovsdb.Interface) bool {
 		}
 	}
 	return true
+}
+
+// keepGatewayL3 keeps the copy of the node's addresses and routes on the
+// gateway bridge current, and gives them back to a recreated bridge (a new
+// interface index): `ovs-vsctl del-br breth0` takes the node IP with it.
+func (a *Agent) keepGatewayL3() {
+	cur, err := hostnet.ReadL3Config(a.cfg.GatewayBridge)
+	if err != nil {
+		a.log.WithError(err).Warn("cannot read the gateway bridge's addresses")
+		return
+	}
+	if cur.Index == a.gwL3.Index || len(a.gwL3.Addrs) == 0 {
+		if len(cur.Addrs) > 0 {
+			a.gwL3 = cur // follow the operator's own changes
+		}
+		return
+	}
+	restored, err := hostnet.RestoreL3Config(a.log, a.cfg.GatewayBridge, a.gwL3)
+	if err != nil {
+		a.log.WithError(err).Warn("cannot restore the node's addresses on the recreated gateway bridge; retrying at the next check")
+		return
+	}
+	a.gwL3 = restored
 }

@@ -1,6 +1,7 @@
 package hostnet
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"net"
@@ -92,6 +93,93 @@ func NodeIPs(uplink, bridge string, masq conntrack.Plan) ([]netip.Prefix, error)
 	return out, nil
 }
 
+// configRoutes returns the routes through link that the kernel did not
+// derive from an address: default and static routes of the main table.
+func configRoutes(link netlink.Link) ([]netlink.Route, error) {
+	var routes []netlink.Route
+	for _, fam := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
+		rs, err := netlink.RouteList(link, fam)
+		if err != nil {
+			return nil, fmt.Errorf("hostnet: list routes of %s: %w", link.Attrs().Name, err)
+		}
+		for _, r := range rs {
+			if r.Protocol == unix.RTPROT_KERNEL || (r.Dst != nil && r.Dst.IP.IsLinkLocalUnicast()) || r.Dst != nil && r.Dst.IP.IsMulticast() {
+				continue
+			}
+			if r.Table != 0 && r.Table != unix.RT_TABLE_MAIN {
+				continue
+			}
+			routes = append(routes, r)
+		}
+	}
+	return routes, nil
+}
+
+// L3Config is the node's own layer-3 configuration on the gateway bridge:
+// the global addresses and the routes through it that the kernel did not
+// derive from them. The agent keeps a copy, so that a gateway bridge that
+// was deleted and recreated gets the node's addresses back.
+type L3Config struct {
+	// Index is the interface's index when the copy was taken.
+	Index int
+	// MAC is its address: the flows that deliver to the host use it.
+	MAC    net.HardwareAddr
+	Addrs  []netlink.Addr
+	Routes []netlink.Route
+}
+
+// ReadL3Config reads dev's L3Config.
+func ReadL3Config(dev string) (L3Config, error) {
+	link, err := netlink.LinkByName(dev)
+	if err != nil {
+		return L3Config{}, fmt.Errorf("hostnet: %s: %w", dev, err)
+	}
+	addrs, err := globalAddrs(link)
+	if err != nil {
+		return L3Config{}, err
+	}
+	routes, err := configRoutes(link)
+	if err != nil {
+		return L3Config{}, err
+	}
+	return L3Config{Index: link.Attrs().Index, MAC: slices.Clone(link.Attrs().HardwareAddr), Addrs: addrs, Routes: routes}, nil
+}
+
+// RestoreL3Config sets dev up and gives it c's addresses and routes back
+// (those it lacks; nothing else is touched), and returns dev's config as it
+// is afterwards.
+func RestoreL3Config(log logrus.FieldLogger, dev string, c L3Config) (L3Config, error) {
+	link, err := netlink.LinkByName(dev)
+	if err != nil {
+		return c, fmt.Errorf("hostnet: %s: %w", dev, err)
+	}
+	if len(c.MAC) == 6 && !bytes.Equal(link.Attrs().HardwareAddr, c.MAC) {
+		if err := netlink.LinkSetHardwareAddr(link, c.MAC); err != nil {
+			return c, fmt.Errorf("hostnet: restore %s's MAC %s: %w", dev, c.MAC, err)
+		}
+	}
+	if err := netlink.LinkSetUp(link); err != nil {
+		return c, fmt.Errorf("hostnet: set %s up: %w", dev, err)
+	}
+	for _, a := range c.Addrs {
+		na := &netlink.Addr{IPNet: a.IPNet}
+		if a.IP.To4() == nil {
+			na.Flags = unix.IFA_F_NODAD
+		}
+		if err := netlink.AddrReplace(link, na); err != nil {
+			return c, fmt.Errorf("hostnet: restore %s on %s: %w", a.IPNet, dev, err)
+		}
+	}
+	for _, r := range c.Routes {
+		r.LinkIndex, r.ILinkIndex = link.Attrs().Index, 0
+		if err := netlink.RouteReplace(&r); err != nil {
+			return c, fmt.Errorf("hostnet: restore route %s on %s: %w", r, dev, err)
+		}
+	}
+	log.WithFields(logrus.Fields{"interface": dev, "addresses": len(c.Addrs), "routes": len(c.Routes)}).Warn("restored the node's addresses and routes")
+	return ReadL3Config(dev)
+}
+
 // MoveUplinkConfig moves the global addresses of uplink, and the routes
 // through it that the kernel did not derive from an address (default and
 // static routes), to bridge, and sets bridge up. It is idempotent: once the
@@ -118,21 +206,9 @@ func MoveUplinkConfig(log logrus.FieldLogger, uplink, bridge string) error {
 	}
 	// Routes through the uplink that the kernel did not derive from an
 	// address (default routes, static routes), to recreate on the bridge.
-	var routes []netlink.Route
-	for _, fam := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
-		rs, err := netlink.RouteList(ul, fam)
-		if err != nil {
-			return fmt.Errorf("hostnet: list routes of %s: %w", uplink, err)
-		}
-		for _, r := range rs {
-			if r.Protocol == unix.RTPROT_KERNEL || (r.Dst != nil && r.Dst.IP.IsLinkLocalUnicast()) || r.Dst != nil && r.Dst.IP.IsMulticast() {
-				continue
-			}
-			if r.Table != 0 && r.Table != unix.RT_TABLE_MAIN {
-				continue
-			}
-			routes = append(routes, r)
-		}
+	routes, err := configRoutes(ul)
+	if err != nil {
+		return err
 	}
 	for _, a := range addrs {
 		na := &netlink.Addr{IPNet: a.IPNet}
