@@ -6,61 +6,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"nodeflow/clocktest"
 )
-
-// fakeClock is a Clock whose time moves only by Step.
-type fakeClock struct {
-	mu      sync.Mutex
-	now     time.Time
-	waiters []fakeWaiter
-}
-
-type fakeWaiter struct {
-	at time.Time
-	ch chan time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) After(d time.Duration) <-chan time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	ch := make(chan time.Time, 1)
-	c.waiters = append(c.waiters, fakeWaiter{at: c.now.Add(d), ch: ch})
-	return ch
-}
-
-// Step moves the clock forward and fires every waiter that is due.
-func (c *fakeClock) Step(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-	kept := c.waiters[:0]
-	for _, w := range c.waiters {
-		if !w.at.After(c.now) {
-			w.ch <- c.now
-		} else {
-			kept = append(kept, w)
-		}
-	}
-	c.waiters = kept
-}
-
-// hasWaiterAt reports whether a waiter is due at exactly t.
-func (c *fakeClock) hasWaiterAt(t time.Time) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, w := range c.waiters {
-		if w.at.Equal(t) {
-			return true
-		}
-	}
-	return false
-}
 
 type syncCall struct {
 	at   time.Time
@@ -81,7 +29,7 @@ func eventually(t *testing.T, what string, cond func() bool) {
 
 func TestRunnerTimeline(t *testing.T) {
 	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	clk := &fakeClock{now: start}
+	clk := clocktest.New(start)
 	calls := make(chan syncCall, 16)
 	var fail sync.Map // time offset -> fail
 	r := NewRunner(func(_ context.Context, full bool) error {
@@ -128,7 +76,7 @@ func TestRunnerTimeline(t *testing.T) {
 	r.Run()
 	r.Run()
 	requestsDrained()
-	eventually(t, "sync scheduled at 1s", func() bool { return clk.hasWaiterAt(start.Add(time.Second)) })
+	eventually(t, "sync scheduled at 1s", func() bool { return clk.HasWaiterAt(start.Add(time.Second)) })
 	// t=0.999: not yet.
 	clk.Step(699 * time.Millisecond)
 	expectNone()
@@ -140,7 +88,7 @@ func TestRunnerTimeline(t *testing.T) {
 	clk.Step(4 * time.Second)
 	r.Run()
 	expect(5*time.Second, false)
-	eventually(t, "retry scheduled at 7s", func() bool { return clk.hasWaiterAt(start.Add(7 * time.Second)) })
+	eventually(t, "retry scheduled at 7s", func() bool { return clk.HasWaiterAt(start.Add(7 * time.Second)) })
 	if r.LastError() == nil {
 		t.Fatal("LastError is nil after a failed sync")
 	}
@@ -152,7 +100,7 @@ func TestRunnerTimeline(t *testing.T) {
 	// t=7: the retry runs, full because the last sync failed.
 	clk.Step(time.Second)
 	expect(7*time.Second, true)
-	eventually(t, "periodic sync scheduled at 37s", func() bool { return clk.hasWaiterAt(start.Add(37 * time.Second)) })
+	eventually(t, "periodic sync scheduled at 37s", func() bool { return clk.HasWaiterAt(start.Add(37 * time.Second)) })
 	if r.LastError() != nil {
 		t.Fatalf("LastError after success: %v", r.LastError())
 	}

@@ -40,7 +40,24 @@ type Options struct {
 	// Logger receives the reconciler's logs. Default: logrus's standard
 	// logger.
 	Logger logrus.FieldLogger
+	// Clock times the audits, the failed owners' back-off and
+	// MinInterval. Default: the wall clock.
+	Clock Clock
 }
+
+// Clock is the reconciler's time source (proxy.RealClock and
+// clocktest.Fake are ones).
+type Clock interface {
+	Now() time.Time
+	// After returns a channel that receives once, d after now.
+	After(d time.Duration) <-chan time.Time
+}
+
+// wallClock is the default Clock.
+type wallClock struct{}
+
+func (wallClock) Now() time.Time                         { return time.Now() }
+func (wallClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
 
 // SyncKind says why a sync pass ran.
 type SyncKind string
@@ -273,17 +290,19 @@ func (r *Reconciler) Flush(ctx context.Context) error {
 // with ConnOptions; until its first OnConnect, passes fail with "not
 // connected" and changes stay queued.
 func (r *Reconciler) Run(ctx context.Context) error {
-	var audit <-chan time.Time
-	var auditTimer *time.Timer
+	clk := r.clock()
+	// The loop's deadlines: the next audit, and the earliest retry of a
+	// backed-off owner (zero: none).
+	var auditAt, retryAt time.Time
 	if r.opts.AuditInterval > 0 {
-		auditTimer = time.NewTimer(r.opts.AuditInterval)
-		defer auditTimer.Stop()
-		audit = auditTimer.C
+		auditAt = clk.Now().Add(r.opts.AuditInterval)
 	}
-	retry := time.NewTimer(time.Hour)
-	retry.Stop()
 	var last time.Time
 	for {
+		var timer <-chan time.Time
+		if next := earliest(auditAt, retryAt); !next.IsZero() {
+			timer = clk.After(next.Sub(clk.Now()))
+		}
 		var flush chan error
 		select {
 		case <-ctx.Done():
@@ -291,33 +310,55 @@ func (r *Reconciler) Run(ctx context.Context) error {
 		case <-r.full:
 		case <-r.store.Changed():
 		case <-r.wake:
-		case <-retry.C:
-		case <-audit:
-			r.requestFull(SyncAudit)
+		case now := <-timer:
+			if !auditAt.IsZero() && !now.Before(auditAt) {
+				r.requestFull(SyncAudit)
+				auditAt = now.Add(r.opts.AuditInterval)
+			}
+			if !retryAt.IsZero() && !now.Before(retryAt) {
+				retryAt = time.Time{}
+			}
 		case flush = <-r.flushes:
 		}
-		if wait := r.opts.MinInterval - time.Since(last); wait > 0 && flush == nil {
+		if wait := r.opts.MinInterval - clk.Now().Sub(last); wait > 0 && flush == nil {
 			select {
 			case <-ctx.Done():
 				return ctx.Err()
-			case <-time.After(wait):
+			case <-clk.After(wait):
 			}
 		}
-		last = time.Now()
+		last = clk.Now()
 		full, took, err := r.pass(ctx)
-		if full && auditTimer != nil {
+		if full && r.opts.AuditInterval > 0 {
 			// Any full pass audits: the next audit is counted from it.
-			auditTimer.Reset(auditDelay(r.opts.AuditInterval, took))
+			auditAt = clk.Now().Add(auditDelay(r.opts.AuditInterval, took))
 		}
 		// Changes queued during the pass have signalled Changed again, so
 		// the next iteration picks them up.
 		if flush != nil {
 			flush <- err
 		}
-		if t := r.store.nextRetry(); !t.IsZero() {
-			retry.Reset(time.Until(t))
-		}
+		retryAt = r.store.nextRetry()
 	}
+}
+
+// clock returns the reconciler's Clock.
+func (r *Reconciler) clock() Clock {
+	if r.opts.Clock != nil {
+		return r.opts.Clock
+	}
+	return wallClock{}
+}
+
+// earliest returns the earlier of two times, ignoring zero ones.
+func earliest(a, b time.Time) time.Time {
+	switch {
+	case a.IsZero():
+		return b
+	case b.IsZero() || a.Before(b):
+		return a
+	}
+	return b
 }
 
 // AuditDutyFactor bounds the share of time the periodic audit takes: the
@@ -350,9 +391,9 @@ func (r *Reconciler) pass(ctx context.Context) (full bool, took time.Duration, e
 	case <-r.full:
 	default:
 	}
-	rep := SyncReport{Kind: kind, Start: time.Now()}
+	rep := SyncReport{Kind: kind, Start: r.clock().Now()}
 	err = r.sync(ctx, c, &rep)
-	rep.Duration = time.Since(rep.Start)
+	rep.Duration = r.clock().Now().Sub(rep.Start)
 	rep.Err = err
 	if err != nil && kind != SyncIncremental {
 		// Try the full pass again on the next wake-up.
@@ -397,7 +438,7 @@ func (r *Reconciler) sync(ctx context.Context, c *ofconn.Conn, rep *SyncReport) 
 		rep.Unwanted = r.store.observe(obs, rep.Kind != SyncAudit)
 		maxBundle = 0 // one atomic bundle
 	}
-	d := r.store.diff(DiffOptions{MaxBundle: maxBundle})
+	d := r.store.diff(DiffOptions{MaxBundle: maxBundle, Now: r.clock().Now()})
 	rep.Stats = d.Stats
 	rep.Blocked = d.Blocked
 	rep.Bundles = len(d.Batches)
@@ -409,7 +450,7 @@ func (r *Reconciler) sync(ctx context.Context, c *ofconn.Conn, rep *SyncReport) 
 func (r *Reconciler) apply(ctx context.Context, c *ofconn.Conn, d *Diff) error {
 	v := c.Version()
 	gen := r.Generation()
-	now := time.Now()
+	now := r.clock().Now()
 	var firstErr error
 	keep := func(err error) {
 		if firstErr == nil {
