@@ -94,6 +94,11 @@ func TestEgressFirewallDNS(t *testing.T) {
 	// reported instead).
 	g.waitStatus(t, g.ns, "EgressFirewall Rules applied", "EgressFirewall Rules applied")
 
+	// The path out is warm (its next hop resolved) before any query, so
+	// that a lost reply is the firewall's doing.
+	for _, p := range g.pods {
+		verdict(t, p, "tcp", ext(false, 130), true)
+	}
 	t.Run("exact name follows its answers", func(t *testing.T) {
 		for _, p := range g.pods {
 			verdict(t, p, "tcp", exact1, true)
