@@ -10,6 +10,7 @@ import (
 	"nodeflow/flows/plan"
 	"nodeflow/flows/reconcile"
 	"nodeflow/flows/service"
+	"nodeflow/flows/unidle"
 	"nodeflow/openflow"
 )
 
@@ -156,6 +157,9 @@ func buildServices(c *Config, d *Desired) error {
 	if err := d.set(plan.Pod, service.RejectMeterOwner, reconcile.State{Meters: []openflow.MeterEntry{service.RejectMeter()}}); err != nil {
 		return err
 	}
+	if err := d.set(plan.Pod, unidle.MeterOwner, reconcile.State{Meters: []openflow.MeterEntry{unidle.Meter()}}); err != nil {
+		return err
+	}
 	cidrs, err := service.CIDRFlows(c.ServiceCIDRs)
 	if err != nil {
 		return err
@@ -176,6 +180,16 @@ func buildServices(c *Config, d *Desired) error {
 		}
 		if err := d.set(plan.Gateway, out.GatewayOwner, out.Gateway); err != nil {
 			return err
+		}
+		if out.Idled {
+			// The unidling feature catches the idled port's connections.
+			st, err := unidle.Build(s.Port, n.IPs, out.GroupIDs)
+			if err != nil {
+				return err
+			}
+			if err := d.set(plan.Pod, unidle.Owner(s.Port.Name), st); err != nil {
+				return err
+			}
 		}
 		for _, a := range s.Port.ClusterIPs {
 			if addrs[a] {

@@ -35,7 +35,7 @@ func TestBuild(t *testing.T) {
 	}
 	// The idled port is held back: its br0 flows drop, nothing else.
 	for _, o := range d.Pod.Owners("") {
-		if !strings.Contains(o, "/idled:") {
+		if !strings.HasPrefix(o, "service/") || !strings.Contains(o, "/idled:") {
 			continue
 		}
 		st, _ := d.Pod.Get(o)
