@@ -1,0 +1,361 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"maps"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/tools/clientcmd"
+
+	fw "nodeflow/egressfw"
+	efflows "nodeflow/flows/egressfw"
+	"nodeflow/flows/plan"
+	"nodeflow/openflow"
+	"nodeflow/openflow/ofconn"
+	"nodeflow/testbed/ovs"
+	"nodeflow/testbed/ovs/ovstest"
+)
+
+var (
+	egfwBenchOnce sync.Once
+	egfwBenchRes  map[string]float64
+)
+
+// benchRuleAddr is the destination of rule i of the benchmark's policies:
+// a distinct /32 per rule.
+func benchRuleAddr(i int) netip.Addr {
+	return netip.AddrFrom4([4]byte{11, byte(i >> 16), byte(i >> 8), byte(i)})
+}
+
+// benchRules returns n rules: n-1 Allow rules to one /32 each, every
+// fourth one limited to TCP 443, and a deny-all.
+func benchRules(n int) []fw.EgressFirewallRule {
+	out := make([]fw.EgressFirewallRule, 0, n)
+	for i := range n - 1 {
+		r := fw.EgressFirewallRule{Type: fw.RuleAllow, To: fw.EgressFirewallDestination{CIDRSelector: benchRuleAddr(i).String() + "/32"}}
+		if i%4 == 0 {
+			port := int32(443)
+			r.Ports = []fw.EgressFirewallPort{{Protocol: "TCP", Port: &port}}
+		}
+		out = append(out, r)
+	}
+	return append(out, fw.EgressFirewallRule{Type: fw.RuleDeny, To: fw.EgressFirewallDestination{CIDRSelector: "0.0.0.0/0"}})
+}
+
+// flowPoller asks a node's br0, over an OpenFlow connection of its own,
+// whether table 50 holds an egress firewall flow to an address.
+type flowPoller struct {
+	c *ofconn.Conn
+}
+
+func newFlowPoller(tb testing.TB, rundir string) *flowPoller {
+	tb.Helper()
+	l := logrus.New()
+	l.SetOutput(io.Discard)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := ofconn.Dial(ctx, "unix:"+filepath.Join(rundir, "br0.mgmt"), ofconn.Options{Logger: l})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { c.Close() })
+	return &flowPoller{c: c}
+}
+
+// has reports whether a flow of table 50 at priority prio matches dst.
+func (p *flowPoller) has(ctx context.Context, dst netip.Addr, prio plan.Priority) (bool, error) {
+	req := openflow.NewFlowStatsRequest()
+	req.Table = uint8(plan.PodEgressFirewall)
+	req.Cookie = uint64(plan.FeatureEgressFirewall) << 56
+	req.CookieMask = uint64(plan.FeatureMask)
+	req.Match = openflow.NewMatch(openflow.EthType(0x0800), openflow.IPv4Dst(dst))
+	rep, err := p.c.MultipartReply(ctx, req)
+	if err != nil {
+		return false, err
+	}
+	stats, err := rep.FlowStats()
+	if err != nil {
+		return false, err
+	}
+	for _, s := range stats {
+		if plan.Priority(s.Priority) == prio {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// waitFor polls until has(dst, prio) is want and returns when it saw it.
+func (p *flowPoller) waitFor(ctx context.Context, dst netip.Addr, prio plan.Priority, want bool) (time.Time, error) {
+	for {
+		ok, err := p.has(ctx, dst, prio)
+		if err != nil {
+			return time.Time{}, err
+		}
+		if ok == want {
+			return time.Now(), nil
+		}
+		select {
+		case <-ctx.Done():
+			return time.Time{}, fmt.Errorf("flow to %s at priority %d: %w", dst, prio, ctx.Err())
+		case <-time.After(time.Millisecond):
+		}
+	}
+}
+
+// BenchmarkEgressFirewall measures, on the testbed's real API server and
+// switches, with the agents as the testbed runs them:
+//
+//   - one namespace's EgressFirewall of 8,000 rules (ovn-kubernetes's
+//     limit): from the API write to all its flows in node1's br0 (the
+//     last rule's flow seen by an OpenFlow poller; the namespace is one
+//     bundle, so all of them), and to the status of both nodes;
+//   - the same for 10,000 rules (over both anchors' limits);
+//   - one rule of the 8,000 changed, 30 times: API write to the new flow
+//     in br0, p50 and p99;
+//   - the same 8,000 rules' flows installed into a fresh switch, in the
+//     same run, by `ovs-ofctl --bundle add-flows` and by nodeflow's own
+//     OpenFlow connection in one bundle.
+//
+// It runs once whatever b.N says, and reports milliseconds.
+func BenchmarkEgressFirewall(b *testing.B) {
+	e := up(b)
+	if !e.state.Agent {
+		b.Skipf("nodeflow agent does not run: %s", e.state.AgentReason)
+	}
+	egfwBenchOnce.Do(func() { egfwBenchRes = runEgressFirewallBench(b, e) })
+	for _, k := range slices.Sorted(maps.Keys(egfwBenchRes)) {
+		b.ReportMetric(egfwBenchRes[k], k)
+	}
+}
+
+func runEgressFirewallBench(b *testing.B, e *env) map[string]float64 {
+	res := map[string]float64{}
+	ctx := context.Background()
+	cfg, err := clientcmd.BuildConfigFromFlags("", e.state.Kubeconfig)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg.QPS, cfg.Burst = 200, 400
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	node1, _ := e.state.Member("node1")
+	poll := newFlowPoller(b, node1.OVSRundir)
+
+	create := func(ns string, n int) {
+		if _, err := e.client.CoreV1().Namespaces().Create(ctx, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+			b.Fatal(err)
+		}
+		// The namespace's id comes first: wait until the agents know it
+		// (a Deny-all policy shows it in table 50).
+		c := dyn.Resource(fw.EgressFirewallGVR).Namespace(ns)
+		probe := &fw.EgressFirewall{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "default"},
+			Spec: fw.EgressFirewallSpec{Egress: []fw.EgressFirewallRule{{Type: fw.RuleDeny, To: fw.EgressFirewallDestination{CIDRSelector: "203.0.113.1/32"}}}}}
+		if _, err := c.Create(ctx, probe.Unstructured(), metav1.CreateOptions{}); err != nil {
+			b.Fatal(err)
+		}
+		wctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+		if _, err := poll.waitFor(wctx, netip.MustParseAddr("203.0.113.1"), plan.EgressFirewallRules.High, true); err != nil {
+			b.Fatal(err)
+		}
+		cancel()
+		if err := c.Delete(ctx, "default", metav1.DeleteOptions{}); err != nil {
+			b.Fatal(err)
+		}
+		wctx, cancel = context.WithTimeout(ctx, 60*time.Second)
+		if _, err := poll.waitFor(wctx, netip.MustParseAddr("203.0.113.1"), plan.EgressFirewallRules.High, false); err != nil {
+			b.Fatal(err)
+		}
+		cancel()
+
+		// The timed create: a watch for the status, a poller for the
+		// last rule's flow.
+		w, err := c.Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=default"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer w.Stop()
+		obj := (&fw.EgressFirewall{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "default"}, Spec: fw.EgressFirewallSpec{Egress: benchRules(n)}}).Unstructured()
+		last := benchRuleAddr(n - 3) // the last Allow without ports
+		lastPrio, _ := plan.EgressFirewallRules.Rank(n - 3)
+		start := time.Now()
+		if _, err := c.Create(ctx, obj, metav1.CreateOptions{}); err != nil {
+			b.Fatal(err)
+		}
+		written := time.Since(start)
+		wctx, cancel = context.WithTimeout(ctx, 5*time.Minute)
+		defer cancel()
+		inOVS, err := poll.waitFor(wctx, last, lastPrio, true)
+		if err != nil {
+			b.Fatal(err)
+		}
+		statusAt := map[string]time.Duration{}
+		for len(statusAt) < 2 {
+			select {
+			case ev, ok := <-w.ResultChan():
+				if !ok {
+					b.Fatal("watch ended")
+				}
+				if ev.Type != watch.Modified && ev.Type != watch.Added {
+					continue
+				}
+				u := ev.Object.(*unstructured.Unstructured)
+				msgs, _, _ := unstructured.NestedStringSlice(u.Object, "status", "messages")
+				for _, m := range msgs {
+					node, rest, _ := strings.Cut(m, ": ")
+					if rest == "EgressFirewall Rules applied" {
+						if _, seen := statusAt[node]; !seen {
+							statusAt[node] = time.Since(start)
+						}
+					}
+				}
+			case <-wctx.Done():
+				b.Fatalf("status of both nodes: %v", wctx.Err())
+			}
+		}
+		lines, err := table50(node1)
+		if err != nil {
+			b.Fatal(err)
+		}
+		flows := 0
+		for _, l := range lines {
+			if strings.Contains(l, "reg1=") {
+				flows++
+			}
+		}
+		k := fmt.Sprintf("%d", n)
+		res["ms-write-to-ovs-"+k] = float64(inOVS.Sub(start).Microseconds()) / 1000
+		res["ms-write-to-status-"+k] = float64(max(statusAt["node1"], statusAt["node2"]).Microseconds()) / 1000
+		b.Logf("%d rules: API write %s; all flows in node1's br0 %s after the write started; status applied on node1 %s, node2 %s; node1 table 50 holds %d flows of namespaces",
+			n, written.Round(time.Millisecond), inOVS.Sub(start).Round(time.Millisecond), statusAt["node1"].Round(time.Millisecond), statusAt["node2"].Round(time.Millisecond), flows)
+	}
+	create("egfw-bench-8000", 8000)
+	create("egfw-bench-10000", 10000)
+
+	// One rule changed in the 8,000-rule policy, 30 times.
+	c := dyn.Resource(fw.EgressFirewallGVR).Namespace("egfw-bench-8000")
+	var lat, agent, api []time.Duration
+	for i := range 30 {
+		cur, err := c.Get(ctx, "default", metav1.GetOptions{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		ef, err := fw.DecodeEgressFirewall(cur)
+		if err != nil {
+			b.Fatal(err)
+		}
+		idx := 4001 + 2*i // rules without ports
+		dst := netip.AddrFrom4([4]byte{12, 0, byte(i), 1})
+		ef.Spec.Egress[idx].To.CIDRSelector = dst.String() + "/32"
+		u := ef.Unstructured()
+		u.SetResourceVersion(cur.GetResourceVersion())
+		prio, _ := plan.EgressFirewallRules.Rank(idx)
+		start := time.Now()
+		if _, err := c.Update(ctx, u, metav1.UpdateOptions{}); err != nil {
+			b.Fatal(err)
+		}
+		written := time.Now()
+		wctx, cancel := context.WithTimeout(ctx, time.Minute)
+		at, err := poll.waitFor(wctx, dst, prio, true)
+		cancel()
+		if err != nil {
+			b.Fatal(err)
+		}
+		lat = append(lat, at.Sub(start))
+		agent = append(agent, at.Sub(written))
+		api = append(api, written.Sub(start))
+	}
+	q := func(ds []time.Duration, q float64) time.Duration {
+		ds = slices.Clone(ds)
+		slices.Sort(ds)
+		return ds[min(len(ds)-1, int(q*float64(len(ds))))]
+	}
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+	res["ms-one-rule-change-p50"], res["ms-one-rule-change-p99"] = ms(q(lat, 0.5)), ms(q(lat, 0.99))
+	res["ms-one-rule-change-agent-p50"], res["ms-one-rule-change-agent-p99"] = ms(q(agent, 0.5)), ms(q(agent, 0.99))
+	b.Logf("one rule of 8,000 changed, %d times: API write started to the new flow in br0 p50 %s p99 %s; the API write itself p50 %s p99 %s; "+
+		"its answer to the flow in br0 (watch, decode, build, reconcile) p50 %s p99 %s",
+		len(lat), q(lat, 0.5).Round(100*time.Microsecond), q(lat, 0.99).Round(100*time.Microsecond),
+		q(api, 0.5).Round(100*time.Microsecond), q(api, 0.99).Round(100*time.Microsecond),
+		q(agent, 0.5).Round(100*time.Microsecond), q(agent, 0.99).Round(100*time.Microsecond))
+
+	// The same flows, into a fresh switch: ovs-ofctl --bundle against
+	// nodeflow's connection.
+	rules := make([]efflows.Rule, 0, 8000)
+	for _, r := range benchRules(8000) {
+		pr := efflows.Rule{Action: fw.Allow, Prefixes: []netip.Prefix{netip.MustParsePrefix(r.To.CIDRSelector)}}
+		if r.Type == fw.RuleDeny {
+			pr.Action = fw.Deny
+		}
+		for _, port := range r.Ports {
+			pr.Ports = append(pr.Ports, fw.Port{Protocol: fw.TCP, Port: uint16(*port.Port)})
+		}
+		rules = append(rules, pr)
+	}
+	built, err := efflows.Build(efflows.Config{}, efflows.Namespace{Name: "bench", ID: 0x123, ConjBlock: 1, Rules: rules})
+	if err != nil {
+		b.Fatal(err)
+	}
+	sb := ovstest.New(b, ovs.Options{Dummy: true})
+	if _, err := sb.Vsctl("add-br", "br0", "--", "set", "bridge", "br0", "datapath_type=dummy", "protocols=OpenFlow13,OpenFlow15", "fail_mode=secure"); err != nil {
+		b.Fatal(err)
+	}
+	var text strings.Builder
+	for _, f := range built {
+		text.WriteString(strings.TrimSpace(f.String()))
+		text.WriteByte('\n')
+	}
+	file := filepath.Join(b.TempDir(), "flows")
+	if err := os.WriteFile(file, []byte(text.String()), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	start := time.Now()
+	if out, err := exec.Command("ovs-ofctl", "-O", "OpenFlow15", "--bundle", "add-flows", "unix:"+sb.MgmtSock("br0"), file).CombinedOutput(); err != nil {
+		b.Fatalf("ovs-ofctl --bundle add-flows: %v\n%s", err, out)
+	}
+	ofctl := time.Since(start)
+	if _, err := sb.Ofctl("-O", "OpenFlow15", "del-flows", "br0"); err != nil {
+		b.Fatal(err)
+	}
+	l := logrus.New()
+	l.SetOutput(io.Discard)
+	cctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	conn, err := ofconn.Dial(cctx, "unix:"+sb.MgmtSock("br0"), ofconn.Options{Logger: l})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Close()
+	msgs := make([]openflow.Message, len(built))
+	for i, f := range built {
+		msgs[i] = f.AddMod()
+	}
+	start = time.Now()
+	if err := conn.Bundle(cctx, msgs); err != nil {
+		b.Fatal(err)
+	}
+	own := time.Since(start)
+	res["ms-ofctl-bundle-8000"] = float64(ofctl.Microseconds()) / 1000
+	res["ms-nodeflow-bundle-8000"] = float64(own.Microseconds()) / 1000
+	b.Logf("the 8,000 rules' %d flows into a fresh switch: ovs-ofctl --bundle add-flows %s (process and text parsing included), nodeflow's connection in one bundle %s",
+		len(built), ofctl.Round(time.Millisecond), own.Round(time.Millisecond))
+	return res
+}
