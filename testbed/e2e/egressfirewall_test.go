@@ -931,7 +931,9 @@ func TestEgressFirewallNodeSelector(t *testing.T) {
 
 	// A label that changes.
 	setLabel("node2", "yes")
-	g.waitTable50(t, "node2 selected", func(lines []string) bool { return hasFlow(lines, "nw_dst="+n2v4.String(), "tp_dst=18080", "goto_table:60") })
+	g.waitTable50(t, "node2 selected", func(lines []string) bool {
+		return hasFlow(lines, "nw_dst="+n2v4.String(), "tp_dst=18080", "goto_table:60")
+	})
 	for _, p := range g.pods {
 		for _, dst := range []netip.Addr{n2v4, n2v6} {
 			verdict(t, p, "tcp", dst, true)
@@ -944,7 +946,9 @@ func TestEgressFirewallNodeSelector(t *testing.T) {
 	if _, err := g.e.client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = g.e.client.CoreV1().Nodes().Delete(context.Background(), "egfw-joined", metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_ = g.e.client.CoreV1().Nodes().Delete(context.Background(), "egfw-joined", metav1.DeleteOptions{})
+	})
 	eventually(t, 30*time.Second, "address of the joined node", func(ctx context.Context) error {
 		cur, err := g.e.client.CoreV1().Nodes().Get(ctx, "egfw-joined", metav1.GetOptions{})
 		if err != nil {
