@@ -295,3 +295,60 @@ func TestUnresolvedName(t *testing.T) {
 	e.waitFlows(efflows.Owner("a"), "the name's address", func(got []string) bool { return has(got, "nw_dst=198.51.100.1") })
 	e.lastApplied("a", "default", "node1: "+StatusApplied)
 }
+
+// TestRestartKeepsLearnedAddresses: the addresses a previous incarnation
+// installed for a wildcard (which is never looked up) are in the first
+// sync, so the start-up bundle keeps them.
+func TestRestartKeepsLearnedAddresses(t *testing.T) {
+	prev, err := efflows.Build(efflows.Config{}, efflows.Namespace{Name: "a", ID: 0x11, ConjBlock: 1, Rules: []efflows.Rule{
+		{Action: fw.Allow, Prefixes: pfx("198.51.100.9/32", "2001:db8::9/128")},
+		{Action: fw.Deny, Prefixes: pfx("0.0.0.0/0")},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range prev {
+		prev[i].Cookie = uint64(plan.MakeCookie(plan.FeatureEgressFirewall, efflows.Owner("a"), 7))
+	}
+	e := newEnvHost(t, nil, func(h *featuretest.Host) { h.Installed[plan.Pod] = prev },
+		ef("a", "default", "Allow dns:*.example.com", "Deny 0.0.0.0/0"))
+	got := e.flows(efflows.Owner("a"))
+	if !has(got, "priority=10999,", "nw_dst=198.51.100.9", "goto_table:60") || !has(got, "priority=10999,", "ipv6_dst=2001:db8::9") {
+		t.Fatalf("first sync without the installed addresses:\n%s", strings.Join(got, "\n"))
+	}
+	if st, _ := e.f.names.Status("*.example.com"); st.Refs != 1 || len(st.Addrs) != 2 {
+		t.Errorf("the wildcard after start-up: %+v (want one reference, two addresses)", st)
+	}
+}
+
+func TestDeniedCounters(t *testing.T) {
+	e := newEnv(t, ef("a", "default", "Deny 198.51.100.0/24", "Allow 0.0.0.0/0"), ef("b", "default", "Deny 0.0.0.0/0"))
+	e.enforcedUID("a")
+	e.enforcedUID("b")
+	stat := func(ns string, prio uint16, dst string, n uint64, deny bool) openflow.FlowStats {
+		f := openflow.Flow{Table: uint8(plan.PodEgressFirewall), Priority: prio,
+			Cookie: uint64(plan.MakeCookie(plan.FeatureEgressFirewall, efflows.Owner(ns), 1)),
+			Match:  openflow.NewMatch(openflow.EthType(0x0800), openflow.IPv4DstPrefix(netip.MustParsePrefix(dst)))}
+		if !deny {
+			f.Instructions = []openflow.Instruction{openflow.GotoTable{Table: uint8(plan.PodRouting)}}
+		}
+		return openflow.FlowStats{Flow: f, PacketCount: n}
+	}
+	last := map[denyKey]uint64{}
+	e.f.addDenied([]openflow.FlowStats{
+		stat("a", 10999, "198.51.100.0/24", 5, true),
+		stat("a", 10998, "0.0.0.0/0", 100, false), // an allow: not counted
+		stat("b", 10999, "10.0.0.0/8", 3, true),
+	}, last)
+	// The next read: a grew by 2; b's flow was replaced (its counter
+	// started again), so its whole count is new.
+	e.f.addDenied([]openflow.FlowStats{
+		stat("a", 10999, "198.51.100.0/24", 7, true),
+		stat("b", 10999, "10.0.0.0/8", 1, true),
+	}, last)
+	for ns, want := range map[string]float64{"a": 7, "b": 4} {
+		if got := counterValue(t, e.f.m.denied.WithLabelValues(ns)); got != want {
+			t.Errorf("denied packets of %s: %v, want %v", ns, got, want)
+		}
+	}
+}

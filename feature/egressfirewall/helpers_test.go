@@ -68,6 +68,13 @@ func newEnv(t *testing.T, objs ...runtime.Object) *env {
 // the firewall starts.
 func newEnvDNS(t *testing.T, setup func(*dnstest.Server), objs ...runtime.Object) *env {
 	t.Helper()
+	return newEnvHost(t, setup, nil, objs...)
+}
+
+// newEnvHost is newEnvDNS with the host prepared by prepare (the flows
+// the switch holds, say) before the firewall's Init.
+func newEnvHost(t *testing.T, setup func(*dnstest.Server), prepare func(*featuretest.Host), objs ...runtime.Object) *env {
+	t.Helper()
 	var typed, untyped []runtime.Object
 	for _, o := range objs {
 		if _, ok := o.(*unstructured.Unstructured); ok {
@@ -114,6 +121,9 @@ func newEnvDNS(t *testing.T, setup func(*dnstest.Server), objs ...runtime.Object
 		e.mu.Unlock()
 		return true, &unstructured.Unstructured{Object: obj}, nil
 	})
+	if prepare != nil {
+		prepare(h)
+	}
 	f := New(Options{Dynamic: dyn, DNSServers: []string{srv.Addr}, MaxHold: 2 * time.Second,
 		DNS: dnsnames.Options{MinTTL: 200 * time.Millisecond, MinBackoff: 100 * time.Millisecond}})
 	e.f = f
