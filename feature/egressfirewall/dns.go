@@ -35,13 +35,23 @@ func (f *Firewall) HandlePacketIn(p feature.PacketIn) {
 	if p.Bridge != plan.Pod || pin == nil || len(pin.Userdata) == 0 || pin.Userdata[0] != byte(plan.PacketInDNS) {
 		return
 	}
-	if dnsmsg.Classify(pin.Data) != dnsmsg.Hold {
-		f.learn.releaseNow(pin)
+	d, err := dnsmsg.DecodeFrame(pin.Data)
+	if err != nil {
+		f.learn.releaseNow(pin, ReplyPassed)
 		return
 	}
-	rep, err := dnsmsg.ParseFrame(pin.Data)
+	if !f.trustedSource(d.Src.Addr()) {
+		f.learn.releaseNow(pin, ReplyUntrusted)
+		return
+	}
+	h, err := dnsmsg.ParseHeader(d.Payload)
+	if err != nil || h.Class() != dnsmsg.Hold {
+		f.learn.releaseNow(pin, ReplyPassed)
+		return
+	}
+	rep, err := dnsmsg.ParseReply(d.Payload)
 	if err != nil {
-		f.learn.releaseNow(pin)
+		f.learn.releaseNow(pin, ReplyPassed)
 		return
 	}
 	match := false
@@ -52,7 +62,7 @@ func (f *Firewall) HandlePacketIn(p feature.PacketIn) {
 		}
 	}
 	if !match {
-		f.learn.releaseNow(pin)
+		f.learn.releaseNow(pin, ReplyPassed)
 		return
 	}
 	changed := f.names.ObserveReply(rep)
@@ -86,8 +96,19 @@ func (l *learner) hold(r heldReply) {
 	}
 }
 
-// releaseNow releases a reply that is not held.
-func (l *learner) releaseNow(pin *openflow.PacketIn) {
+// trustedSource reports whether replies from a are learned from.
+func (f *Firewall) trustedSource(a netip.Addr) bool {
+	a = a.Unmap()
+	for _, p := range f.trusted {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// releaseNow releases a reply that is not held, counting it as result.
+func (l *learner) releaseNow(pin *openflow.PacketIn, result string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	if err := l.f.h.Send(ctx, plan.Pod, efflows.Release(pin)); err != nil {
@@ -95,7 +116,7 @@ func (l *learner) releaseNow(pin *openflow.PacketIn) {
 		l.f.log.WithError(err).Debug("cannot release a DNS reply")
 		return
 	}
-	l.f.m.dnsReplies.WithLabelValues(ReplyPassed).Inc()
+	l.f.m.dnsReplies.WithLabelValues(result).Inc()
 }
 
 // maxBatch bounds the replies installed and released together.

@@ -44,6 +44,13 @@ type Options struct {
 	// DNS tunes the name cache (TTL floor and ceiling, back-off, limits);
 	// Servers, ResolvConf, Exclude and Log are set by the firewall.
 	DNS dnsnames.Options
+	// TrustedDNS are the sources, besides the service networks (a cluster
+	// DNS service's address) and the resolvers the agent asks itself,
+	// whose DNS replies to pods are learned from (a node-local DNS cache's
+	// address, say). Replies from other sources reach the pod unlearned:
+	// otherwise any pod could send a "reply" from port 53 to another pod
+	// and have its addresses allowed.
+	TrustedDNS []netip.Prefix
 	// MaxHold bounds how long a DNS reply is held while its addresses are
 	// installed (default 1 s); a reply not released by then is dropped,
 	// and the pod's resolver asks again. MaxHeld bounds the replies held
@@ -86,6 +93,8 @@ type Firewall struct {
 
 	names *dnsnames.Cache
 	conj  *plan.IDAllocator
+	// trusted are the sources whose DNS replies are learned from.
+	trusted []netip.Prefix
 	// seeds are the references taken on names at start-up (restart.go).
 	seeds []string
 
@@ -207,6 +216,13 @@ func (f *Firewall) Init(h feature.Host) error {
 		return fmt.Errorf("egressfirewall: dns: %w", err)
 	}
 	f.names = names
+	f.trusted = slices.Concat(node.ServiceCIDRs, f.opts.TrustedDNS)
+	for _, srv := range names.Servers() {
+		if ap, err := netip.ParseAddrPort(srv); err == nil {
+			a := ap.Addr().Unmap()
+			f.trusted = append(f.trusted, netip.PrefixFrom(a, a.BitLen()))
+		}
+	}
 	if err := h.Registry().Register(names); err != nil {
 		return fmt.Errorf("egressfirewall: dns metrics: %w", err)
 	}

@@ -220,7 +220,7 @@ func TestDNSLearning(t *testing.T) {
 	}
 
 	// A reply for a name a wildcard matches: installed, then released.
-	e.f.HandlePacketIn(packetIn(dnsReply(t, "172.30.0.100", "10.244.1.5", "api.example.com", 300, "198.51.100.20")))
+	e.f.HandlePacketIn(packetIn(dnsReply(t, "10.96.0.10", "10.244.1.5", "api.example.com", 300, "198.51.100.20")))
 	released := func(n int) []featuretest.Sent {
 		var out []featuretest.Sent
 		featuretest.WaitFor(5*time.Second, func() bool { out = e.h.Sent(); return len(out) >= n })
@@ -248,13 +248,23 @@ func TestDNSLearning(t *testing.T) {
 	}
 	// A reply that no rule names is released at once; nothing changes.
 	before := e.flows(efflows.Owner("a"))
-	e.f.HandlePacketIn(packetIn(dnsReply(t, "172.30.0.100", "10.244.1.5", "www.example.net", 300, "203.0.113.9")))
+	e.f.HandlePacketIn(packetIn(dnsReply(t, "10.96.0.10", "10.244.1.5", "www.example.net", 300, "203.0.113.9")))
 	released(3)
 	// A name two labels below the wildcard is not matched either.
-	e.f.HandlePacketIn(packetIn(dnsReply(t, "172.30.0.100", "10.244.1.5", "a.b.example.com", 300, "203.0.113.10")))
+	e.f.HandlePacketIn(packetIn(dnsReply(t, "10.96.0.10", "10.244.1.5", "a.b.example.com", 300, "203.0.113.10")))
 	released(4)
 	if got := e.flows(efflows.Owner("a")); !slices.Equal(got, before) {
 		t.Errorf("an unmatched reply changed the rules:\n%s", strings.Join(got, "\n"))
+	}
+	// A reply from a source that is no DNS server the pods should use
+	// (another pod, say) is released unlearned.
+	e.f.HandlePacketIn(packetIn(dnsReply(t, "10.244.2.9", "10.244.1.5", "evil.example.com", 300, "203.0.113.66")))
+	released(5)
+	if got := e.flows(efflows.Owner("a")); !slices.Equal(got, before) {
+		t.Errorf("an untrusted reply changed the rules:\n%s", strings.Join(got, "\n"))
+	}
+	if v := counterValue(t, e.f.m.dnsReplies.WithLabelValues(ReplyUntrusted)); v != 1 {
+		t.Errorf("untrusted %v replies, want 1", v)
 	}
 	if v := counterValue(t, e.f.m.dnsReplies.WithLabelValues(ReplyLearned)); v != 2 {
 		t.Errorf("learned %v replies, want 2", v)

@@ -125,7 +125,8 @@ func newEnvHost(t *testing.T, setup func(*dnstest.Server), prepare func(*feature
 		prepare(h)
 	}
 	f := New(Options{Dynamic: dyn, DNSServers: []string{srv.Addr}, MaxHold: 2 * time.Second,
-		DNS: dnsnames.Options{MinTTL: 200 * time.Millisecond, MinBackoff: 100 * time.Millisecond}})
+		TrustedDNS: []netip.Prefix{netip.MustParsePrefix("fd00:172:30::100/128")},
+		DNS:        dnsnames.Options{MinTTL: 200 * time.Millisecond, MinBackoff: 100 * time.Millisecond}})
 	e.f = f
 	h.Restrict(f.Owns())
 	if err := f.Init(h); err != nil {

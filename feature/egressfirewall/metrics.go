@@ -25,6 +25,10 @@ const (
 	// ReplyPassed: not a reply to learn from (not DNS, an error, no
 	// answer) or no answer that a rule names: released at once.
 	ReplyPassed = "passed"
+	// ReplyUntrusted: from a source that is neither a cluster DNS
+	// service, nor a resolver the agent asks, nor in Options.TrustedDNS:
+	// released at once, unlearned.
+	ReplyUntrusted = "untrusted"
 	// ReplyLearned: held until its addresses were installed, then
 	// released.
 	ReplyLearned = "learned"
@@ -88,7 +92,7 @@ func (m *metrics) register(r prometheus.Registerer) error {
 			return err
 		}
 	}
-	for _, r := range []string{ReplyPassed, ReplyLearned, ReplyDroppedFull, ReplyDroppedTimeout, ReplySendError} {
+	for _, r := range []string{ReplyPassed, ReplyUntrusted, ReplyLearned, ReplyDroppedFull, ReplyDroppedTimeout, ReplySendError} {
 		m.dnsReplies.WithLabelValues(r)
 	}
 	return nil
