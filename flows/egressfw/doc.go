@@ -45,6 +45,14 @@
 // alias when no rule holding the host matched (only when some rule's
 // prefix holds the alias; otherwise the rules cannot match it anyway).
 //
+// DNS learning (DNSFlows, owner DNSOwner, priority
+// plan.PriorityEgressFirewallDNS, above the guards): UDP from port 53 to
+// the local pods of namespaces with dnsName rules goes to the agent by a
+// metered packet-in (DNSAction, DNSMeter); the agent installs the
+// addresses of the answer and releases the reply with Release, a
+// packet-out that resubmits it to plan.PodRouting with its in_port and
+// registers.
+//
 // An update is one owner's flows replaced in one bundle by the
 // reconciler: a rule keeps its priority while its position does not
 // change, and a flow whose match is kept but whose verdict changes is
