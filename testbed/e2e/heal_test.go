@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"nodeflow/cni"
 	"nodeflow/testbed"
 )
 
@@ -50,7 +51,7 @@ func TestHeal(t *testing.T) {
 		do   func(t *testing.T)
 	}{
 		{"del-br br0", func(t *testing.T) { vsctl(t, m, "del-br", "br0") }},
-		{"del-port of a pod", func(t *testing.T) { vsctl(t, m, "del-port", "br0", portName(t, m, a.port)) }},
+		{"del-port of a pod", func(t *testing.T) { vsctl(t, m, "del-port", "br0", portName(t, m, ns, a.name)) }},
 		{"del-port vxlan0", func(t *testing.T) { vsctl(t, m, "del-port", "br0", "vxlan0") }},
 		{"del-flows breth0", func(t *testing.T) { ofctl(t, m, "del-flows", "breth0") }},
 	} {
@@ -83,14 +84,15 @@ func vsctl(t *testing.T, m *testbed.Member, args ...string) string {
 	return strings.TrimSpace(string(out))
 }
 
-// portName returns the name of the interface with ofport on br0.
-func portName(t *testing.T, m *testbed.Member, ofport int) string {
+// portName returns the name of pod ns/name's port on the node's br0 (its
+// ofport changes when the port is re-added).
+func portName(t *testing.T, m *testbed.Member, ns, name string) string {
 	t.Helper()
 	for _, p := range cniPorts(t, m) {
-		if p.Ofport == ofport {
+		if p.ExternalIDs[cni.ExternalIDPodName] == name && p.ExternalIDs[cni.ExternalIDPodNamespace] == ns {
 			return p.Name
 		}
 	}
-	t.Fatalf("%s: no pod port with ofport %d", m.Name, ofport)
+	t.Fatalf("%s: no port of pod %s/%s", m.Name, ns, name)
 	return ""
 }

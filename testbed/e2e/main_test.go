@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -57,6 +58,7 @@ func TestMain(m *testing.M) {
 		skipReason = testbed.CheckBinaries(testbed.DefaultBinDir()).Error()
 	}
 	code := m.Run()
+	stopLasting()
 	if shared != nil && shared.state != nil {
 		// The last test takes the testbed down; this is for runs that
 		// skipped it (-run) or failed before it.
@@ -181,4 +183,42 @@ func eventually(t testing.TB, timeout time.Duration, what string, cond func(ctx 
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// Processes a test started that outlive it (an agent or ovs-vswitchd that
+// replaced the testbed's own), stopped before the testbed goes down.
+var (
+	lastingMu sync.Mutex
+	lasting   []*exec.Cmd
+)
+
+// keepRunning records a started cmd as lasting and reaps it when it exits
+// (then calls done), so that a stopped process is gone.
+func keepRunning(cmd *exec.Cmd, done func()) {
+	go func() {
+		_ = cmd.Wait()
+		if done != nil {
+			done()
+		}
+	}()
+	lastingMu.Lock()
+	lasting = append(lasting, cmd)
+	lastingMu.Unlock()
+}
+
+// stopLasting stops the lasting processes that still run.
+func stopLasting() {
+	lastingMu.Lock()
+	defer lastingMu.Unlock()
+	for _, c := range lasting {
+		_ = c.Process.Signal(syscall.SIGTERM)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for _, c := range lasting {
+		for c.Process.Signal(syscall.Signal(0)) == nil && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond) // waiting for the exit, bounded
+		}
+		_ = c.Process.Kill()
+	}
+	lasting = nil
 }

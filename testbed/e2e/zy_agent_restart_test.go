@@ -237,18 +237,9 @@ func restartVswitchd(t *testing.T, m *testbed.Member) time.Duration {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	waited := make(chan struct{})
-	go func() { cmd.Wait(); close(waited) }()
-	t.Cleanup(func() {
-		// The testbed does not know this process: stop it before `down`.
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-waited:
-		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
-			<-waited
-		}
-	})
+	// The testbed does not know this process: it runs on for the tests
+	// after this one, and is stopped before the testbed goes down.
+	keepRunning(cmd, nil)
 	started := time.Now()
 	eventually(t, 60*time.Second, "flows back on br0", func(ctx context.Context) error {
 		lines, err := tryDumpFlows(m, "br0")

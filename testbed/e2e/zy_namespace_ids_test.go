@@ -3,11 +3,12 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -34,10 +35,10 @@ const nsidLoad = 5000
 // use it (its agent stopped), and is released once that agent is back and
 // has removed them.
 //
-// Its file sorts after zy_agent_restart_test.go, whose replacement agent
-// stops when that test ends: this test starts an agent on every node that
-// has none, and the namespaces it creates are left to the testbed's
-// removal (deleting 5,000 namespaces takes the control plane minutes).
+// Its file sorts after zy_agent_restart_test.go and before the testbed
+// goes down: the namespaces it creates are left to the testbed's removal
+// (deleting 5,000 namespaces, and creating their service accounts, keeps
+// the control plane busy for minutes).
 func TestNamespaceIDs(t *testing.T) {
 	e := up(t)
 	requireAgent(t, e)
@@ -313,17 +314,16 @@ func rvCompare(a, b string) (int, error) {
 	return 0, nil
 }
 
-// agents stops and starts the nodes' agents for one test: the testbed's
-// own agent process the first time, a test-run agent after that.
+// agents stops and starts the nodes' agents. A replacement outlives the
+// test: it takes the place of the testbed's agent in the state (so later
+// tests stop and start it as they would the testbed's), and TestMain
+// stops it before the testbed goes down.
 type agents struct {
-	t    *testing.T
-	e    *env
-	runs map[string]*exec.Cmd
+	t *testing.T
+	e *env
 }
 
-func newAgents(t *testing.T, e *env) *agents {
-	return &agents{t: t, e: e, runs: map[string]*exec.Cmd{}}
-}
+func newAgents(t *testing.T, e *env) *agents { return &agents{t: t, e: e} }
 
 // ensure starts an agent on node unless one is ready there, and waits
 // until it is.
@@ -337,7 +337,7 @@ func (a *agents) ensure(node string) {
 	err := agentReady(ctx, m)
 	cancel()
 	if err != nil {
-		a.runs[node] = startAgent(a.t, a.e, m)
+		startLastingAgent(a.t, a.e, m)
 	}
 	eventually(a.t, 60*time.Second, "agent on "+node+" ready", func(ctx context.Context) error { return agentReady(ctx, m) })
 }
@@ -345,22 +345,33 @@ func (a *agents) ensure(node string) {
 // stop stops node's agent and waits until it has exited.
 func (a *agents) stop(node string) {
 	a.t.Helper()
-	cmd, ok := a.runs[node]
-	if !ok {
-		stopAgentProcess(a.t, a.e, node)
-		a.runs[node] = nil
-		return
+	stopAgentProcess(a.t, a.e, node)
+}
+
+// startLastingAgent starts `nodeflow agent` on m as the testbed does, and
+// records it as the node's agent process.
+func startLastingAgent(t *testing.T, e *env, m *testbed.Member) {
+	t.Helper()
+	logf, err := os.OpenFile(filepath.Join(m.Dir, "agent-e2e.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if cmd == nil {
-		a.t.Fatalf("agent on %s: already stopped", node)
+	cmd := exec.Command("ip", "netns", "exec", m.Netns, e.state.Nodeflow, "agent")
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+m.Kubeconfig, "NODE_NAME="+m.Name, "NODEFLOW_NODE_NAME="+m.Name,
+		"OVS_RUNDIR="+m.OVSRundir, "NODEFLOW_CNI_CONF_DIR="+filepath.Join(m.Dir, "net.d"))
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
 	}
-	_ = cmd.Process.Signal(syscall.SIGTERM)
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(15 * time.Second):
-		a.t.Fatalf("agent on %s (pid %d): still running 15 s after SIGTERM", node, cmd.Process.Pid)
+	keepRunning(cmd, func() { logf.Close() })
+	found := false
+	for i, p := range e.state.Processes {
+		if p.Name == "agent "+m.Name {
+			e.state.Processes[i].PID = cmd.Process.Pid
+			found = true
+		}
 	}
-	a.runs[node] = nil
+	if !found {
+		e.state.Processes = append(e.state.Processes, testbed.Process{Name: "agent " + m.Name, PID: cmd.Process.Pid})
+	}
 }

@@ -16,6 +16,9 @@ var zombie = regexp.MustCompile(`\) Z `)
 // or mount of it is left.
 func TestZZDownLeavesNothing(t *testing.T) {
 	e := up(t)
+	// What tests started in place of the testbed's own processes goes
+	// first: the testbed does not know it.
+	stopLasting()
 	st := e.state
 	var pids []int
 	for _, p := range st.Processes {
