@@ -10,7 +10,6 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -22,8 +21,8 @@ import (
 // replaceAgent stops the agent of node m and starts another in its place,
 // as the testbed starts it (its resolver configuration included), that
 // keeps running after the test like the one it replaced: the testbed's
-// state records its pid for later tests, and it dies with the test
-// process.
+// state records its pid for later tests, and it is stopped before the
+// testbed goes down (keepRunning).
 func replaceAgent(t *testing.T, e *env, m *testbed.Member) {
 	t.Helper()
 	stopAgentProcess(t, e, m.Name)
@@ -37,11 +36,10 @@ func replaceAgent(t *testing.T, e *env, m *testbed.Member) {
 		"OVS_RUNDIR="+m.OVSRundir, "NODEFLOW_CNI_CONF_DIR="+filepath.Join(m.Dir, "net.d"),
 		"NODEFLOW_RESOLV_CONF="+filepath.Join(e.state.Dir, "resolv.conf"))
 	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	go func() { _ = cmd.Wait(); logf.Close() }()
+	keepRunning(cmd, func() { logf.Close() })
 	for i := range e.state.Processes {
 		if e.state.Processes[i].Name == "agent "+m.Name {
 			e.state.Processes[i].PID = cmd.Process.Pid
