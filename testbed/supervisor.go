@@ -302,6 +302,7 @@ func (s *supervisor) startKubelets(nodes []string) error {
 			PodNetnsPrefix: podNetnsPrefix(s.top.Name),
 			CNIPlugin:      []string{s.opts.Nodeflow, "cni"},
 			CNIConfDir:     filepath.Join(dir, "net.d"),
+			WaitForCNIConf: s.state.Agent,
 			OVSDB:          "unix:" + s.sandboxes[n].DBSock(),
 			DatapathType:   "netdev",
 			CNIDataDir:     filepath.Join(dir, "cni"),

@@ -67,6 +67,12 @@ type Config struct {
 	// *.conflist, first by name). Without one the kubelet generates the
 	// configuration from the Node's podCIDRs, OVSDB and CNIDataDir.
 	CNIConfDir string
+	// WaitForCNIConf makes pods wait for a configuration in CNIConfDir
+	// (written by the node agent) instead of generating one, as a real
+	// kubelet keeps pods pending until the network plugin is ready: a pod
+	// started on a generated configuration could take an address the
+	// agent reserves.
+	WaitForCNIConf bool
 	// OVSDB is the node's OVSDB endpoint for the generated configuration.
 	OVSDB string
 	// DatapathType goes into the generated configuration ("netdev").

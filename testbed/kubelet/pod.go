@@ -188,7 +188,7 @@ func (w *podWorker) start(ctx context.Context, pod *v1.Pod) error {
 		if err != nil {
 			return err
 		}
-		conf, err := k.netConf(node)
+		conf, err := k.netConf(ctx, node)
 		if err != nil {
 			return err
 		}
@@ -604,10 +604,20 @@ func (w *podWorker) cni(ctx context.Context, command string, pod *v1.Pod, prevRe
 }
 
 // netConf returns the network configuration for the CNI plugin.
-func (k *Kubelet) netConf(node *v1.Node) (map[string]any, error) {
+func (k *Kubelet) netConf(ctx context.Context, node *v1.Node) (map[string]any, error) {
 	if k.cfg.CNIConfDir != "" {
-		if c, err := readConfDir(k.cfg.CNIConfDir); err != nil || c != nil {
-			return c, err
+		for {
+			if c, err := readConfDir(k.cfg.CNIConfDir); err != nil || c != nil {
+				return c, err
+			}
+			if !k.cfg.WaitForCNIConf {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return nil, fmt.Errorf("network not ready: no CNI configuration in %s: %w", k.cfg.CNIConfDir, ctx.Err())
+			case <-time.After(50 * time.Millisecond): // polling the directory
+			}
 		}
 	}
 	return map[string]any{
