@@ -146,7 +146,7 @@ var tables = []Table{
 		MissDrop, 0, []Feature{FeatureService}},
 	{Pod, PodSNAT, "SNAT", "connections marked for SNAT: commit it when new, re-apply it to established original-direction packets",
 		MissGoto, PodEgressFirewall, []Feature{FeatureNode, FeatureService}},
-	{Pod, PodEgressFirewall, "EgressFirewall", "cluster and service destinations skip the egress firewall (per-namespace rules: planned)",
+	{Pod, PodEgressFirewall, "EgressFirewall", "cluster and service destinations skip the egress firewall; each namespace's ordered rules",
 		MissGoto, PodRouting, []Feature{FeatureNode, FeatureEgressFirewall}},
 	{Pod, PodRouting, "Routing", "local pod subnet, remote node subnets, the host, and the default route out through breth0",
 		MissDrop, 0, []Feature{FeatureNode, FeaturePod}},

@@ -53,7 +53,8 @@ func startAgent(t testing.TB, e *env, m *testbed.Member) *exec.Cmd {
 	}
 	cmd := exec.Command("ip", "netns", "exec", m.Netns, e.state.Nodeflow, "agent")
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+m.Kubeconfig, "NODE_NAME="+m.Name, "NODEFLOW_NODE_NAME="+m.Name,
-		"OVS_RUNDIR="+m.OVSRundir, "NODEFLOW_CNI_CONF_DIR="+filepath.Join(m.Dir, "net.d"))
+		"OVS_RUNDIR="+m.OVSRundir, "NODEFLOW_CNI_CONF_DIR="+filepath.Join(m.Dir, "net.d"),
+		"NODEFLOW_RESOLV_CONF="+filepath.Join(e.state.Dir, "resolv.conf"))
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
