@@ -6,13 +6,14 @@ import (
 	"testing"
 	"time"
 
+	"nodeflow/clocktest"
 	"nodeflow/dnsmsg"
 )
 
 // benchCache is a cache with n exact names and n wildcards, not running
 // (no lookups), with four addresses each.
 func benchCache(b *testing.B, n int) *Cache {
-	c, err := New(Options{Servers: []string{"127.0.0.1:53"}, Clock: &fakeClock{now: epoch}})
+	c, err := New(Options{Servers: []string{"127.0.0.1:53"}, Clock: clocktest.New(epoch)})
 	if err != nil {
 		b.Fatal(err)
 	}

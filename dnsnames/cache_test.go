@@ -39,7 +39,7 @@ func TestLookupTimeline(t *testing.T) {
 	e.srv.Set(name, 10, addrs("192.0.2.2")...)
 	// t=59.999: nothing yet; Run still sleeps towards 60 s.
 	e.stepTo(at(60*time.Second - time.Millisecond))
-	if !e.clk.hasWaiterAt(at(60*time.Second)) || e.c.m.lookups.Load() != 1 {
+	if !e.clk.HasWaiterAt(at(60*time.Second)) || e.c.m.lookups.Load() != 1 {
 		t.Fatal("a lookup before the TTL ran out")
 	}
 	// t=60: the lookup brings 192.0.2.2; the old addresses expired at 60

@@ -4,76 +4,16 @@ import (
 	"context"
 	"net/netip"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/sirupsen/logrus"
 
+	"nodeflow/clocktest"
 	"nodeflow/dnsnames/dnstest"
 )
 
-// fakeClock is a Clock whose time moves only by Step.
-type fakeClock struct {
-	mu      sync.Mutex
-	now     time.Time
-	waiters []fakeWaiter
-}
-
-type fakeWaiter struct {
-	at time.Time
-	ch chan time.Time
-}
-
 var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-// After fires at once when d is not positive, else at the Step that
-// reaches now+d.
-func (c *fakeClock) After(d time.Duration) <-chan time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	ch := make(chan time.Time, 1)
-	if d <= 0 {
-		ch <- c.now
-		return ch
-	}
-	c.waiters = append(c.waiters, fakeWaiter{at: c.now.Add(d), ch: ch})
-	return ch
-}
-
-// Step moves the clock forward and fires every waiter that is due.
-func (c *fakeClock) Step(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-	kept := c.waiters[:0]
-	for _, w := range c.waiters {
-		if !w.at.After(c.now) {
-			w.ch <- c.now
-		} else {
-			kept = append(kept, w)
-		}
-	}
-	c.waiters = kept
-}
-
-// hasWaiterAt reports whether a waiter is due at exactly t.
-func (c *fakeClock) hasWaiterAt(t time.Time) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, w := range c.waiters {
-		if w.at.Equal(t) {
-			return true
-		}
-	}
-	return false
-}
 
 // eventually polls cond until it holds or a deadline passes.
 func eventually(t *testing.T, what string, cond func() bool) {
@@ -91,7 +31,7 @@ func eventually(t *testing.T, what string, cond func() bool) {
 type env struct {
 	t   *testing.T
 	srv *dnstest.Server
-	clk *fakeClock
+	clk *clocktest.Fake
 	c   *Cache
 }
 
@@ -104,7 +44,7 @@ func newEnv(t *testing.T, edit func(*Options)) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(srv.Close)
-	clk := &fakeClock{now: epoch}
+	clk := clocktest.New(epoch)
 	log := logrus.New()
 	log.SetLevel(logrus.ErrorLevel)
 	o := Options{
@@ -143,7 +83,7 @@ func (e *env) waitLookups(n uint64) {
 // waitPlanned waits until Run sleeps towards a timer at t.
 func (e *env) waitPlanned(t time.Time) {
 	e.t.Helper()
-	eventually(e.t, "a timer at "+t.Sub(epoch).String(), func() bool { return e.clk.hasWaiterAt(t) })
+	eventually(e.t, "a timer at "+t.Sub(epoch).String(), func() bool { return e.clk.HasWaiterAt(t) })
 }
 
 // stepTo moves the fake clock to t.

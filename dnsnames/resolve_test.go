@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"nodeflow/clocktest"
 	"nodeflow/dnsmsg"
 	"nodeflow/dnsnames/dnstest"
 )
@@ -159,7 +160,7 @@ func TestRunEndsPromptly(t *testing.T) {
 	}
 	t.Cleanup(srv.Close)
 	srv.SetMode("slow.example.com", dnstest.Silent)
-	c, err := New(Options{Servers: []string{srv.Addr}, Timeout: time.Minute, Clock: &fakeClock{now: epoch}})
+	c, err := New(Options{Servers: []string{srv.Addr}, Timeout: time.Minute, Clock: clocktest.New(epoch)})
 	if err != nil {
 		t.Fatal(err)
 	}

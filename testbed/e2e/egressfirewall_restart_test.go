@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -31,11 +30,7 @@ func replaceAgent(t *testing.T, e *env, m *testbed.Member) {
 		t.Fatal(err)
 	}
 	fmt.Fprintf(logf, "---- %s: replaced by the e2e test %s\n", time.Now().Format(time.RFC3339), t.Name())
-	cmd := exec.Command("ip", "netns", "exec", m.Netns, e.state.Nodeflow, "agent")
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+m.Kubeconfig, "NODE_NAME="+m.Name, "NODEFLOW_NODE_NAME="+m.Name,
-		"OVS_RUNDIR="+m.OVSRundir, "NODEFLOW_CNI_CONF_DIR="+filepath.Join(m.Dir, "net.d"),
-		"NODEFLOW_RESOLV_CONF="+filepath.Join(e.state.Dir, "resolv.conf"))
-	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd := agentCommand(e, m, logf)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

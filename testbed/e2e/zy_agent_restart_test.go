@@ -43,6 +43,17 @@ func agentReady(ctx context.Context, m *testbed.Member) error {
 	return nil
 }
 
+// agentCommand returns `nodeflow agent` in m's namespace with the
+// environment the testbed gives it, logging to logf.
+func agentCommand(e *env, m *testbed.Member, logf *os.File) *exec.Cmd {
+	cmd := exec.Command("ip", "netns", "exec", m.Netns, e.state.Nodeflow, "agent")
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+m.Kubeconfig, "NODE_NAME="+m.Name, "NODEFLOW_NODE_NAME="+m.Name,
+		"OVS_RUNDIR="+m.OVSRundir, "NODEFLOW_CNI_CONF_DIR="+filepath.Join(m.Dir, "net.d"),
+		"NODEFLOW_RESOLV_CONF="+filepath.Join(e.state.Dir, "resolv.conf"))
+	cmd.Stdout, cmd.Stderr = logf, logf
+	return cmd
+}
+
 // startAgent starts `nodeflow agent` in the node's namespace with the
 // environment the testbed gives it, and stops it when the test ends.
 func startAgent(t testing.TB, e *env, m *testbed.Member) *exec.Cmd {
@@ -51,11 +62,7 @@ func startAgent(t testing.TB, e *env, m *testbed.Member) *exec.Cmd {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command("ip", "netns", "exec", m.Netns, e.state.Nodeflow, "agent")
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+m.Kubeconfig, "NODE_NAME="+m.Name, "NODEFLOW_NODE_NAME="+m.Name,
-		"OVS_RUNDIR="+m.OVSRundir, "NODEFLOW_CNI_CONF_DIR="+filepath.Join(m.Dir, "net.d"),
-		"NODEFLOW_RESOLV_CONF="+filepath.Join(e.state.Dir, "resolv.conf"))
-	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd := agentCommand(e, m, logf)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

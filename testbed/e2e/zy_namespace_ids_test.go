@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -356,11 +355,7 @@ func startLastingAgent(t *testing.T, e *env, m *testbed.Member) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command("ip", "netns", "exec", m.Netns, e.state.Nodeflow, "agent")
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+m.Kubeconfig, "NODE_NAME="+m.Name, "NODEFLOW_NODE_NAME="+m.Name,
-		"OVS_RUNDIR="+m.OVSRundir, "NODEFLOW_CNI_CONF_DIR="+filepath.Join(m.Dir, "net.d"),
-		"NODEFLOW_RESOLV_CONF="+filepath.Join(e.state.Dir, "resolv.conf"))
-	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd := agentCommand(e, m, logf)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
