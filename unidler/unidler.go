@@ -168,7 +168,7 @@ func (c *Controller) Run(ctx context.Context) error {
 		synced = append(synced, inf.HasSynced)
 	}
 	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
-		return ctx.Err()
+		return nil // ctx ended
 	}
 	c.log.Info("watching NeedPods events")
 	var wg sync.WaitGroup
@@ -188,7 +188,7 @@ func (c *Controller) informers() []cache.SharedIndexInformer {
 	var out []cache.SharedIndexInformer
 	if c.opts.CoreEvents {
 		evs := c.opts.Client.CoreV1().Events(metav1.NamespaceAll)
-		out = append(out, cache.NewSharedIndexInformer(&cache.ListWatch{
+		out = append(out, cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
 			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 				o.FieldSelector = coreEventSelector
 				return evs.List(ctx, o)
@@ -197,11 +197,11 @@ func (c *Controller) informers() []cache.SharedIndexInformer {
 				o.FieldSelector = coreEventSelector
 				return evs.Watch(ctx, o)
 			},
-		}, &v1.Event{}, 0, cache.Indexers{}))
+		}, c.opts.Client), &v1.Event{}, 0, cache.Indexers{}))
 	}
 	if c.opts.EventsAPI {
 		evs := c.opts.Client.EventsV1().Events(metav1.NamespaceAll)
-		out = append(out, cache.NewSharedIndexInformer(&cache.ListWatch{
+		out = append(out, cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
 			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 				o.FieldSelector = eventsEventSelector
 				return evs.List(ctx, o)
@@ -210,7 +210,7 @@ func (c *Controller) informers() []cache.SharedIndexInformer {
 				o.FieldSelector = eventsEventSelector
 				return evs.Watch(ctx, o)
 			},
-		}, &eventsv1.Event{}, 0, cache.Indexers{}))
+		}, c.opts.Client), &eventsv1.Event{}, 0, cache.Indexers{}))
 	}
 	return out
 }
@@ -324,16 +324,14 @@ func (c *Controller) sync(ctx context.Context, key types.NamespacedName, fired t
 	// Every target is up: remove the annotations once the Service has a
 	// ready endpoint, so that no agent rejects what it holds for it.
 	if len(targets) > 0 {
-		w := c.wakeOf(key, at, scaled)
+		w := c.waitFor(key, at, scaled)
 		ready, rerr := c.hasReadyEndpoint(ctx, key)
 		if rerr != nil {
 			log.WithError(rerr).Debug("endpoints not read")
 		}
 		waited := c.opts.Now().Sub(w.since)
 		if !ready && waited < c.opts.ReadyTimeout {
-			d := min(firstReadyPoll<<min(w.polls, 8), maxReadyPoll)
-			w.polls++
-			return d, nil
+			return min(firstReadyPoll<<min(w.polls, 8), maxReadyPoll), nil
 		}
 		if ready && w.scaled {
 			c.m.ready.Observe(waited.Seconds())
@@ -394,9 +392,10 @@ func (c *Controller) wakeTargets(ctx context.Context, key types.NamespacedName, 
 	return remaining, scaled, errors.Join(errs...)
 }
 
-// wakeOf returns the wait of key for a ready endpoint, started now for the
-// idling at idledAt if it was not.
-func (c *Controller) wakeOf(key types.NamespacedName, idledAt string, scaled bool) *wake {
+// waitFor counts a look at key's wait for a ready endpoint, started now
+// for the idling at idledAt if it was not, and returns the wait as it was
+// before this look.
+func (c *Controller) waitFor(key types.NamespacedName, idledAt string, scaled bool) wake {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	w := c.waking[key]
@@ -405,7 +404,9 @@ func (c *Controller) wakeOf(key types.NamespacedName, idledAt string, scaled boo
 		c.waking[key] = w
 	}
 	w.scaled = w.scaled || scaled
-	return w
+	out := *w
+	w.polls++
+	return out
 }
 
 func (c *Controller) clearWake(key types.NamespacedName) {
