@@ -99,6 +99,25 @@ func TestIdle(t *testing.T) {
 	t.Logf("%s leads", leader)
 	replicas := map[string]*unidlerProc{"idle-a": a, "idle-b": b}
 
+	// A malformed list and a target that no longer exists: a Warning
+	// event names the problem.
+	idledAt := time.Now().UTC().Add(-time.Minute).Format(time.RFC3339)
+	for name, targets := range map[string]string{
+		"broken": `[{"kind":"Deployment","name":`,
+		"ghost":  `[{"kind":"Deployment","name":"ghost","group":"apps","replicas":1}]`,
+	} {
+		createService(t, e, ns, &v1.Service{ObjectMeta: metav1.ObjectMeta{Name: name,
+			Annotations: map[string]string{idling.IdledAtAnnotation: idledAt, idling.UnidleTargetsAnnotation: targets}},
+			Spec: v1.ServiceSpec{Ports: []v1.ServicePort{{Name: "http", Port: 80, Protocol: v1.ProtocolTCP}}}})
+		needPodsCore(t, e, ns, name)
+	}
+	waitWarning(t, e, ns, "broken", "MalformedUnidleTargets",
+		"service "+ns+"/broken: annotation "+idling.UnidleTargetsAnnotation+": not a JSON list")
+	waitWarning(t, e, ns, "ghost", "UnidleTargetNotFound", "Deployment.apps/ghost does not exist")
+	if a := serviceAnnotations(t, e, ns, "broken"); a[idling.UnidleTargetsAnnotation] != `[{"kind":"Deployment","name":` {
+		t.Errorf("the malformed annotation changed: %v", a)
+	}
+
 	// The agent's event, core API: web wakes up, db stays idled.
 	start := time.Now()
 	needPodsCore(t, e, ns, "web")
@@ -387,6 +406,23 @@ func waitAwake(t *testing.T, e *env, ns, svc, kind string) {
 	})
 	// The annotations went once an endpoint was ready.
 	waitReadyEndpoints(t, e, ns, svc, 2)
+}
+
+// waitWarning waits for the unidler's Warning event on a Service.
+func waitWarning(t *testing.T, e *env, ns, svc, reason, text string) {
+	t.Helper()
+	eventually(t, 30*time.Second, reason+" on "+svc, func(ctx context.Context) error {
+		evs, err := e.client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "reason=" + reason + ",involvedObject.name=" + svc})
+		if err != nil {
+			return err
+		}
+		for _, ev := range evs.Items {
+			if ev.Type == v1.EventTypeWarning && ev.Source.Component == "nodeflow-unidler" && ev.InvolvedObject.Kind == "Service" && strings.Contains(ev.Message, text) {
+				return nil
+			}
+		}
+		return fmt.Errorf("%d %s events, none from nodeflow-unidler with %q", len(evs.Items), reason, text)
+	})
 }
 
 func fetchMetrics(ctx context.Context, url string) (string, error) {
