@@ -79,6 +79,9 @@ type Agent struct {
 	node      feature.Node
 	onNode    []func()
 	uplinkMAC net.HardwareAddr
+	// gatewayMAC is breth0's MAC with the userspace datapath, pinned in
+	// OVSDB after the first start (PinGatewayMAC).
+	gatewayMAC net.HardwareAddr
 
 	secondary hostAddrSet
 	// gwL3 is the node's own addresses and routes on the gateway bridge,
@@ -288,7 +291,11 @@ func (a *Agent) setupOVS(ctx context.Context) error {
 func (a *Agent) ensureBridges(ctx context.Context) (feature.Ports, error) {
 	sctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
-	ports, err := EnsureBridges(sctx, a.db, a.cfg, a.uplinkMAC)
+	mac := a.gatewayMAC
+	if a.cfg.DatapathType == "system" {
+		mac = a.uplinkMAC
+	}
+	ports, err := EnsureBridges(sctx, a.db, a.cfg, mac)
 	if err != nil {
 		return ports, err
 	}
@@ -304,7 +311,15 @@ func (a *Agent) ensureBridges(ctx context.Context) (feature.Ports, error) {
 			}
 		}
 	}
-	return ports, waitLink(ctx, a.cfg.GatewayBridge)
+	if err := waitLink(ctx, a.cfg.GatewayBridge); err != nil {
+		return ports, err
+	}
+	if len(mac) != 6 {
+		if a.gatewayMAC, err = PinGatewayMAC(sctx, a.db, a.cfg); err != nil {
+			return ports, err
+		}
+	}
+	return ports, nil
 }
 
 func waitLink(ctx context.Context, name string) error {

@@ -4,6 +4,9 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"slices"
+
+	"github.com/vishvananda/netlink"
 
 	"nodeflow/feature"
 	"nodeflow/ovsdb"
@@ -14,23 +17,22 @@ var ownerIDs = map[string]string{"created-by": "nodeflow-agent"}
 
 // EnsureBridges creates or adjusts br0 (vxlan0, the patch port, mp0) and
 // breth0 (the uplink, the patch port) and waits for their ofports.
-// With the kernel datapath, breth0 takes the uplink's MAC, so that the node
-// keeps its MAC on the fabric when its addresses move. The userspace
-// datapath reads the uplink with a packet socket, so the kernel still sees
-// every frame the uplink receives: breth0 then keeps a MAC of its own, or
-// the kernel would answer the pods' connections through the uplink (see
-// QuietUplink). Running it again changes nothing.
-func EnsureBridges(ctx context.Context, db *ovsdb.Client, c Config, uplinkMAC net.HardwareAddr) (feature.Ports, error) {
+// gatewayMAC, when set, is pinned as breth0's MAC (other_config:hwaddr), so
+// that a recreated breth0 comes back with the MAC the other nodes' tunnel
+// neighbour caches and the flows know. With the kernel datapath it is the
+// uplink's MAC, so that the node keeps its MAC on the fabric when its
+// addresses move. The userspace datapath reads the uplink with a packet
+// socket, so the kernel still sees every frame the uplink receives: breth0
+// then keeps a MAC of its own (the first one OVS gave it), or the kernel
+// would answer the pods' connections through the uplink (see QuietUplink).
+// Running it again changes nothing.
+func EnsureBridges(ctx context.Context, db *ovsdb.Client, c Config, gatewayMAC net.HardwareAddr) (feature.Ports, error) {
 	var p feature.Ports
 	dp := c.ovsDatapath()
-	gwOther := map[string]string{}
-	if len(uplinkMAC) == 6 && dp == "system" {
-		gwOther["hwaddr"] = uplinkMAC.String()
-	}
 	onPod, onGw := c.PatchNames()
 	for _, b := range []ovsdb.BridgeSpec{
 		{Name: c.PodBridge, DatapathType: dp, FailMode: "secure", ExternalIDs: ownerIDs},
-		{Name: c.GatewayBridge, DatapathType: dp, FailMode: "secure", ExternalIDs: ownerIDs, OtherConfig: gwOther},
+		gatewayBridgeSpec(c, gatewayMAC),
 	} {
 		if err := db.EnsureBridge(ctx, b); err != nil {
 			return p, fmt.Errorf("controller: bridge %s: %w", b.Name, err)
@@ -60,4 +62,30 @@ func EnsureBridges(ctx context.Context, db *ovsdb.Client, c Config, uplinkMAC ne
 		*pt.into = uint32(of)
 	}
 	return p, nil
+}
+
+// gatewayBridgeSpec is breth0's row, its MAC pinned to mac when mac is set.
+func gatewayBridgeSpec(c Config, mac net.HardwareAddr) ovsdb.BridgeSpec {
+	other := map[string]string{}
+	if len(mac) == 6 {
+		other["hwaddr"] = mac.String()
+	}
+	return ovsdb.BridgeSpec{Name: c.GatewayBridge, DatapathType: c.ovsDatapath(), FailMode: "secure", ExternalIDs: ownerIDs, OtherConfig: other}
+}
+
+// PinGatewayMAC records breth0's current MAC in its other_config:hwaddr, so
+// that OVS gives a recreated breth0 the same MAC, and returns it.
+func PinGatewayMAC(ctx context.Context, db *ovsdb.Client, c Config) (net.HardwareAddr, error) {
+	l, err := netlink.LinkByName(c.GatewayBridge)
+	if err != nil {
+		return nil, fmt.Errorf("controller: %s: %w", c.GatewayBridge, err)
+	}
+	mac := slices.Clone(l.Attrs().HardwareAddr)
+	if len(mac) != 6 {
+		return nil, fmt.Errorf("controller: %s has no Ethernet address", c.GatewayBridge)
+	}
+	if err := db.EnsureBridge(ctx, gatewayBridgeSpec(c, mac)); err != nil {
+		return nil, fmt.Errorf("controller: pin %s's MAC %s: %w", c.GatewayBridge, mac, err)
+	}
+	return mac, nil
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -16,7 +17,8 @@ import (
 // TestHeal makes an operator's mistakes on one node under traffic and
 // measures how long the node takes to heal: the pod bridge deleted with
 // every port on it, one pod's port deleted, the VXLAN port deleted, and
-// all of breth0's flows deleted. Each time, pod-to-pod traffic on the node
+// all of breth0's flows deleted, and breth0 deleted with the uplink and the
+// node's addresses. Each time, pod-to-pod traffic on the node
 // and across nodes must come back, and the time from the deletion to the
 // first answered request is logged (the goal is under a second).
 func TestHeal(t *testing.T) {
@@ -46,6 +48,25 @@ func TestHeal(t *testing.T) {
 		return nil
 	})
 
+	l3, err := nodeL3(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range m.Addresses {
+		if !strings.Contains(l3, a+"/") {
+			t.Fatalf("%s: node address %s not on breth0: %s", m.Name, a, l3)
+		}
+	}
+	// The node's own addresses and routes must be back too.
+	reachAndL3 := func(ctx context.Context) error {
+		if err := reach(ctx); err != nil {
+			return err
+		}
+		if now, err := nodeL3(m); err != nil || now != l3 {
+			return fmt.Errorf("%s: breth0 has %q, want %q (%v)", m.Name, now, l3, err)
+		}
+		return nil
+	}
 	for _, tc := range []struct {
 		name string
 		do   func(t *testing.T)
@@ -54,6 +75,7 @@ func TestHeal(t *testing.T) {
 		{"del-port of a pod", func(t *testing.T) { vsctl(t, m, "del-port", "br0", portName(t, m, ns, a.name)) }},
 		{"del-port vxlan0", func(t *testing.T) { vsctl(t, m, "del-port", "br0", "vxlan0") }},
 		{"del-flows breth0", func(t *testing.T) { ofctl(t, m, "del-flows", "breth0") }},
+		{"del-br breth0", func(t *testing.T) { vsctl(t, m, "del-br", "breth0") }},
 	} {
 		t.Run(strings.ReplaceAll(tc.name, " ", "-"), func(t *testing.T) {
 			start := time.Now()
@@ -61,7 +83,7 @@ func TestHeal(t *testing.T) {
 			deadline := start.Add(30 * time.Second)
 			var last error
 			for time.Now().Before(deadline) {
-				if last = reach(context.Background()); last == nil {
+				if last = reachAndL3(context.Background()); last == nil {
 					t.Logf("%s: traffic back %s after the deletion", tc.name, time.Since(start).Round(time.Millisecond))
 					return
 				}
@@ -70,8 +92,34 @@ func TestHeal(t *testing.T) {
 			t.Fatalf("%s: traffic not back within 30 s: %v", tc.name, last)
 		})
 		// Every later case starts from a healed node.
-		eventually(t, 30*time.Second, "healed before the next case", reach)
+		eventually(t, 30*time.Second, "healed before the next case", reachAndL3)
 	}
+}
+
+// nodeL3 reads the node's addresses (both families) and default routes on
+// breth0, which deleting breth0 takes with it, in a form to compare.
+func nodeL3(m *testbed.Member) (string, error) {
+	var b strings.Builder
+	out, err := exec.Command("ip", "-n", m.Netns, "-o", "addr", "show", "dev", "breth0", "scope", "global").CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("%s: ip addr: %v: %s", m.Name, err, out)
+	}
+	var addrs []string
+	for _, f := range strings.Fields(string(out)) {
+		if strings.Contains(f, "/") {
+			addrs = append(addrs, f)
+		}
+	}
+	slices.Sort(addrs)
+	b.WriteString(strings.Join(addrs, " ") + "; ")
+	for _, fam := range []string{"-4", "-6"} {
+		out, err := exec.Command("ip", "-n", m.Netns, fam, "route", "show", "default", "dev", "breth0").CombinedOutput()
+		if err != nil {
+			return "", fmt.Errorf("%s: ip route: %v: %s", m.Name, err, out)
+		}
+		b.WriteString(strings.Join(strings.Fields(string(out)), " ") + "; ")
+	}
+	return b.String(), nil
 }
 
 // vsctl runs ovs-vsctl against the node's OVS.
