@@ -50,11 +50,14 @@ func (h *featureHost) OnNodeChange(f func()) {
 	h.a.onNode = append(h.a.onNode, f)
 }
 
-// Flush waits until both bridges hold every state set before the call; it
-// returns at once before the reconcilers run (their start-up pass installs
-// everything).
-func (h *featureHost) Flush(ctx context.Context) error {
-	for _, b := range plan.Bridges {
+// Flush waits until the bridges named (both when none is) hold every state
+// set before the call; it returns at once before the reconcilers run (their
+// start-up pass installs everything).
+func (h *featureHost) Flush(ctx context.Context, bridges ...plan.Bridge) error {
+	if len(bridges) == 0 {
+		bridges = plan.Bridges
+	}
+	for _, b := range bridges {
 		r := h.a.recs[b]
 		if r == nil {
 			return nil

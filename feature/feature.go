@@ -98,8 +98,9 @@ type Host interface {
 	NamespaceIDs() NamespaceIDs
 	// Owners returns the feature's handle on bridge b's desired state.
 	Owners(b plan.Bridge) Owners
-	// Flush waits until both bridges hold every state set before the call.
-	Flush(ctx context.Context) error
+	// Flush waits until the bridges named (both when none is) hold every
+	// state set before the call.
+	Flush(ctx context.Context, bridges ...plan.Bridge) error
 	// ReadFlows reads the flows bridge b has installed in table t with
 	// cookies of plan feature f, over a connection of its own (it works
 	// before the reconcilers start).

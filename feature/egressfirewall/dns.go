@@ -162,7 +162,7 @@ func (l *learner) process(ctx context.Context, batch []heldReply) {
 	f.syncNow(names)
 	deadline := batch[0].start.Add(f.opts.MaxHold)
 	fctx, cancel := context.WithDeadline(ctx, deadline)
-	err := f.h.Flush(fctx)
+	err := f.h.Flush(fctx, plan.Pod) // the learned addresses are on br0 alone
 	cancel()
 	if err != nil && (errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil) {
 		// Not installed in time: drop what has waited too long.
@@ -180,7 +180,7 @@ func (l *learner) process(ctx context.Context, batch []heldReply) {
 			return
 		}
 		rctx, rcancel := context.WithDeadline(ctx, batch[0].start.Add(f.opts.MaxHold))
-		err = f.h.Flush(rctx)
+		err = f.h.Flush(rctx, plan.Pod)
 		rcancel()
 		if err != nil {
 			for range batch {

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"nodeflow/flows/plan"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -149,7 +151,7 @@ func (w *statusWriter) run(ctx context.Context) {
 			continue
 		}
 		fctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		err := w.f.h.Flush(fctx)
+		err := w.f.h.Flush(fctx, plan.Pod)
 		cancel()
 		failed := false
 		if err != nil {

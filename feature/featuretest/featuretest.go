@@ -179,7 +179,7 @@ func (o storeOwners) Set(owner string, st reconcile.State) error { return o.s.Se
 func (o storeOwners) List(prefix string) []string                { return o.s.Owners(prefix) }
 
 // Flush implements feature.Host: there is no switch to wait for.
-func (h *Host) Flush(ctx context.Context) error { return ctx.Err() }
+func (h *Host) Flush(ctx context.Context, _ ...plan.Bridge) error { return ctx.Err() }
 
 // ReadFlows implements feature.Host: the test's Installed flows of b in
 // table t with cookies of feature f.
