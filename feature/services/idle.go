@@ -21,10 +21,11 @@ type IdleHandler interface {
 	// handler can tag its flows and packet-ins with the same ServiceID.
 	// It is called again when the port changes while idled.
 	Idled(name proxy.ServicePortName, port *proxy.ServicePort, groupIDs map[string]uint32)
-	// Unidled tells that name is no longer idled: it has endpoints again,
-	// lost its annotation, or went away. The proxy's flows for it are in
-	// place when this is called.
-	Unidled(name proxy.ServicePortName)
+	// Unidled tells that name is no longer idled: it has endpoints again
+	// (ready), or lost its annotation or went away (ready when it still
+	// has an endpoint). The proxy's flows for it are in place when this is
+	// called.
+	Unidled(name proxy.ServicePortName, ready bool)
 }
 
 // idleChange is one change to tell the idle handler after a sync.
@@ -33,16 +34,18 @@ type idleChange struct {
 	port  *proxy.ServicePort // nil: unidled
 	ids   map[string]uint32
 	idled bool
+	ready bool // unidled with an endpoint
 }
 
 // idleChanges returns what to tell the idle handler for one built port:
-// was and now say whether it was idled before and is now.
-func idleChanges(name proxy.ServicePortName, port *proxy.ServicePort, ids map[string]uint32, was, now bool) []idleChange {
+// was and now say whether it was idled before and is now, ready whether it
+// has an endpoint.
+func idleChanges(name proxy.ServicePortName, port *proxy.ServicePort, ids map[string]uint32, was, now, ready bool) []idleChange {
 	switch {
 	case now:
 		return []idleChange{{name: name, port: port, ids: maps.Clone(ids), idled: true}}
 	case was:
-		return []idleChange{{name: name}}
+		return []idleChange{{name: name, ready: ready}}
 	}
 	return nil
 }
@@ -58,7 +61,7 @@ func (p *Proxy) tellIdle(changes []idleChange) {
 		if c.idled {
 			h.Idled(c.name, c.port, c.ids)
 		} else {
-			h.Unidled(c.name)
+			h.Unidled(c.name, c.ready)
 		}
 	}
 }

@@ -25,8 +25,12 @@ func (r *recordingIdler) Idled(n proxy.ServicePortName, port *proxy.ServicePort,
 	r.calls = append(r.calls, "idled "+n.String())
 }
 
-func (r *recordingIdler) Unidled(n proxy.ServicePortName) {
-	r.calls = append(r.calls, "unidled "+n.String())
+func (r *recordingIdler) Unidled(n proxy.ServicePortName, ready bool) {
+	what := "unidled "
+	if !ready {
+		what = "unidled-without-endpoints "
+	}
+	r.calls = append(r.calls, what+n.String())
 }
 
 func TestServiceProxyIdledPortsGoToTheHandler(t *testing.T) {
@@ -75,7 +79,7 @@ func TestServiceProxyIdledPortsGoToTheHandler(t *testing.T) {
 	if err := p.sync(ctx, false); err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"idled " + webPort.String(), "unidled " + webPort.String(), "idled " + webPort.String(), "unidled " + webPort.String()}
+	want := []string{"idled " + webPort.String(), "unidled " + webPort.String(), "idled " + webPort.String(), "unidled-without-endpoints " + webPort.String()}
 	if !slices.Equal(h.calls, want) {
 		t.Fatalf("handler calls %q, want %q", h.calls, want)
 	}

@@ -397,7 +397,7 @@ func (p *Proxy) sync(ctx context.Context, full bool) error {
 			p.set(p.gw, service.GatewayOwner(name), reconcile.State{})
 			p.forget(name, old, nil)
 			p.refused -= old.refused
-			idle = append(idle, idleChanges(name, nil, nil, old.idled, false)...)
+			idle = append(idle, idleChanges(name, nil, nil, old.idled, false, false)...)
 			for _, m := range service.StaleConntrack(&node, old.port.Protocol, old.used, nil) {
 				flushes = append(flushes, m)
 			}
@@ -454,7 +454,7 @@ func (p *Proxy) sync(ctx context.Context, full bool) error {
 				flushes = append(flushes, m)
 			}
 		}
-		idle = append(idle, idleChanges(name, port, out.GroupIDs, had && old.idled, out.Idled)...)
+		idle = append(idle, idleChanges(name, port, out.GroupIDs, had && old.idled, out.Idled, proxy.HasEndpoints(eps))...)
 		p.refused += refused - old.refused
 		p.built[name] = builtPort{port: port, used: used, ids: out.GroupIDs, idled: out.Idled, refused: refused}
 	}

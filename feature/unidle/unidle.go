@@ -142,6 +142,9 @@ type segmentKey struct {
 type releaseReq struct {
 	name proxy.ServicePortName
 	held []held
+	// reject: the port went away or lost its annotation without an
+	// endpoint; its packets are answered as a service without endpoints.
+	reject bool
 }
 
 // New returns the feature.
@@ -231,8 +234,9 @@ func (u *Unidler) Idled(name proxy.ServicePortName, sp *proxy.ServicePort, group
 
 // Unidled implements the services feature's IdleHandler: port name has
 // its flows again (or is gone). Its held packets are re-injected once its
-// own flows are off br0.
-func (u *Unidler) Unidled(name proxy.ServicePortName) {
+// own flows are off br0 when it has an endpoint (ready), else answered as
+// a service without endpoints (TCP RST, ICMP unreachable).
+func (u *Unidler) Unidled(name proxy.ServicePortName, ready bool) {
 	u.mu.Lock()
 	p := u.byName[name]
 	var h []held
@@ -255,7 +259,7 @@ func (u *Unidler) Unidled(name proxy.ServicePortName) {
 		u.log.WithError(err).WithField("service", name.String()).Error("cannot remove an unidled port's flows")
 	}
 	select {
-	case u.release <- releaseReq{name: name, held: h}:
+	case u.release <- releaseReq{name: name, held: h, reject: !ready}:
 	default:
 		u.m.dropped.WithLabelValues("release-queue").Add(float64(len(h)))
 	}
@@ -265,6 +269,16 @@ func (u *Unidler) Unidled(name proxy.ServicePortName) {
 // re-injects its held packets to table 0 from their original ports.
 func (u *Unidler) doRelease(ctx context.Context, r releaseReq) {
 	if len(r.held) == 0 {
+		return
+	}
+	if r.reject {
+		for _, h := range r.held {
+			u.m.rejected.Inc()
+			if u.opts.Reject != nil {
+				u.opts.Reject(h.pin)
+			}
+		}
+		u.log.WithFields(logrus.Fields{"service": r.name.String(), "packets": len(r.held)}).Info("rejected the held packets: the port has no endpoint")
 		return
 	}
 	fctx, cancel := context.WithTimeout(ctx, releaseFlushDeadline)
@@ -439,10 +453,10 @@ func tcpSegment(pin *openflow.PacketIn) (segmentKey, bool) {
 
 // metrics are the feature's Prometheus metrics.
 type metrics struct {
-	packetIns, needPods, released, expired prometheus.Counter
-	dropped                                *prometheus.CounterVec
-	heldPackets, heldBytes, idled          prometheus.Gauge
-	holdTime, unidle                       prometheus.Histogram
+	packetIns, needPods, released, expired, rejected prometheus.Counter
+	dropped                                          *prometheus.CounterVec
+	heldPackets, heldBytes, idled                    prometheus.Gauge
+	holdTime, unidle                                 prometheus.Histogram
 }
 
 func newMetrics() *metrics {
@@ -452,6 +466,8 @@ func newMetrics() *metrics {
 		needPods:  prometheus.NewCounter(prometheus.CounterOpts{Name: "nodeflow_unidle_needpods_events_total", Help: "NeedPods events emitted (one per wait cycle per port)."}),
 		released:  prometheus.NewCounter(prometheus.CounterOpts{Name: "nodeflow_unidle_released_packets_total", Help: "Held packets re-injected into br0's pipeline."}),
 		expired:   prometheus.NewCounter(prometheus.CounterOpts{Name: "nodeflow_unidle_expired_packets_total", Help: "Held packets answered as a service without endpoints after the hold time."}),
+		rejected: prometheus.NewCounter(prometheus.CounterOpts{Name: "nodeflow_unidle_rejected_packets_total",
+			Help: "Held packets answered as a service without endpoints because their Service went away or lost its idled-at annotation without endpoints."}),
 		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "nodeflow_unidle_dropped_packets_total",
 			Help: "Packet-ins of idled ports not held, by cause (retransmit, port-full, total-full, not-idled, malformed, bridge, reinject-error, release-queue)."}, []string{"cause"}),
 		heldPackets: prometheus.NewGauge(prometheus.GaugeOpts{Name: "nodeflow_unidle_held_packets", Help: "Packets held for idled service ports."}),
@@ -465,7 +481,7 @@ func newMetrics() *metrics {
 }
 
 func (m *metrics) register(r prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{m.packetIns, m.needPods, m.released, m.expired, m.dropped, m.heldPackets, m.heldBytes, m.idled, m.holdTime, m.unidle} {
+	for _, c := range []prometheus.Collector{m.packetIns, m.needPods, m.released, m.expired, m.rejected, m.dropped, m.heldPackets, m.heldBytes, m.idled, m.holdTime, m.unidle} {
 		if err := r.Register(c); err != nil {
 			return err
 		}

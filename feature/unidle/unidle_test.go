@@ -91,7 +91,7 @@ func TestHoldAndRelease(t *testing.T) {
 		t.Fatalf("held %d packets, want the port's bound 3", u.packets)
 	}
 
-	u.Unidled(name)
+	u.Unidled(name, true)
 	if _, ok := h.Stores[plan.Pod].Get(flows.Owner(name)); ok {
 		t.Error("the unidled port's flows are still wanted")
 	}
@@ -143,6 +143,32 @@ func TestExpiry(t *testing.T) {
 	u.HandlePacketIn(packetIn(7, 4, syn(40000, 1))) // the client tries again
 	if n := len(drain(h.Events)); n != 2 {
 		t.Fatalf("%d NeedPods events, want 2 (one per wait cycle)", n)
+	}
+}
+
+// TestUnidledWithoutEndpoints: a port that goes away (or loses its
+// annotation) with no endpoint answers its held packets as a service
+// without endpoints instead of re-injecting them.
+func TestUnidledWithoutEndpoints(t *testing.T) {
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web"}}
+	h := featuretest.New(featuretest.DefaultNode(), svc)
+	var rejected int
+	u := New(Options{Reject: func(*openflow.PacketIn) bool { rejected++; return true }})
+	if err := u.Init(h); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	h.Start(ctx)
+	name := proxy.ServicePortName{NamespacedName: types.NamespacedName{Namespace: "ns", Name: "web"}, Port: "http", Protocol: corev1.ProtocolTCP}
+	port := &proxy.ServicePort{Name: name, Protocol: corev1.ProtocolTCP, Port: 80, ClusterIPs: []netip.Addr{netip.MustParseAddr("10.96.0.50")}}
+	u.Idled(name, port, map[string]uint32{service.GroupKey(name, proxy.IPv4, false): 7})
+	u.HandlePacketIn(packetIn(7, 4, syn(40000, 1)))
+	u.HandlePacketIn(packetIn(7, 4, syn(40001, 1)))
+	u.Unidled(name, false)
+	u.doRelease(ctx, <-u.release)
+	if rejected != 2 || len(h.Sent()) != 0 {
+		t.Fatalf("%d rejected, %d re-injected; want 2, 0", rejected, len(h.Sent()))
 	}
 }
 

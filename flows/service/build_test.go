@@ -198,3 +198,30 @@ func TestNoEndpointCases(t *testing.T) {
 		})
 	}
 }
+
+// TestIdledUntilEveryFamilyHasEndpoints: a dual-stack idled port whose
+// IPv4 EndpointSlice turned ready before the IPv6 one stays idled, so
+// that its held IPv6 connections are not released to a reject.
+func TestIdledUntilEveryFamilyHasEndpoints(t *testing.T) {
+	p := &proxy.ServicePort{Name: name("x", "", v1.ProtocolTCP), Protocol: v1.ProtocolTCP, Port: 80,
+		ClusterIPs: []netip.Addr{a("10.96.0.71"), a("fd00:10:96::71")}, Idled: true}
+	v4 := ready("10.128.0.2", 80, "node1")
+	v6 := ready("fd00:10:128::2", 80, "node1")
+	for _, tc := range []struct {
+		eps   []proxy.Endpoint
+		idled bool
+	}{
+		{nil, true},
+		{[]proxy.Endpoint{v4}, true},
+		{[]proxy.Endpoint{v6}, true},
+		{[]proxy.Endpoint{v4, v6}, false},
+	} {
+		out, err := Build(testNode(), Input{Port: p, Endpoints: tc.eps}, fixedIDs())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out.Idled != tc.idled {
+			t.Errorf("endpoints %v: idled = %v, want %v", tc.eps, out.Idled, tc.idled)
+		}
+	}
+}

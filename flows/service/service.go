@@ -103,7 +103,11 @@ func Build(node *Node, in Input, ids GroupIDs) (Output, error) {
 	if err != nil {
 		return Output{}, fmt.Errorf("service: %s: %w", p.Name, err)
 	}
-	anyEndpoints := false
+	// An idled port stays idled until every family has an endpoint: the
+	// families' EndpointSlices turn ready one after the other, and a
+	// connection held for the family still without one must not be
+	// released to a reject.
+	allEndpoints := true
 	for _, f := range p.Families() {
 		var eps []proxy.Endpoint
 		for _, e := range in.Endpoints {
@@ -111,11 +115,11 @@ func Build(node *Node, in Input, ids GroupIDs) (Output, error) {
 				eps = append(eps, e)
 			}
 		}
-		if proxy.HasEndpoints(eps) {
-			anyEndpoints = true
+		if !proxy.HasEndpoints(eps) {
+			allEndpoints = false
 		}
 	}
-	if p.Idled && !anyEndpoints {
+	if p.Idled && !allEndpoints {
 		out.Idled = true
 	}
 	for _, f := range p.Families() {

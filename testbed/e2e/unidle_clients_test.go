@@ -1,0 +1,310 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"nodeflow/testbed"
+	"nodeflow/testbed/nsutil"
+	"nodeflow/testbed/workload"
+)
+
+// unidleClient is one client of the idled Service: where it connects from,
+// to which address, and how.
+type unidleClient struct {
+	name  string
+	netns string
+	udp   bool
+	dst   netip.Addr
+	port  int
+	// pods: the client's network namespace is its own, so its TCP
+	// retransmission counter is its alone. The clients whose packets
+	// enter through breth0 (the hosts, ext1) share theirs, and their
+	// re-injected first SYN is lost today: they are answered on their
+	// retransmission (see docs/unidling.md).
+	ownNetns bool
+}
+
+// unidleResult is what one client saw.
+type unidleResult struct {
+	took time.Duration
+	pod  string
+	err  error
+}
+
+// TestUnidleClients idles a Deployment-backed Service with `nodeflow idle`,
+// runs `nodeflow unidler`, and connects to it at once from everywhere a
+// client can be: a pod on each node over IPv4 and IPv6, TCP and UDP, the
+// nodes' own hosts, and the external host through a NodePort, an
+// ExternalIP and a LoadBalancer ingress address. Every client's first
+// attempt must be answered by the woken pod: the agents hold the first
+// packets (a SYN, a datagram) and re-inject them into the pipeline of the
+// bridge they entered. Then, with no unidler running, a held connection to
+// a Service that is deleted is answered with a reset.
+func TestUnidleClients(t *testing.T) {
+	e := up(t)
+	requireAgent(t, e)
+	ns := createNamespace(t, e, "e2e-unidle-clients")
+	ctx := context.Background()
+	clients := deployPods(t, e, ns, "client", 2)
+	deployPods(t, e, ns, "sleepy", 2)
+	eip, lbIP := netip.MustParseAddr("172.30.0.210"), netip.MustParseAddr("172.30.0.211")
+	svc := createService(t, e, ns, &v1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "sleepy"},
+		Spec: v1.ServiceSpec{
+			Type:           v1.ServiceTypeLoadBalancer,
+			Selector:       map[string]string{"app": "sleepy"},
+			IPFamilyPolicy: ptrPolicy(v1.IPFamilyPolicyRequireDualStack),
+			ExternalIPs:    []string{eip.String()},
+			Ports: []v1.ServicePort{
+				{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080), Protocol: v1.ProtocolTCP},
+				{Name: "echo", Port: 53, TargetPort: intstr.FromInt32(5353), Protocol: v1.ProtocolUDP},
+			},
+		},
+	})
+	svc.Status.LoadBalancer.Ingress = []v1.LoadBalancerIngress{{IP: lbIP.String()}}
+	if _, err := e.client.CoreV1().Services(ns).UpdateStatus(ctx, svc, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	vips := svcAddrs(t, svc)
+	nodePort := int(svc.Spec.Ports[0].NodePort)
+
+	n1, ok1 := e.state.Member("node1")
+	n2, ok2 := e.state.Member("node2")
+	ext, okExt := e.state.Member("ext1")
+	if !ok1 || !ok2 || !okExt {
+		t.Fatal("the topology lacks node1, node2 or ext1")
+	}
+	routeVia(t, ext, eip, netip.MustParseAddr(n1.Addresses[0]))
+	routeVia(t, ext, lbIP, netip.MustParseAddr(n1.Addresses[0]))
+
+	var all []unidleClient
+	for i, c := range clients {
+		v6 := i == 1
+		all = append(all,
+			unidleClient{name: fmt.Sprintf("pod on %s, TCP %s", c.node, family(v6)), netns: c.netns, dst: vips[i], port: 80, ownNetns: true},
+			unidleClient{name: fmt.Sprintf("pod on %s, UDP %s", c.node, family(v6)), netns: c.netns, udp: true, dst: vips[i], port: 53},
+		)
+	}
+	all = append(all,
+		unidleClient{name: "node1's host, TCP IPv4", netns: n1.Netns, dst: vips[0], port: 80},
+		unidleClient{name: "node2's host, TCP IPv6", netns: n2.Netns, dst: vips[1], port: 80},
+		unidleClient{name: "ext1 -> NodePort on node1", netns: ext.Netns, dst: netip.MustParseAddr(n1.Addresses[0]), port: nodePort},
+		unidleClient{name: "ext1 -> ExternalIP", netns: ext.Netns, dst: eip, port: 80},
+		unidleClient{name: "ext1 -> LoadBalancer ingress", netns: ext.Netns, dst: lbIP, port: 80},
+	)
+	// Everything answers before idling.
+	for _, c := range all {
+		eventually(t, 30*time.Second, c.name+" answered before idling", func(ctx context.Context) error {
+			_, err := firstAttempt(ctx, c, 2*time.Second)
+			return err
+		})
+	}
+
+	unidler := startUnidler(t, e, ns, "unidler-clients")
+	runNodeflow(t, e, "", "idle", "--kubeconfig", e.state.Kubeconfig, "-n", ns, "sleepy")
+	waitCaught(t, e, []*testbed.Member{n1, n2}, vips[0])
+
+	// All at once, each its first attempt.
+	before := map[string]int{}
+	for _, c := range all {
+		if c.ownNetns {
+			before[c.netns] = retransSegs(t, c.netns)
+		}
+	}
+	results := make([]unidleResult, len(all))
+	var wg sync.WaitGroup
+	start := time.Now()
+	for i, c := range all {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s := time.Now()
+			pod, err := firstAttempt(ctx, c, 30*time.Second)
+			results[i] = unidleResult{took: time.Since(s), pod: pod, err: err}
+		}()
+	}
+	wg.Wait()
+	for _, m := range []*testbed.Member{n1, n2} {
+		t.Logf("%s: %s", m.Name, unidleMetrics(t, m))
+	}
+	t.Logf("all %d clients done %s after the first connect", len(all), time.Since(start).Round(time.Millisecond))
+	for i, c := range all {
+		r := results[i]
+		switch {
+		case r.err != nil:
+			t.Errorf("%s: first attempt failed after %s: %v", c.name, r.took.Round(time.Millisecond), r.err)
+		case !strings.HasPrefix(r.pod, "sleepy-"):
+			t.Errorf("%s: answered by %q, want a sleepy pod", c.name, r.pod)
+		default:
+			t.Logf("%s: first attempt answered after %s", c.name, r.took.Round(time.Millisecond))
+		}
+		if c.ownNetns && r.err == nil && r.took < 900*time.Millisecond {
+			if n := retransSegs(t, c.netns) - before[c.netns]; n != 0 {
+				t.Errorf("%s: answered after %s, yet the client retransmitted %d segments: the held SYN was not the one answered", c.name, r.took, n)
+			}
+		}
+	}
+
+	// One NeedPods per port per wait cycle on each node that caught
+	// packets, and one for each port that was asked.
+	evs, err := e.client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "reason=NeedPods,involvedObject.name=sleepy"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	perPort := map[string]int{}
+	for _, ev := range evs.Items {
+		perPort[ev.Message] += int(max(ev.Count, 1))
+	}
+	for _, port := range []string{"http", "echo"} {
+		msg := fmt.Sprintf("The service-port %s/sleepy:%s needs pods.", ns, port)
+		if n := perPort[msg]; n < 1 || n > 2 {
+			t.Errorf("%d NeedPods events %q, want one per node that caught a packet (1 or 2): %v", n, msg, perPort)
+		}
+	}
+	eventually(t, 60*time.Second, "sleepy woken up", func(ctx context.Context) error {
+		n, _, err := scalableStateErr(e, ns, "Deployment", "sleepy")
+		if err != nil || n != 2 {
+			return fmt.Errorf("%d replicas, %v", n, err)
+		}
+		s, err := e.client.CoreV1().Services(ns).Get(ctx, "sleepy", metav1.GetOptions{})
+		if err != nil || len(s.Annotations) != 0 {
+			return fmt.Errorf("service annotations %v, %v", s.Annotations, err)
+		}
+		return nil
+	})
+	waitReadyEndpoints(t, e, ns, "sleepy", 4) // two pods, each in the IPv4 and the IPv6 slice
+	unidler.stop(t)
+
+	// A held connection whose Service is deleted is reset, not left to
+	// time out.
+	runNodeflow(t, e, "", "idle", "--kubeconfig", e.state.Kubeconfig, "-n", ns, "sleepy")
+	waitCaught(t, e, []*testbed.Member{n1, n2}, vips[0])
+	c := all[0]
+	m, _ := e.state.Member(clients[0].node)
+	held := metricValue(t, m, "nodeflow_unidle_held_packets")
+	done := make(chan unidleResult, 1)
+	go func() {
+		s := time.Now()
+		pod, err := firstAttempt(ctx, c, 30*time.Second)
+		done <- unidleResult{took: time.Since(s), pod: pod, err: err}
+	}()
+	eventually(t, 10*time.Second, "the connection held on "+m.Name, func(context.Context) error {
+		if v := metricValue(t, m, "nodeflow_unidle_held_packets"); v <= held {
+			return fmt.Errorf("%v packets held", v)
+		}
+		return nil
+	})
+	deleted := time.Now()
+	if err := e.client.CoreV1().Services(ns).Delete(ctx, "sleepy", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-done:
+		if !errors.Is(r.err, syscall.ECONNREFUSED) {
+			t.Errorf("held connection to a deleted Service: %q, %v; want connection refused", r.pod, r.err)
+		} else {
+			t.Logf("held connection refused %s after the Service was deleted", time.Since(deleted).Round(time.Millisecond))
+		}
+	case <-time.After(20 * time.Second):
+		t.Error("held connection to a deleted Service not answered within 20 s")
+	}
+}
+
+// waitCaught waits until every node catches the idled port's new
+// connections (its priority-195 flows send them to the controller).
+func waitCaught(t *testing.T, e *env, nodes []*testbed.Member, vip netip.Addr) {
+	t.Helper()
+	for _, m := range nodes {
+		eventually(t, 60*time.Second, "the idled port caught on "+m.Name, func(context.Context) error {
+			lines, err := tryDumpFlows(m, "br0")
+			if err != nil {
+				return err
+			}
+			for _, l := range lines {
+				if strings.Contains(l, "priority=195") && strings.Contains(l, "nw_dst="+vip.String()+",") && strings.Contains(l, "controller(") {
+					return nil
+				}
+			}
+			return fmt.Errorf("no priority-195 unidle flow for %s yet", vip)
+		})
+	}
+}
+
+// firstAttempt makes one request as c: an HTTP GET on one TCP connection,
+// or one UDP datagram, waiting up to timeout for the answer (the kernel may
+// retransmit a SYN meanwhile; the UDP datagram is sent once). It returns
+// the answering pod.
+func firstAttempt(ctx context.Context, c unidleClient, timeout time.Duration) (string, error) {
+	addr := net.JoinHostPort(c.dst.String(), strconv.Itoa(c.port))
+	if c.udp {
+		conn, err := nsutil.Dial(ctx, c.netns, "udp", addr, timeout)
+		if err != nil {
+			return "", err
+		}
+		defer conn.Close()
+		if _, err := conn.Write([]byte("hello")); err != nil {
+			return "", err
+		}
+		_ = conn.SetReadDeadline(time.Now().Add(timeout))
+		buf := make([]byte, 2048)
+		n, err := conn.Read(buf)
+		if err != nil {
+			return "", err
+		}
+		pod, _, _, err := workload.ParseReply(string(buf[:n]))
+		return pod, err
+	}
+	tr := &http.Transport{DisableKeepAlives: true, DialContext: func(ctx context.Context, network, a string) (net.Conn, error) {
+		return nsutil.Dial(ctx, c.netns, network, a, timeout)
+	}}
+	defer tr.CloseIdleConnections()
+	resp, err := (&http.Client{Transport: tr, Timeout: timeout + 5*time.Second}).Get("http://" + addr + "/")
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return "", err
+	}
+	pod, _, _, err := workload.ParseReply(string(b))
+	return pod, err
+}
+
+// unidleMetrics returns the node agent's unidle metrics in one line.
+func unidleMetrics(t *testing.T, m *testbed.Member) string {
+	t.Helper()
+	tr := &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		return nsutil.Dial(ctx, m.Netns, network, addr, time.Second)
+	}}
+	defer tr.CloseIdleConnections()
+	resp, err := (&http.Client{Transport: tr, Timeout: 5 * time.Second}).Get("http://" + agentHealthAddr + "/metrics")
+	if err != nil {
+		return err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	var out []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(l, "nodeflow_unidle_") && !strings.Contains(l, "_bucket") {
+			out = append(out, strings.TrimPrefix(l, "nodeflow_unidle_"))
+		}
+	}
+	return strings.Join(out, "; ")
+}
