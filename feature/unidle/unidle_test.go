@@ -114,21 +114,10 @@ func TestHoldAndRelease(t *testing.T) {
 // TestExpiry: a packet held past the hold time is rejected, and the next
 // packet starts a new wait cycle with a new NeedPods.
 func TestExpiry(t *testing.T) {
-	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web"}}
-	h := featuretest.New(featuretest.DefaultNode(), svc)
 	now := time.Unix(1000, 0)
 	var rejected int
-	u := New(Options{HoldTime: 10 * time.Second, Now: func() time.Time { return now },
+	u, h, _ := idledWeb(t, Options{HoldTime: 10 * time.Second, Now: func() time.Time { return now },
 		Reject: func(*openflow.PacketIn) bool { rejected++; return true }})
-	if err := u.Init(h); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	h.Start(ctx)
-	name := proxy.ServicePortName{NamespacedName: types.NamespacedName{Namespace: "ns", Name: "web"}, Port: "http", Protocol: corev1.ProtocolTCP}
-	port := &proxy.ServicePort{Name: name, Protocol: corev1.ProtocolTCP, Port: 80, ClusterIPs: []netip.Addr{netip.MustParseAddr("10.96.0.50")}}
-	u.Idled(name, port, map[string]uint32{service.GroupKey(name, proxy.IPv4, false): 7})
 	u.HandlePacketIn(packetIn(7, 4, syn(40000, 1)))
 	now = now.Add(9 * time.Second)
 	u.expire()
@@ -150,26 +139,34 @@ func TestExpiry(t *testing.T) {
 // annotation) with no endpoint answers its held packets as a service
 // without endpoints instead of re-injecting them.
 func TestUnidledWithoutEndpoints(t *testing.T) {
+	var rejected int
+	u, h, name := idledWeb(t, Options{Reject: func(*openflow.PacketIn) bool { rejected++; return true }})
+	u.HandlePacketIn(packetIn(7, 4, syn(40000, 1)))
+	u.HandlePacketIn(packetIn(7, 4, syn(40001, 1)))
+	u.Unidled(name, false)
+	u.doRelease(context.Background(), <-u.release)
+	if rejected != 2 || len(h.Sent()) != 0 {
+		t.Fatalf("%d rejected, %d re-injected; want 2, 0", rejected, len(h.Sent()))
+	}
+}
+
+// idledWeb starts an Unidler with opts on a test host and idles ns/web's
+// TCP port 80 (ClusterIP 10.96.0.50, ServiceID 7).
+func idledWeb(t *testing.T, opts Options) (*Unidler, *featuretest.Host, proxy.ServicePortName) {
+	t.Helper()
 	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web"}}
 	h := featuretest.New(featuretest.DefaultNode(), svc)
-	var rejected int
-	u := New(Options{Reject: func(*openflow.PacketIn) bool { rejected++; return true }})
+	u := New(opts)
 	if err := u.Init(h); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	t.Cleanup(cancel)
 	h.Start(ctx)
 	name := proxy.ServicePortName{NamespacedName: types.NamespacedName{Namespace: "ns", Name: "web"}, Port: "http", Protocol: corev1.ProtocolTCP}
 	port := &proxy.ServicePort{Name: name, Protocol: corev1.ProtocolTCP, Port: 80, ClusterIPs: []netip.Addr{netip.MustParseAddr("10.96.0.50")}}
 	u.Idled(name, port, map[string]uint32{service.GroupKey(name, proxy.IPv4, false): 7})
-	u.HandlePacketIn(packetIn(7, 4, syn(40000, 1)))
-	u.HandlePacketIn(packetIn(7, 4, syn(40001, 1)))
-	u.Unidled(name, false)
-	u.doRelease(ctx, <-u.release)
-	if rejected != 2 || len(h.Sent()) != 0 {
-		t.Fatalf("%d rejected, %d re-injected; want 2, 0", rejected, len(h.Sent()))
-	}
+	return u, h, name
 }
 
 func drain(r *record.FakeRecorder) []string {
