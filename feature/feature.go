@@ -72,6 +72,9 @@ type Owners interface {
 	// List returns the owners with the given name prefix that have a
 	// state ("" for all), as the store holds them.
 	List(prefix string) []string
+	// Contested returns the flows of st that other owners already want:
+	// the ones that make Set fail with reconcile.ErrConflict.
+	Contested(owner string, st reconcile.State) []reconcile.Contest
 }
 
 // Host is what the agent gives a feature.

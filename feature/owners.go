@@ -12,6 +12,7 @@ import (
 type OwnerStore interface {
 	Set(owner string, st reconcile.State) error
 	Owners(prefix string) []string
+	Contested(owner string, st reconcile.State) []reconcile.Contest
 }
 
 // Restrict returns an Owners handle on store that accepts only owners of
@@ -39,3 +40,7 @@ func (r *restricted) Set(owner string, st reconcile.State) error {
 }
 
 func (r *restricted) List(prefix string) []string { return r.store.Owners(prefix) }
+
+func (r *restricted) Contested(owner string, st reconcile.State) []reconcile.Contest {
+	return r.store.Contested(owner, st)
+}

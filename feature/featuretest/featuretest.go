@@ -177,6 +177,9 @@ type storeOwners struct{ s *reconcile.Store }
 
 func (o storeOwners) Set(owner string, st reconcile.State) error { return o.s.Set(owner, st) }
 func (o storeOwners) List(prefix string) []string                { return o.s.Owners(prefix) }
+func (o storeOwners) Contested(owner string, st reconcile.State) []reconcile.Contest {
+	return o.s.Contested(owner, st)
+}
 
 // Flush implements feature.Host: there is no switch to wait for.
 func (h *Host) Flush(ctx context.Context, _ ...plan.Bridge) error { return ctx.Err() }

@@ -90,9 +90,11 @@ func hostNATPorts(built map[proxy.ServicePortName]builtPort) []hostnat.Port {
 		if err != nil {
 			continue // the proxy builds TCP, UDP and SCTP only
 		}
+		// What br0 left to another port, the host goes to that port for.
+		external, ingress, nodePort := b.lost.without(sp)
 		out = append(out, hostnat.Port{
-			Name: name.String(), Protocol: proto, Port: sp.Port, NodePort: sp.NodePort,
-			ClusterIPs: sp.ClusterIPs, ExternalIPs: sp.ExternalIPs, LoadBalancerIPs: sp.LoadBalancerIPs,
+			Name: name.String(), Protocol: proto, Port: sp.Port, NodePort: nodePort,
+			ClusterIPs: sp.ClusterIPs, ExternalIPs: external, LoadBalancerIPs: ingress,
 		})
 	}
 	return out

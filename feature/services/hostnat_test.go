@@ -221,9 +221,10 @@ func TestServiceProxyHostNATApplies(t *testing.T) {
 	}
 }
 
-// TestServiceProxyHostNATFollowsBuiltPorts: a service whose flows br0
-// refuses (it wants another's external IP and port) gets no host DNAT
-// either; the host reaches what br0 load-balances.
+// TestServiceProxyHostNATFollowsBuiltPorts: a service that wants another's
+// external IP and port gets br0's flows for the rest (its own node port)
+// and the host DNAT for that rest; the contested address stays the first
+// service's in both, so the host reaches what br0 load-balances.
 func TestServiceProxyHostNATFollowsBuiltPorts(t *testing.T) {
 	p := testServiceProxy(t)
 	f := &fakeNAT{}
@@ -240,10 +241,30 @@ func TestServiceProxyHostNATFollowsBuiltPorts(t *testing.T) {
 	}
 	want := hostnat.Ruleset{V4: []hostnat.Rule{
 		natRule("172.30.0.11", hostnat.ProtoTCP, 30080, "10.96.0.10", 80),
+		natRule("172.30.0.11", hostnat.ProtoTCP, 30099, "10.96.0.99", 80),
 		natRule("172.30.0.200", hostnat.ProtoTCP, 80, "10.96.0.10", 80),
 	}}
 	if !f.held.Equal(want) {
 		t.Errorf("held %v, want %v", f.held, want)
+	}
+
+	// The other way round: zeta holds the address first, and web, which
+	// comes first by name, comes second in time. The host follows br0.
+	p.svcs.Record(a, nil)
+	if err := p.sync(context.Background(), false); err != nil {
+		t.Fatal(err)
+	}
+	p.svcs.Record(nil, a)
+	if err := p.sync(context.Background(), false); err != nil {
+		t.Fatal(err)
+	}
+	want = hostnat.Ruleset{V4: []hostnat.Rule{
+		natRule("172.30.0.11", hostnat.ProtoTCP, 30080, "10.96.0.10", 80),
+		natRule("172.30.0.11", hostnat.ProtoTCP, 30099, "10.96.0.99", 80),
+		natRule("172.30.0.200", hostnat.ProtoTCP, 80, "10.96.0.99", 80),
+	}}
+	if !f.held.Equal(want) {
+		t.Errorf("zeta first: held %v, want %v", f.held, want)
 	}
 }
 

@@ -83,6 +83,33 @@ func TestServiceProxyIdledPortsGoToTheHandler(t *testing.T) {
 	if !slices.Equal(h.calls, want) {
 		t.Fatalf("handler calls %q, want %q", h.calls, want)
 	}
+
+	// The unidler removes the annotations as soon as it sees a ready
+	// endpoint, which may be before this agent does: the port stays idled
+	// (its held packets keep waiting) until the agent sees one.
+	h.calls = nil
+	p.svcs.Record(nil, svc)
+	if err := p.sync(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	woken := svc.DeepCopy()
+	woken.Annotations = nil
+	p.svcs.Record(svc, woken)
+	if err := p.sync(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	// (Idled again with the new Service: the handler takes it as an
+	// update.)
+	if want := []string{"idled " + webPort.String(), "idled " + webPort.String()}; !slices.Equal(h.calls, want) {
+		t.Fatalf("annotations removed without endpoints: handler calls %q, want %q", h.calls, want)
+	}
+	p.eps.Record(webSlice(), slice)
+	if err := p.sync(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"idled " + webPort.String(), "idled " + webPort.String(), "unidled " + webPort.String()}; !slices.Equal(h.calls, want) {
+		t.Fatalf("endpoints after the annotations went: handler calls %q, want %q", h.calls, want)
+	}
 }
 
 func TestServiceProxyPendingGauges(t *testing.T) {

@@ -114,6 +114,9 @@ type builtPort struct {
 	idled bool
 	// refused counts the endpoints left out because they cannot be right.
 	refused int
+	// lost are its addresses another port has (contested.go), nil for
+	// none.
+	lost *lostClaims
 }
 
 // Options configure the service proxy.
@@ -412,11 +415,14 @@ func (p *Proxy) sync(ctx context.Context, full bool) error {
 		}
 		refused := len(p.eps.Endpoints(name)) - len(eps)
 		var keys []string
-		out, err := service.Build(&node, service.Input{Port: port, Endpoints: eps}, func(key string) (uint32, error) {
+		out, err := service.Build(&node, service.Input{Port: port, Endpoints: eps, WasIdled: had && old.idled}, func(key string) (uint32, error) {
 			keys = append(keys, key)
 			return p.ids.Get(key)
 		})
-		podSet := err == nil && p.set(p.pod, out.Owner, out.Pod)
+		podSet, podLost := false, (*lostClaims)(nil)
+		if err == nil {
+			podSet, podLost = p.setShared(p.pod, out.Owner, out.Pod, name, port)
+		}
 		if err == nil && !podSet {
 			err = fmt.Errorf("services: %s: br0's store refused its state", name)
 		}
@@ -433,10 +439,17 @@ func (p *Proxy) sync(ctx context.Context, full bool) error {
 			}
 			continue
 		}
-		if !p.set(p.gw, out.GatewayOwner, out.Gateway) {
-			// br0 has the new state; breth0 keeps the old one (another
-			// service wants the same external flows) until a later sync.
+		gwSet, gwLost := p.setShared(p.gw, out.GatewayOwner, out.Gateway, name, port)
+		if !gwSet {
+			// br0 has the new state; breth0 keeps the old one until a
+			// later sync.
 			p.metrics.buildErrors.Inc()
+			p.failed[name] = struct{}{}
+		}
+		lost := podLost.merge(gwLost)
+		if lost != nil {
+			// Another service has some of its addresses: try again on
+			// every sync, to take them over once it lets go.
 			p.failed[name] = struct{}{}
 		}
 		used := usedEndpoints(port, eps, node.Name)
@@ -456,7 +469,7 @@ func (p *Proxy) sync(ctx context.Context, full bool) error {
 		}
 		idle = append(idle, idleChanges(name, port, out.GroupIDs, had && old.idled, out.Idled, proxy.HasEndpoints(eps))...)
 		p.refused += refused - old.refused
-		p.built[name] = builtPort{port: port, used: used, ids: out.GroupIDs, idled: out.Idled, refused: refused}
+		p.built[name] = builtPort{port: port, used: used, ids: out.GroupIDs, idled: out.Idled, refused: refused, lost: lost}
 	}
 	p.metrics.services.Set(float64(len(p.built)))
 	p.metrics.refusedEndpoints.Set(float64(p.refused))

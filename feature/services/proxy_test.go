@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/netip"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -233,6 +234,11 @@ func value(t *testing.T, c prometheus.Metric) float64 {
 	return m.GetGauge().GetValue()
 }
 
+// TestServiceProxyConflict: two Services claim the same external IP and
+// node port (the API server checks neither against the other). The first
+// in name order keeps them; the other gets the rest of its flows, its
+// ClusterIP works, the lost address is reported on it, and it takes the
+// address over once the first lets go.
 func TestServiceProxyConflict(t *testing.T) {
 	p := testServiceProxy(t)
 	a := webService("10.96.0.10")
@@ -246,26 +252,42 @@ func TestServiceProxyConflict(t *testing.T) {
 	if err := p.sync(context.Background(), false); err != nil {
 		t.Fatal(err)
 	}
-	// Both want table 30's flows for 192.0.2.7:80 and NodePort 30080: the
-	// first in name order gets them, the other is refused whole and holds
-	// no group id.
+	owner := func(name string) string {
+		var sb strings.Builder
+		if err := store(p, plan.Pod).Render(&sb, "service/default/"+name+":", 0); err != nil {
+			t.Fatal(err)
+		}
+		return sb.String()
+	}
 	got := p.servicePorts()
-	if len(got) != 1 || got[0].Name != "a" {
-		t.Errorf("service ports built: %v, want only a's", got)
+	if len(got) != 2 {
+		t.Fatalf("service ports built: %v, want a's and b's", got)
 	}
-	if n := value(t, p.metrics.buildErrors); n != 1 {
-		t.Errorf("build errors %v, want 1", n)
+	if a, b := owner("a"), owner("b"); !strings.Contains(a, "nw_dst=192.0.2.7") || strings.Contains(b, "nw_dst=192.0.2.7") || !strings.Contains(b, "nw_dst=10.96.0.11") {
+		t.Errorf("a keeps 192.0.2.7, b has its ClusterIP without it; a:\n%s\nb:\n%s", a, b)
 	}
-	if n := p.ids.Len(); n != 1 {
-		t.Errorf("%d group ids held, want 1 (a's)", n)
+	if n := value(t, p.metrics.buildErrors); n != 0 {
+		t.Errorf("build errors %v, want 0", n)
 	}
-	// Once a goes, the next sync gives b its flows.
+	if n := value(t, p.metrics.inputErrors.WithLabelValues("Service")); n < 1 {
+		t.Errorf("service input errors %v, want b's lost external IP reported", n)
+	}
+	p.repMu.Lock()
+	msg := p.reported["Service/default/b/spec.externalIPs"]
+	p.repMu.Unlock()
+	if !strings.Contains(msg, "192.0.2.7 port 80/TCP is also claimed by the service port default/a:") {
+		t.Errorf("b's report: %q", msg)
+	}
+	// Once a goes, the next sync gives b the address.
 	p.svcs.Record(a, nil)
 	if err := p.sync(context.Background(), false); err != nil {
 		t.Fatal(err)
 	}
 	if got := p.servicePorts(); len(got) != 1 || got[0].Name != "b" {
 		t.Errorf("after a left: %v, want only b's", got)
+	}
+	if b := owner("b"); !strings.Contains(b, "nw_dst=192.0.2.7") {
+		t.Errorf("b did not take 192.0.2.7 over:\n%s", b)
 	}
 }
 

@@ -18,10 +18,10 @@
 //     with a packet-out from its original in_port to table 0, so that it
 //     goes through the whole pipeline as if it had never been held;
 //   - answers a packet held past the hold time as a service without
-//     endpoints (TCP RST, ICMP unreachable). A port that stops being idled
-//     without endpoints (its Service deleted or un-annotated) re-injects
-//     its packets too, and the pipeline rejects or drops them as it would
-//     any packet to that address.
+//     endpoints (TCP RST, ICMP unreachable), and so, at once, the packets
+//     of a port whose Service is deleted. (A port whose Service loses its
+//     idling annotations stays idled until it has endpoints: the services
+//     feature decides.)
 package unidle
 
 import (

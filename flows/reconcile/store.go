@@ -241,6 +241,36 @@ func (s *Store) Set(name string, st State) error {
 	return nil
 }
 
+// Contest is one flow of a State that another owner already wants.
+type Contest struct {
+	Index int    // index in the State's Flows
+	Owner string // the owner that has it
+}
+
+// Contested returns the flows of st that owners other than name already
+// want, in st's order: what makes Set(name, st) fail with ErrConflict on a
+// flow. A caller may drop them and Set the rest, leaving each contested
+// flow to its first owner. A state Set would refuse as invalid has none.
+func (s *Store) Contested(name string, st State) []Contest {
+	feature, err := plan.OwnerFeature(name)
+	if err != nil {
+		return nil
+	}
+	o := &owner{name: name, feature: feature, state: st}
+	if s.prepare(o) != nil {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []Contest
+	for i := range o.flows {
+		if sl, ok := s.flows[o.flows[i].key]; ok && sl.desired != nil && sl.desired.owner.name != name {
+			out = append(out, Contest{Index: i, Owner: sl.desired.owner.name})
+		}
+	}
+	return out
+}
+
 // Delete removes everything owner wants.
 func (s *Store) Delete(name string) error { return s.Set(name, State{}) }
 

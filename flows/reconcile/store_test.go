@@ -97,8 +97,21 @@ func TestConflictsBetweenOwners(t *testing.T) {
 	if !errors.Is(err, ErrConflict) {
 		t.Fatalf("group conflict: %v", err)
 	}
+	// Contested names the flows another owner has, so that pod/b can
+	// set the rest.
+	want := State{Flows: []openflow.Flow{dstFlow(0, 100, 2), dstFlow(0, 100, 1), dstFlow(0, 100, 3)}}
+	c := s.Contested("pod/b", want)
+	if len(c) != 1 || c[0] != (Contest{Index: 1, Owner: "pod/a"}) {
+		t.Fatalf("contested = %+v, want flow 1 held by pod/a", c)
+	}
+	if c := s.Contested("pod/a", want); len(c) != 0 {
+		t.Fatalf("an owner contests its own flows: %+v", c)
+	}
 	// Once pod/a lets go, pod/b may take it.
 	mustSet(t, s, "pod/a", State{})
+	if c := s.Contested("pod/b", want); len(c) != 0 {
+		t.Fatalf("contested after pod/a let go: %+v", c)
+	}
 	mustSet(t, s, "pod/b", State{Flows: []openflow.Flow{dstFlow(0, 100, 1)}})
 }
 

@@ -201,7 +201,9 @@ func TestNoEndpointCases(t *testing.T) {
 
 // TestIdledUntilEveryFamilyHasEndpoints: a dual-stack idled port whose
 // IPv4 EndpointSlice turned ready before the IPv6 one stays idled, so
-// that its held IPv6 connections are not released to a reject.
+// that its held IPv6 connections are not released to a reject; and so
+// does one whose Service lost its idling annotations before its pods
+// were ready.
 func TestIdledUntilEveryFamilyHasEndpoints(t *testing.T) {
 	p := &proxy.ServicePort{Name: name("x", "", v1.ProtocolTCP), Protocol: v1.ProtocolTCP, Port: 80,
 		ClusterIPs: []netip.Addr{a("10.96.0.71"), a("fd00:10:96::71")}, Idled: true}
@@ -222,6 +224,24 @@ func TestIdledUntilEveryFamilyHasEndpoints(t *testing.T) {
 		}
 		if out.Idled != tc.idled {
 			t.Errorf("endpoints %v: idled = %v, want %v", tc.eps, out.Idled, tc.idled)
+		}
+		// The unidler removes the annotations before the pods are
+		// ready: a port that was idled stays so until then.
+		woken := *p
+		woken.Idled = false
+		out, err = Build(testNode(), Input{Port: &woken, Endpoints: tc.eps, WasIdled: true}, fixedIDs())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out.Idled != tc.idled {
+			t.Errorf("annotations removed, endpoints %v: idled = %v, want %v", tc.eps, out.Idled, tc.idled)
+		}
+		out, err = Build(testNode(), Input{Port: &woken, Endpoints: tc.eps}, fixedIDs())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out.Idled {
+			t.Errorf("never idled, endpoints %v: idled", tc.eps)
 		}
 	}
 }

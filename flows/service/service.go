@@ -55,6 +55,12 @@ type GroupIDs func(key string) (uint32, error)
 type Input struct {
 	Port      *proxy.ServicePort
 	Endpoints []proxy.Endpoint
+	// WasIdled says that the port's last build was idled. It stays idled
+	// until every family has an endpoint, even once its Service lost the
+	// idling annotations: the unidler removes them as soon as it has
+	// scaled the target up, before any pod is ready, and the connections
+	// held meanwhile must wait for the pods, not meet a reject.
+	WasIdled bool
 }
 
 // Output is what one service port wants.
@@ -119,7 +125,7 @@ func Build(node *Node, in Input, ids GroupIDs) (Output, error) {
 			allEndpoints = false
 		}
 	}
-	if p.Idled && !allEndpoints {
+	if (p.Idled || in.WasIdled) && !allEndpoints {
 		out.Idled = true
 	}
 	for _, f := range p.Families() {

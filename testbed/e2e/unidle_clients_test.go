@@ -63,7 +63,7 @@ func TestUnidleClients(t *testing.T) {
 	ctx := context.Background()
 	clients := deployPods(t, e, ns, "client", 2)
 	deployPods(t, e, ns, "sleepy", 2)
-	eip, lbIP := netip.MustParseAddr("172.30.0.210"), netip.MustParseAddr("172.30.0.211")
+	eip, lbIP := netip.MustParseAddr("172.30.0.240"), netip.MustParseAddr("172.30.0.241") // 172.30.0.24x: this file's range
 	svc := createService(t, e, ns, &v1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: "sleepy"},
 		Spec: v1.ServiceSpec{
@@ -110,8 +110,11 @@ func TestUnidleClients(t *testing.T) {
 	)
 	// Everything answers before idling.
 	for _, c := range all {
-		eventually(t, 30*time.Second, c.name+" answered before idling", func(ctx context.Context) error {
-			_, err := firstAttempt(ctx, c, 2*time.Second)
+		eventually(t, 30*time.Second, c.name+" answered by sleepy before idling", func(ctx context.Context) error {
+			pod, err := firstAttempt(ctx, c, 2*time.Second)
+			if err == nil && !strings.HasPrefix(pod, "sleepy-") {
+				return fmt.Errorf("answered by %q", pod)
+			}
 			return err
 		})
 	}
