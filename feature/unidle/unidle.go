@@ -15,8 +15,10 @@
 //   - once the port has endpoints and br0 holds its load-balancing flows
 //     (the services feature calls Unidled after a barrier), takes its own
 //     flows away, waits for the bridge, and re-injects every held packet
-//     with a packet-out from its original in_port to table 0, so that it
-//     goes through the whole pipeline as if it had never been held;
+//     with a packet-out from its original in_port to table 0 (a packet
+//     that came from breth0 goes back through breth0's patch port), so
+//     that it goes through the whole pipeline as if it had never been
+//     held;
 //   - answers a packet held past the hold time as a service without
 //     endpoints (TCP RST, ICMP unreachable), and so, at once, the packets
 //     of a port whose Service is deleted. (A port whose Service loses its
@@ -287,18 +289,49 @@ func (u *Unidler) doRelease(ctx context.Context, r releaseReq) {
 		u.log.WithError(err).WithField("service", r.name.String()).Warn("bridges not in step; re-injecting anyway")
 	}
 	now := u.opts.Now()
-	msgs := make([]openflow.Message, 0, len(r.held))
+	ports := u.h.Node().Ports
+	var pod, gw []openflow.Message
 	for _, h := range r.held {
-		msgs = append(msgs, &openflow.PacketOut{InPort: h.pin.InPort(), Actions: []openflow.Action{openflow.OutputPort(openflow.PortTable)}, Data: h.pin.Data})
+		bridge, po := reinjection(h.pin, ports)
+		if bridge == plan.Gateway {
+			gw = append(gw, po)
+		} else {
+			pod = append(pod, po)
+		}
 		u.m.holdTime.Observe(now.Sub(h.at).Seconds())
 	}
-	if err := u.h.Send(fctx, plan.Pod, msgs...); err != nil {
-		u.m.dropped.WithLabelValues("reinject-error").Add(float64(len(msgs)))
-		u.log.WithError(err).WithField("service", r.name.String()).Error("cannot re-inject held packets")
-		return
+	for _, b := range []struct {
+		bridge plan.Bridge
+		msgs   []openflow.Message
+	}{{plan.Pod, pod}, {plan.Gateway, gw}} {
+		if len(b.msgs) == 0 {
+			continue
+		}
+		if err := u.h.Send(fctx, b.bridge, b.msgs...); err != nil {
+			u.m.dropped.WithLabelValues("reinject-error").Add(float64(len(b.msgs)))
+			u.log.WithError(err).WithFields(logrus.Fields{"service": r.name.String(), "bridge": b.bridge.String()}).Error("cannot re-inject held packets")
+			continue
+		}
+		u.m.released.Add(float64(len(b.msgs)))
 	}
-	u.m.released.Add(float64(len(msgs)))
-	u.log.WithFields(logrus.Fields{"service": r.name.String(), "packets": len(msgs)}).Info("re-injected the held packets")
+	u.log.WithFields(logrus.Fields{"service": r.name.String(), "packets": len(r.held), "from-gateway": len(gw)}).Info("re-injected the held packets")
+}
+
+// reinjection is the packet-out that puts a held packet back where it was
+// caught, and the bridge to send it to. A packet from a port of br0 goes
+// back to br0's table 0 from that port. A packet that came from breth0
+// through the patch port is sent again through breth0's patch port, as
+// breth0 sent it (masqueraded, router MAC), from breth0's LOCAL port: br0
+// sees it arrive on its patch port, exactly as the first time. Sending it
+// to br0 with in_port=patch would lose it: the patch port has no
+// datapath port, and the userspace datapath drops a packet-out without
+// one at its first recirculation (coverage counter
+// datapath_drop_upcall_error).
+func reinjection(pin *openflow.PacketIn, ports feature.Ports) (plan.Bridge, *openflow.PacketOut) {
+	if in := pin.InPort(); in != ports.PodPatch || ports.PodPatch == 0 || ports.GatewayPatch == 0 {
+		return plan.Pod, &openflow.PacketOut{InPort: in, Actions: []openflow.Action{openflow.OutputPort(openflow.PortTable)}, Data: pin.Data}
+	}
+	return plan.Gateway, &openflow.PacketOut{InPort: openflow.PortLocal, Actions: []openflow.Action{openflow.OutputPort(ports.GatewayPatch)}, Data: pin.Data}
 }
 
 // HandlePacketIn implements feature.PacketInHandler: it holds the packet

@@ -48,7 +48,8 @@ func packetIn(id uint32, inPort uint32, frame []byte) feature.PacketIn {
 // TestHoldAndRelease follows one idled port through a wait cycle: its
 // flows are set, the first packet asks for pods once, a retransmit takes
 // no room, the bounds hold, and unidling re-injects every held packet to
-// table 0 from its port and removes the flows.
+// table 0 from its port (through breth0 when it came from there) and
+// removes the flows.
 func TestHoldAndRelease(t *testing.T) {
 	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web", UID: types.UID("u1")}}
 	h := featuretest.New(featuretest.DefaultNode(), svc)
@@ -76,7 +77,7 @@ func TestHoldAndRelease(t *testing.T) {
 
 	u.HandlePacketIn(packetIn(7, 4, syn(40000, 1)))
 	u.HandlePacketIn(packetIn(7, 4, syn(40000, 1))) // the SYN retransmitted
-	u.HandlePacketIn(packetIn(7, 5, syn(40001, 9)))
+	u.HandlePacketIn(packetIn(7, 2, syn(40001, 9))) // from breth0, through the patch port
 	u.HandlePacketIn(packetIn(99, 5, syn(40002, 9))) // not an idled port
 	if u.packets != 2 {
 		t.Fatalf("held %d packets, want 2 (one retransmit, one unknown port)", u.packets)
@@ -100,11 +101,22 @@ func TestHoldAndRelease(t *testing.T) {
 	if len(sent) != 3 {
 		t.Fatalf("re-injected %d packets, want 3", len(sent))
 	}
+	var fromGateway int
 	for _, s := range sent {
 		po, ok := s.Msg.(*openflow.PacketOut)
-		if !ok || s.Bridge != plan.Pod || (po.InPort != 4 && po.InPort != 5) || !strings.Contains(openflow.ActionsString(po.Actions), "TABLE") {
+		switch {
+		case ok && s.Bridge == plan.Gateway:
+			// Through breth0's patch port (2), from its LOCAL port.
+			fromGateway++
+			if po.InPort != openflow.PortLocal || openflow.ActionsString(po.Actions) != "output:2" {
+				t.Errorf("re-injection through breth0 %+v: want in_port=LOCAL, output to the patch port", po)
+			}
+		case !ok || s.Bridge != plan.Pod || po.InPort != 4 || !strings.Contains(openflow.ActionsString(po.Actions), "TABLE"):
 			t.Errorf("re-injection %+v: want a packet-out from the pod's port to table 0", s)
 		}
+	}
+	if fromGateway != 1 {
+		t.Errorf("%d packets re-injected through breth0, want 1", fromGateway)
 	}
 	if len(rejected) != 0 {
 		t.Errorf("%d packets rejected", len(rejected))
