@@ -76,8 +76,8 @@ func TestHoldAndRelease(t *testing.T) {
 	}
 
 	u.HandlePacketIn(packetIn(7, 4, syn(40000, 1)))
-	u.HandlePacketIn(packetIn(7, 4, syn(40000, 1))) // the SYN retransmitted
-	u.HandlePacketIn(packetIn(7, 2, syn(40001, 9))) // from breth0, through the patch port
+	u.HandlePacketIn(packetIn(7, 4, syn(40000, 1)))  // the SYN retransmitted
+	u.HandlePacketIn(packetIn(7, 2, syn(40001, 9)))  // from breth0, through the patch port
 	u.HandlePacketIn(packetIn(99, 5, syn(40002, 9))) // not an idled port
 	if u.packets != 2 {
 		t.Fatalf("held %d packets, want 2 (one retransmit, one unknown port)", u.packets)
