@@ -500,7 +500,7 @@ func newMetrics() *metrics {
 		released:  prometheus.NewCounter(prometheus.CounterOpts{Name: "nodeflow_unidle_released_packets_total", Help: "Held packets re-injected into br0's pipeline."}),
 		expired:   prometheus.NewCounter(prometheus.CounterOpts{Name: "nodeflow_unidle_expired_packets_total", Help: "Held packets answered as a service without endpoints after the hold time."}),
 		rejected: prometheus.NewCounter(prometheus.CounterOpts{Name: "nodeflow_unidle_rejected_packets_total",
-			Help: "Held packets answered as a service without endpoints because their Service went away or lost its idled-at annotation without endpoints."}),
+			Help: "Held packets answered as a service without endpoints because their Service was deleted."}),
 		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "nodeflow_unidle_dropped_packets_total",
 			Help: "Packet-ins of idled ports not held, by cause (retransmit, port-full, total-full, not-idled, malformed, bridge, reinject-error, release-queue)."}, []string{"cause"}),
 		heldPackets: prometheus.NewGauge(prometheus.GaugeOpts{Name: "nodeflow_unidle_held_packets", Help: "Packets held for idled service ports."}),

@@ -18,11 +18,11 @@ import (
 )
 
 // replaceAgent stops the agent of node m and starts another in its place,
-// as the testbed starts it (its resolver configuration included), that
-// keeps running after the test like the one it replaced: the testbed's
-// state records its pid for later tests, and it is stopped before the
-// testbed goes down (keepRunning).
-func replaceAgent(t *testing.T, e *env, m *testbed.Member) {
+// as the testbed starts it (its resolver configuration included; env adds
+// to its environment), that keeps running after the test like the one it
+// replaced: the testbed's state records its pid for later tests, and it is
+// stopped before the testbed goes down (keepRunning).
+func replaceAgent(t *testing.T, e *env, m *testbed.Member, env ...string) {
 	t.Helper()
 	stopAgentProcess(t, e, m.Name)
 	logf, err := os.OpenFile(filepath.Join(m.Dir, "agent.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
@@ -31,6 +31,7 @@ func replaceAgent(t *testing.T, e *env, m *testbed.Member) {
 	}
 	fmt.Fprintf(logf, "---- %s: replaced by the e2e test %s\n", time.Now().Format(time.RFC3339), t.Name())
 	cmd := agentCommand(e, m, logf)
+	cmd.Env = append(cmd.Env, env...)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -34,7 +35,13 @@ type unidleClient struct {
 	udp   bool
 	dst   netip.Addr
 	port  int
+	// crowd: one of many connections from the same pod, reported together.
+	crowd bool
 }
+
+// crowdPerPod is how many more connections each client pod opens at once
+// to the idled Service (100 in all from the two pods).
+const crowdPerPod = 50
 
 // unidleResult is what one client saw.
 type unidleResult struct {
@@ -50,10 +57,11 @@ type unidleResult struct {
 // runs `nodeflow unidler`, and connects to it at once from everywhere a
 // client can be: a pod on each node over IPv4 and IPv6, TCP and UDP, the
 // nodes' own hosts, and the external host through a NodePort, an
-// ExternalIP and a LoadBalancer ingress address. Every client's first
-// attempt must be answered by the woken pod: the agents hold the first
-// packets (a SYN, a datagram) and re-inject them into the pipeline of the
-// bridge they entered. Then, with no unidler running, a held connection to
+// ExternalIP and a LoadBalancer ingress address, and 100 more connections
+// from the two client pods. Every client's first attempt must be answered
+// by the woken pod, and every TCP client's first SYN must be the one
+// answered: the agents hold the first packets (a SYN, a datagram) and
+// re-inject them into the pipeline of the bridge they entered. Then, with no unidler running, a held connection to
 // a Service that is deleted is answered with a reset.
 func TestUnidleClients(t *testing.T) {
 	e := up(t)
@@ -122,6 +130,14 @@ func TestUnidleClients(t *testing.T) {
 	runNodeflow(t, e, "", "idle", "--kubeconfig", e.state.Kubeconfig, "-n", ns, "sleepy")
 	waitCaught(t, e, []*testbed.Member{n1, n2}, vips[0])
 
+	// And a crowd: crowdPerPod more connections from each client pod to
+	// the IPv4 ClusterIP, each on its own socket.
+	for _, c := range clients {
+		for j := range crowdPerPod {
+			all = append(all, unidleClient{name: fmt.Sprintf("pod on %s, TCP ipv4, crowd connection %d", c.node, j), netns: c.netns, dst: vips[0], port: 80, crowd: true})
+		}
+	}
+
 	// All at once, each its first attempt.
 	results := make([]unidleResult, len(all))
 	var wg sync.WaitGroup
@@ -140,6 +156,7 @@ func TestUnidleClients(t *testing.T) {
 		t.Logf("%s: %s", m.Name, unidleMetrics(t, m))
 	}
 	t.Logf("all %d clients done %s after the first connect", len(all), time.Since(start).Round(time.Millisecond))
+	var crowd []time.Duration
 	for i, c := range all {
 		r := results[i]
 		switch {
@@ -151,9 +168,16 @@ func TestUnidleClients(t *testing.T) {
 			// The held SYN is the one to be answered: a retransmitted
 			// one means the re-injected packet was lost on the way.
 			t.Errorf("%s: answered after %s, yet the client sent its SYN %d more times", c.name, r.took.Round(time.Millisecond), r.synRetrans)
+		case c.crowd:
+			crowd = append(crowd, r.took)
 		default:
 			t.Logf("%s: first attempt answered after %s", c.name, r.took.Round(time.Millisecond))
 		}
+	}
+	if len(crowd) > 0 {
+		slices.Sort(crowd)
+		t.Logf("crowd: %d of %d connections answered on their first SYN, in %s to %s", len(crowd), crowdPerPod*len(clients),
+			crowd[0].Round(time.Millisecond), crowd[len(crowd)-1].Round(time.Millisecond))
 	}
 
 	// One NeedPods per port per wait cycle on each node that caught

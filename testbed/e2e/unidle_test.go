@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"os"
 	"os/exec"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -16,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"nodeflow/proxy"
+	"nodeflow/testbed"
 )
 
 // TestUnidle idles a Deployment-backed Service (annotation, zero
@@ -87,6 +90,8 @@ func TestUnidle(t *testing.T) {
 	}()
 
 	before := retransSegs(t, client.netns)
+	classifier0, security0 := podFlowPackets(t, m, client.ip(false))
+	sent0 := snmpCounter(t, client.netns, "Ip", "OutRequests")
 	start := time.Now()
 	cctx, ccancel := context.WithTimeout(ctx, 40*time.Second)
 	pod, _, err := httpGet(cctx, client.netns, cip, 80)
@@ -106,6 +111,18 @@ func TestUnidle(t *testing.T) {
 	if took < 900*time.Millisecond && retrans != 0 {
 		t.Errorf("answered after %s, yet the client retransmitted %d segments: the held SYN was not the one answered", took, retrans)
 	}
+	// The held SYN went through the whole pipeline twice: caught, then
+	// re-injected. br0's classifier (table 0) and port security (table
+	// 10) counted it twice, every other IPv4 packet of the client once.
+	eventually(t, 10*time.Second, "the re-injected SYN counted on the client's classifier and port-security flows", func(context.Context) error {
+		classifier, security := podFlowPackets(t, m, client.ip(false))
+		sent := snmpCounter(t, client.netns, "Ip", "OutRequests") - sent0
+		if security-security0 != sent+1 || classifier-classifier0 < sent+1 {
+			return fmt.Errorf("the client sent %d IPv4 packets; table 0 counted %d, table 10 %d; want %d on table 10 and at least as many on table 0",
+				sent, classifier-classifier0, security-security0, sent+1)
+		}
+		return nil
+	})
 	select {
 	case at := <-asked:
 		t.Logf("NeedPods seen %s after the connect", at.Sub(start).Round(time.Millisecond))
@@ -164,13 +181,20 @@ func scaleErr(e *env, ns, name string, n int32) error {
 // namespace (/proc/net/snmp is per namespace).
 func retransSegs(t *testing.T, netns string) int {
 	t.Helper()
+	return snmpCounter(t, netns, "Tcp", "RetransSegs")
+}
+
+// snmpCounter reads one counter of a network namespace's /proc/net/snmp:
+// proto is the line's prefix (Ip, Tcp, Udp, ...), name the column.
+func snmpCounter(t *testing.T, netns, proto, name string) int {
+	t.Helper()
 	out, err := exec.Command("ip", "netns", "exec", netns, "cat", "/proc/net/snmp").Output()
 	if err != nil {
 		t.Fatal(err)
 	}
 	var head []string
 	for _, l := range strings.Split(string(out), "\n") {
-		if !strings.HasPrefix(l, "Tcp: ") {
+		if !strings.HasPrefix(l, proto+": ") {
 			continue
 		}
 		f := strings.Fields(l)
@@ -179,12 +203,49 @@ func retransSegs(t *testing.T, netns string) int {
 			continue
 		}
 		for i, h := range head {
-			if h == "RetransSegs" && i < len(f) {
+			if h == name && i < len(f) {
 				n, _ := strconv.Atoi(f[i])
 				return n
 			}
 		}
 	}
-	t.Fatalf("no Tcp RetransSegs in %s's /proc/net/snmp", netns)
+	t.Fatalf("no %s %s in %s's /proc/net/snmp", proto, name, netns)
 	return 0
+}
+
+// podFlowPackets returns n_packets of a local pod's br0 classifier flow
+// (table 0, its in_port) and of its IPv4 port-security flow (table 10,
+// its address).
+func podFlowPackets(t *testing.T, m *testbed.Member, ip netip.Addr) (classifier, security int) {
+	t.Helper()
+	inPort := ""
+	for _, l := range flowLines(t, m, "br0", "table=10") {
+		if strings.Contains(l, "nw_src="+ip.String()+" ") || strings.Contains(l, "nw_src="+ip.String()+",") {
+			if sm := regexp.MustCompile(`in_port=([^, ]+)`).FindStringSubmatch(l); sm != nil {
+				inPort, security = sm[1], packetsOf(l)
+			}
+		}
+	}
+	if inPort == "" {
+		t.Fatalf("br0 on %s: no port-security flow for %s", m.Name, ip)
+	}
+	for _, l := range flowLines(t, m, "br0", "table=0") {
+		if strings.Contains(l, "priority=100,in_port="+inPort+" ") {
+			return packetsOf(l), security
+		}
+	}
+	t.Fatalf("br0 on %s: no classifier flow for in_port=%s", m.Name, inPort)
+	return 0, 0
+}
+
+// flowLines dumps bridge's flows that match filter, with their counters.
+func flowLines(t *testing.T, m *testbed.Member, bridge, filter string) []string {
+	t.Helper()
+	cmd := exec.Command("ovs-ofctl", "-O", "OpenFlow15", "dump-flows", bridge, filter)
+	cmd.Env = append(os.Environ(), "OVS_RUNDIR="+m.OVSRundir)
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("dump-flows %s %s on %s: %v", bridge, filter, m.Name, err)
+	}
+	return strings.Split(string(out), "\n")
 }
