@@ -31,6 +31,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net/netip"
+	"slices"
 	"sync"
 	"time"
 
@@ -223,15 +224,28 @@ func (u *Unidler) Idled(name proxy.ServicePortName, sp *proxy.ServicePort, group
 		p = &port{name: name, seen: map[segmentKey]bool{}}
 		u.byName[name] = p
 	}
-	for _, id := range p.ids {
-		delete(u.byID, id)
-	}
-	p.ids = p.ids[:0]
+	u.forgetIDs(p)
 	for _, id := range groupIDs {
+		if q := u.byID[id]; q != nil && q != p {
+			// The services feature gave the id to this port after
+			// taking it from q: q's flows no longer carry it.
+			q.ids = slices.DeleteFunc(q.ids, func(x uint32) bool { return x == id })
+		}
 		p.ids = append(p.ids, id)
 		u.byID[id] = p
 	}
 	u.m.idled.Set(float64(len(u.byName)))
+}
+
+// forgetIDs removes p's ids from byID, those that are still p's: group ids
+// are reused, and one p had may belong to another port by now.
+func (u *Unidler) forgetIDs(p *port) {
+	for _, id := range p.ids {
+		if u.byID[id] == p {
+			delete(u.byID, id)
+		}
+	}
+	p.ids = p.ids[:0]
 }
 
 // Unidled implements the services feature's IdleHandler: port name has
@@ -244,9 +258,7 @@ func (u *Unidler) Unidled(name proxy.ServicePortName, ready bool) {
 	var h []held
 	if p != nil {
 		delete(u.byName, name)
-		for _, id := range p.ids {
-			delete(u.byID, id)
-		}
+		u.forgetIDs(p)
 		h = p.held
 		u.packets -= len(p.held)
 		u.bytes -= p.bytes

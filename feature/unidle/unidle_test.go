@@ -192,3 +192,24 @@ func drain(r *record.FakeRecorder) []string {
 		}
 	}
 }
+
+// TestReusedID: the services feature reuses group ids. When ns/web's id 7
+// goes to ns/api, web re-idled under another id or unidled must not take
+// 7 from api: api's packets are still held.
+func TestReusedID(t *testing.T) {
+	u, _, web := idledWeb(t, Options{})
+	api := proxy.ServicePortName{NamespacedName: types.NamespacedName{Namespace: "ns", Name: "api"}, Port: "http", Protocol: corev1.ProtocolTCP}
+	apiPort := &proxy.ServicePort{Name: api, Protocol: corev1.ProtocolTCP, Port: 80, ClusterIPs: []netip.Addr{netip.MustParseAddr("10.96.0.51")}}
+	webPort := &proxy.ServicePort{Name: web, Protocol: corev1.ProtocolTCP, Port: 80, ClusterIPs: []netip.Addr{netip.MustParseAddr("10.96.0.50")}}
+	u.Idled(api, apiPort, map[string]uint32{service.GroupKey(api, proxy.IPv4, false): 7})
+	u.Idled(web, webPort, map[string]uint32{service.GroupKey(web, proxy.IPv4, false): 8})
+	u.HandlePacketIn(packetIn(7, 4, syn(40000, 1)))
+	u.Unidled(web, false)
+	u.HandlePacketIn(packetIn(7, 4, syn(40001, 1)))
+	if held := len(u.byName[api].held); held != 2 {
+		t.Fatalf("api holds %d packets, want 2: its id was taken back by web", held)
+	}
+	if p := u.byID[8]; p != nil {
+		t.Errorf("id 8 still maps to %s after web was unidled", p.name)
+	}
+}

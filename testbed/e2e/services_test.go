@@ -4,10 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"maps"
 	"net"
-	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -441,20 +439,11 @@ func dumpFlowStats(t *testing.T, m *testbed.Member, bridge string) []string {
 // metricValue reads one unlabelled metric from the agent on m.
 func metricValue(t *testing.T, m *testbed.Member, name string) float64 {
 	t.Helper()
-	tr := &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-		return nsutil.Dial(ctx, m.Netns, network, addr, time.Second)
-	}}
-	defer tr.CloseIdleConnections()
-	resp, err := (&http.Client{Transport: tr, Timeout: 5 * time.Second}).Get("http://" + agentHealthAddr + "/metrics")
+	text, err := agentMetrics(m)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, l := range strings.Split(string(b), "\n") {
+	for _, l := range strings.Split(text, "\n") {
 		if v, ok := strings.CutPrefix(l, name+" "); ok {
 			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
 			if err != nil {

@@ -61,8 +61,9 @@ type unidleResult struct {
 // from the two client pods. Every client's first attempt must be answered
 // by the woken pod, and every TCP client's first SYN must be the one
 // answered: the agents hold the first packets (a SYN, a datagram) and
-// re-inject them into the pipeline of the bridge they entered. Then, with no unidler running, a held connection to
-// a Service that is deleted is answered with a reset.
+// re-inject them into the pipeline of the bridge they entered. Then, with
+// no unidler running, a held connection to a Service that is deleted is
+// answered with a reset.
 func TestUnidleClients(t *testing.T) {
 	e := up(t)
 	requireAgent(t, e)
@@ -340,18 +341,12 @@ func synRetransmits(conn net.Conn) (int, error) {
 // unidleMetrics returns the node agent's unidle metrics in one line.
 func unidleMetrics(t *testing.T, m *testbed.Member) string {
 	t.Helper()
-	tr := &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-		return nsutil.Dial(ctx, m.Netns, network, addr, time.Second)
-	}}
-	defer tr.CloseIdleConnections()
-	resp, err := (&http.Client{Transport: tr, Timeout: 5 * time.Second}).Get("http://" + agentHealthAddr + "/metrics")
+	text, err := agentMetrics(m)
 	if err != nil {
 		return err.Error()
 	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
 	var out []string
-	for _, l := range strings.Split(string(b), "\n") {
+	for _, l := range strings.Split(text, "\n") {
 		if strings.HasPrefix(l, "nodeflow_unidle_") && !strings.Contains(l, "_bucket") {
 			out = append(out, strings.TrimPrefix(l, "nodeflow_unidle_"))
 		}

@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -268,17 +267,10 @@ func restartVswitchd(t *testing.T, m *testbed.Member) time.Duration {
 // namespace and checks the ones the agent promises.
 func checkMetrics(t *testing.T, m *testbed.Member) {
 	t.Helper()
-	tr := &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-		return nsutil.Dial(ctx, m.Netns, network, addr, time.Second)
-	}}
-	defer tr.CloseIdleConnections()
-	resp, err := (&http.Client{Transport: tr, Timeout: 5 * time.Second}).Get("http://" + agentHealthAddr + "/metrics")
+	text, err := agentMetrics(m)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	text := string(b)
 	for _, want := range []string{
 		`nodeflow_sync_duration_seconds_count{bridge="br0",kind="startup"} 1`,
 		`nodeflow_sync_duration_seconds_count{bridge="breth0",kind="startup"} 1`,
