@@ -75,8 +75,7 @@ func (l *lostClaims) merge(m *lostClaims) *lostClaims {
 	case m == nil:
 		return l
 	}
-	out := &lostClaims{addrs: append(slices.Clone(l.addrs), m.addrs...), nodePort: l.nodePort || m.nodePort}
-	return out
+	return &lostClaims{addrs: append(slices.Clone(l.addrs), m.addrs...), nodePort: l.nodePort || m.nodePort}
 }
 
 // without returns sp's external and ingress IPs and node port less the
@@ -104,8 +103,7 @@ func (l *lostClaims) without(sp *proxy.ServicePort) (external, ingress []netip.A
 
 // contestError names what flow f of the port name claims (the field of
 // the Service it comes from, and the address) and the Service whose owner
-// other has it.
-// It adds the address to lost.
+// other has it. It adds the address to lost.
 func contestError(name proxy.ServicePortName, port *proxy.ServicePort, f openflow.Flow, other string, lost *lostClaims) *proxy.InputError {
 	field, what := "spec.ports", fmt.Sprintf("port %d/%s", port.Port, port.Protocol)
 	addrs := []struct {

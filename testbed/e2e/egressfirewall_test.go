@@ -12,7 +12,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -485,7 +484,7 @@ func (g *egfwEnv) waitTable50(t *testing.T, what string, cond func([]string) boo
 
 // packetsOf returns n_packets of a flow line.
 func packetsOf(line string) int {
-	m := regexp.MustCompile(`n_packets=(\d+)`).FindStringSubmatch(line)
+	m := nPacketsRE.FindStringSubmatch(line)
 	if m == nil {
 		return -1
 	}

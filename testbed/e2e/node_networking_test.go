@@ -496,22 +496,28 @@ var nPacketsRE = regexp.MustCompile(`n_packets=(\d+)`)
 // missPackets returns n_packets of br0's priority-0 flow in table.
 func missPackets(t *testing.T, m *testbed.Member, table int) int {
 	t.Helper()
-	cmd := exec.Command("ovs-ofctl", "-O", "OpenFlow15", "dump-flows", "br0", fmt.Sprintf("table=%d", table))
-	cmd.Env = append(os.Environ(), "OVS_RUNDIR="+m.OVSRundir)
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("dump-flows br0 on %s: %v", m.Name, err)
-	}
-	for _, l := range strings.Split(string(out), "\n") {
+	lines := flowLines(t, m, "br0", fmt.Sprintf("table=%d", table))
+	for _, l := range lines {
 		if strings.Contains(l, " priority=0 ") || strings.Contains(l, " priority=0,") {
-			if mm := nPacketsRE.FindStringSubmatch(l); mm != nil {
-				n, _ := strconv.Atoi(mm[1])
+			if n := packetsOf(l); n >= 0 {
 				return n
 			}
 		}
 	}
-	t.Fatalf("br0 on %s: no table=%d priority=0 flow:\n%s", m.Name, table, out)
+	t.Fatalf("br0 on %s: no table=%d priority=0 flow:\n%s", m.Name, table, strings.Join(lines, "\n"))
 	return 0
+}
+
+// flowLines dumps bridge's flows that match filter, with their counters.
+func flowLines(t *testing.T, m *testbed.Member, bridge, filter string) []string {
+	t.Helper()
+	cmd := exec.Command("ovs-ofctl", "-O", "OpenFlow15", "dump-flows", bridge, filter)
+	cmd.Env = append(os.Environ(), "OVS_RUNDIR="+m.OVSRundir)
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("dump-flows %s %s on %s: %v", bridge, filter, m.Name, err)
+	}
+	return strings.Split(string(out), "\n")
 }
 
 // ofport returns the ofport of an interface on the node, as text.

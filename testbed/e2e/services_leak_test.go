@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -215,16 +214,9 @@ func (c *fabricCapture) stop(t *testing.T) int {
 // whose line contains part.
 func sumFlowPackets(t *testing.T, m *testbed.Member, bridge, filter, part string) int {
 	t.Helper()
-	cmd := exec.Command("ovs-ofctl", "-O", "OpenFlow15", "dump-flows", bridge, filter)
-	cmd.Env = append(os.Environ(), "OVS_RUNDIR="+m.OVSRundir)
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("dump-flows %s %s on %s: %v", bridge, filter, m.Name, err)
-	}
 	sum := 0
-	for _, l := range strings.Split(string(out), "\n") {
-		if sm := nPacketsRE.FindStringSubmatch(l); sm != nil && strings.Contains(l, part) {
-			n, _ := strconv.Atoi(sm[1])
+	for _, l := range flowLines(t, m, bridge, filter) {
+		if n := packetsOf(l); n >= 0 && strings.Contains(l, part) {
 			sum += n
 		}
 	}

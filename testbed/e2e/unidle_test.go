@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
-	"os"
 	"os/exec"
 	"regexp"
 	"strconv"
@@ -236,16 +235,4 @@ func podFlowPackets(t *testing.T, m *testbed.Member, ip netip.Addr) (classifier,
 	}
 	t.Fatalf("br0 on %s: no classifier flow for in_port=%s", m.Name, inPort)
 	return 0, 0
-}
-
-// flowLines dumps bridge's flows that match filter, with their counters.
-func flowLines(t *testing.T, m *testbed.Member, bridge, filter string) []string {
-	t.Helper()
-	cmd := exec.Command("ovs-ofctl", "-O", "OpenFlow15", "dump-flows", bridge, filter)
-	cmd.Env = append(os.Environ(), "OVS_RUNDIR="+m.OVSRundir)
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("dump-flows %s %s on %s: %v", bridge, filter, m.Name, err)
-	}
-	return strings.Split(string(out), "\n")
 }
