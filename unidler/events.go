@@ -23,6 +23,24 @@ const (
 type needPods struct {
 	service types.NamespacedName
 	at      time.Time // when it was last observed
+	// uid and count tell a new occurrence within the second of the last
+	// one from a replay: core events' timestamps have whole seconds, and
+	// a recorder counts a repeated event on the same object.
+	uid   types.UID
+	count int32
+}
+
+// newerThan says whether e is a later occurrence than last: observed
+// later, or in the same second as another event object or as a higher
+// count of the same one.
+func (e needPods) newerThan(last needPods) bool {
+	switch {
+	case e.at.After(last.at):
+		return true
+	case e.at.Equal(last.at):
+		return e.uid != last.uid || e.count > last.count
+	}
+	return false
 }
 
 // coreNeedPods reads a core/v1 Event; ok is false for any other event.
@@ -31,11 +49,11 @@ func coreNeedPods(e *v1.Event) (needPods, bool) {
 	if e.Reason != idling.NeedPodsReason || !isService(ref) {
 		return needPods{}, false
 	}
-	at := latest(e.LastTimestamp.Time, e.EventTime.Time, e.FirstTimestamp.Time)
+	at, count := latest(e.LastTimestamp.Time, e.EventTime.Time, e.FirstTimestamp.Time), e.Count
 	if e.Series != nil {
-		at = latest(at, e.Series.LastObservedTime.Time)
+		at, count = latest(at, e.Series.LastObservedTime.Time), max(count, e.Series.Count)
 	}
-	return needPods{service: serviceOf(ref, e.Namespace), at: orCreation(at, e.CreationTimestamp.Time)}, true
+	return needPods{service: serviceOf(ref, e.Namespace), at: orCreation(at, e.CreationTimestamp.Time), uid: e.UID, count: count}, true
 }
 
 // eventsNeedPods reads an events.k8s.io/v1 Event, the same object seen
@@ -45,11 +63,11 @@ func eventsNeedPods(e *eventsv1.Event) (needPods, bool) {
 	if e.Reason != idling.NeedPodsReason || !isService(ref) {
 		return needPods{}, false
 	}
-	at := latest(e.DeprecatedLastTimestamp.Time, e.EventTime.Time, e.DeprecatedFirstTimestamp.Time)
+	at, count := latest(e.DeprecatedLastTimestamp.Time, e.EventTime.Time, e.DeprecatedFirstTimestamp.Time), e.DeprecatedCount
 	if e.Series != nil {
-		at = latest(at, e.Series.LastObservedTime.Time)
+		at, count = latest(at, e.Series.LastObservedTime.Time), max(count, e.Series.Count)
 	}
-	return needPods{service: serviceOf(ref, e.Namespace), at: orCreation(at, e.CreationTimestamp.Time)}, true
+	return needPods{service: serviceOf(ref, e.Namespace), at: orCreation(at, e.CreationTimestamp.Time), uid: e.UID, count: count}, true
 }
 
 func isService(ref v1.ObjectReference) bool {
@@ -96,10 +114,10 @@ func readEvent(obj any) (needPods, bool) {
 	return needPods{}, false
 }
 
-// lastFired is the time of the last NeedPods event seen per Service.
+// lastFired is the last NeedPods event seen per Service.
 type lastFired struct {
 	mu    sync.Mutex
-	items map[types.NamespacedName]time.Time
+	items map[types.NamespacedName]needPods
 }
 
 // addIfNewer records e and says whether it is newer than the last one
@@ -107,24 +125,24 @@ type lastFired struct {
 func (l *lastFired) addIfNewer(e needPods) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if last, ok := l.items[e.service]; ok && !e.at.After(last) {
+	if last, ok := l.items[e.service]; ok && !e.newerThan(last) {
 		return false
 	}
-	l.items[e.service] = e.at
+	l.items[e.service] = e
 	return true
 }
 
 func (l *lastFired) get(s types.NamespacedName) time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.items[s]
+	return l.items[s].at
 }
 
 // forget drops the Service's entry when its last event is deleted.
 func (l *lastFired) forget(e needPods) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if last, ok := l.items[e.service]; ok && !last.After(e.at) {
+	if last, ok := l.items[e.service]; ok && !last.at.After(e.at) {
 		delete(l.items, e.service)
 	}
 }

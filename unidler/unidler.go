@@ -135,7 +135,7 @@ func New(opts Options) *Controller {
 		scaler: idling.NewScaler(opts.Client),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(opts.RateLimiter,
 			workqueue.TypedRateLimitingQueueConfig[types.NamespacedName]{Name: "unidler"}),
-		fired:  lastFired{items: map[types.NamespacedName]time.Time{}},
+		fired:  lastFired{items: map[types.NamespacedName]needPods{}},
 		m:      newMetrics(opts.Registerer),
 		rec:    opts.Recorder,
 		waking: map[types.NamespacedName]*wake{},

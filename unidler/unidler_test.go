@@ -234,6 +234,33 @@ func TestUnidleOnNeedPods(t *testing.T) {
 
 // The same event seen through the events.k8s.io API works alone, and
 // counts once with its core view.
+// A Service idled again and asked for within the second of its last wake-up
+// is woken again: the agent's recorder counts the repeated event on the
+// same object, and core events' timestamps have whole seconds.
+func TestUnidleTwiceInOneSecond(t *testing.T) {
+	e := start(t, Options{}, idledService("web", webTargets), idledDeployment("web"), readySlice("web", true))
+	ev := coreEvent("web.1", "web", idledAt)
+	e.emit(ev)
+	e.awake("web")
+	ctx := context.Background()
+	if _, err := e.cs.AppsV1().Deployments(ns).Update(ctx, idledDeployment("web"), metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	svc := e.service("web")
+	svc.Annotations = idledService("web", webTargets).Annotations
+	if _, err := e.cs.CoreV1().Services(ns).Update(ctx, svc, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ev.Count = 2
+	if _, err := e.cs.CoreV1().Events(ns).Update(ctx, ev, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.awake("web")
+	if r := *e.deployment("web").Spec.Replicas; r != 3 {
+		t.Errorf("web at %d replicas after the second NeedPods, want 3", r)
+	}
+}
+
 func TestUnidleEventsAPI(t *testing.T) {
 	e := start(t, Options{}, idledService("web", webTargets), idledDeployment("web"), readySlice("web", true))
 	at := idledAt.Add(2 * time.Second)
@@ -287,16 +314,28 @@ func TestUnidleIgnores(t *testing.T) {
 	}
 }
 
-// Only an event newer than the last one seen queues the Service.
+// Only an event newer than the last one seen queues the Service: observed
+// later, or within the same second as another event object or as a higher
+// count of the same one (core events have whole seconds); a replay of the
+// same object and count does not.
 func TestLastFired(t *testing.T) {
-	l := lastFired{items: map[types.NamespacedName]time.Time{}}
+	l := lastFired{items: map[types.NamespacedName]needPods{}}
 	s := types.NamespacedName{Namespace: ns, Name: "web"}
 	for i, c := range []struct {
-		at   time.Time
-		want bool
-	}{{idledAt, true}, {idledAt, false}, {idledAt.Add(-time.Second), false}, {idledAt.Add(time.Second), true}} {
-		if got := l.addIfNewer(needPods{service: s, at: c.at}); got != c.want {
-			t.Errorf("step %d: addIfNewer(%v) = %v", i, c.at, got)
+		at    time.Time
+		uid   types.UID
+		count int32
+		want  bool
+	}{
+		{idledAt, "a", 1, true},
+		{idledAt, "a", 1, false},                   // replayed
+		{idledAt, "a", 2, true},                    // counted again in the same second
+		{idledAt, "b", 1, true},                    // another node's event in the same second
+		{idledAt.Add(-time.Second), "c", 5, false}, // older
+		{idledAt.Add(time.Second), "a", 3, true},
+	} {
+		if got := l.addIfNewer(needPods{service: s, at: c.at, uid: c.uid, count: c.count}); got != c.want {
+			t.Errorf("step %d: addIfNewer(%v, %s, %d) = %v", i, c.at, c.uid, c.count, got)
 		}
 	}
 	l.forget(needPods{service: s, at: idledAt}) // an older event deleted: kept

@@ -58,6 +58,10 @@ const (
 	DefaultQueue         = 1024
 	defaultExpiryCheck   = 200 * time.Millisecond
 	releaseFlushDeadline = 10 * time.Second
+	// lateWindow is how long after a port's release its ServiceIDs are
+	// remembered, so that packet-ins still raised for it are re-injected
+	// (or rejected) like its held packets.
+	lateWindow = 2 * time.Second
 )
 
 // EventReason is the reason of the event that asks for pods.
@@ -113,6 +117,16 @@ type Unidler struct {
 	byName  map[proxy.ServicePortName]*port
 	packets int
 	bytes   int
+	// recent are the ServiceIDs of ports released within lateWindow.
+	recent map[uint32]releasedPort
+}
+
+// releasedPort is a port released a moment ago: packet-ins still raised
+// for it are late, not unknown.
+type releasedPort struct {
+	name  proxy.ServicePortName
+	ready bool // released to endpoints (else rejected)
+	at    time.Time
 }
 
 // port is one idled service port and what is held for it.
@@ -153,7 +167,8 @@ type releaseReq struct {
 // New returns the feature.
 func New(opts Options) *Unidler {
 	opts.defaults()
-	return &Unidler{opts: opts, byID: map[uint32]*port{}, byName: map[proxy.ServicePortName]*port{}, release: make(chan releaseReq, 1024)}
+	return &Unidler{opts: opts, byID: map[uint32]*port{}, byName: map[proxy.ServicePortName]*port{}, recent: map[uint32]releasedPort{},
+		release: make(chan releaseReq, 1024)}
 }
 
 // Name implements feature.Feature.
@@ -258,6 +273,12 @@ func (u *Unidler) Unidled(name proxy.ServicePortName, ready bool) {
 	var h []held
 	if p != nil {
 		delete(u.byName, name)
+		now := u.opts.Now()
+		for _, id := range p.ids {
+			if u.byID[id] == p {
+				u.recent[id] = releasedPort{name: name, ready: ready, at: now}
+			}
+		}
 		u.forgetIDs(p)
 		h = p.held
 		u.packets -= len(p.held)
@@ -364,9 +385,23 @@ func (u *Unidler) HandlePacketIn(pi feature.PacketIn) {
 	u.mu.Lock()
 	p := u.byID[id]
 	if p == nil {
+		r, late := u.recent[id]
 		u.mu.Unlock()
-		// A flow of a port no longer idled, before its removal reached
-		// br0: the port's own flows take the connection's retransmit.
+		if late && now.Sub(r.at) < lateWindow {
+			// A port released a moment ago: the datapath still had a
+			// cached flow of its catch flows (OVS revalidates them
+			// after the flow table changed, not at the barrier), and
+			// the packet, new or just re-injected, came here again.
+			// It goes back like the held ones.
+			u.m.late.Inc()
+			select {
+			case u.release <- releaseReq{name: r.name, held: []held{{pin: pin, at: now}}, reject: !r.ready}:
+			default:
+				u.m.dropped.WithLabelValues("release-queue").Inc()
+			}
+			return
+		}
+		// Not a port idled now or a moment ago.
 		u.m.dropped.WithLabelValues("not-idled").Inc()
 		return
 	}
@@ -448,6 +483,11 @@ func (u *Unidler) expire() {
 	for _, p := range u.byName {
 		u.bytes += p.bytes
 	}
+	for id, r := range u.recent {
+		if now.Sub(r.at) >= lateWindow {
+			delete(u.recent, id)
+		}
+	}
 	u.m.setHeld(u.packets, u.bytes)
 	u.mu.Unlock()
 	for _, pin := range out {
@@ -498,10 +538,10 @@ func tcpSegment(pin *openflow.PacketIn) (segmentKey, bool) {
 
 // metrics are the feature's Prometheus metrics.
 type metrics struct {
-	packetIns, needPods, released, expired, rejected prometheus.Counter
-	dropped                                          *prometheus.CounterVec
-	heldPackets, heldBytes, idled                    prometheus.Gauge
-	holdTime, unidle                                 prometheus.Histogram
+	packetIns, needPods, released, expired, rejected, late prometheus.Counter
+	dropped                                                *prometheus.CounterVec
+	heldPackets, heldBytes, idled                          prometheus.Gauge
+	holdTime, unidle                                       prometheus.Histogram
 }
 
 func newMetrics() *metrics {
@@ -513,6 +553,8 @@ func newMetrics() *metrics {
 		expired:   prometheus.NewCounter(prometheus.CounterOpts{Name: "nodeflow_unidle_expired_packets_total", Help: "Held packets answered as a service without endpoints after the hold time."}),
 		rejected: prometheus.NewCounter(prometheus.CounterOpts{Name: "nodeflow_unidle_rejected_packets_total",
 			Help: "Held packets answered as a service without endpoints because their Service was deleted."}),
+		late: prometheus.NewCounter(prometheus.CounterOpts{Name: "nodeflow_unidle_late_packets_total",
+			Help: "Packet-ins of a port released a moment ago (a datapath flow not yet revalidated), sent on like its held packets."}),
 		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "nodeflow_unidle_dropped_packets_total",
 			Help: "Packet-ins of idled ports not held, by cause (retransmit, port-full, total-full, not-idled, malformed, bridge, reinject-error, release-queue)."}, []string{"cause"}),
 		heldPackets: prometheus.NewGauge(prometheus.GaugeOpts{Name: "nodeflow_unidle_held_packets", Help: "Packets held for idled service ports."}),
@@ -526,7 +568,7 @@ func newMetrics() *metrics {
 }
 
 func (m *metrics) register(r prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{m.packetIns, m.needPods, m.released, m.expired, m.rejected, m.dropped, m.heldPackets, m.heldBytes, m.idled, m.holdTime, m.unidle} {
+	for _, c := range []prometheus.Collector{m.packetIns, m.needPods, m.released, m.expired, m.rejected, m.late, m.dropped, m.heldPackets, m.heldBytes, m.idled, m.holdTime, m.unidle} {
 		if err := r.Register(c); err != nil {
 			return err
 		}

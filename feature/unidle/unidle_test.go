@@ -123,6 +123,58 @@ func TestHoldAndRelease(t *testing.T) {
 	}
 }
 
+// TestLatePacket: a packet-in of a port released a moment ago (a datapath
+// flow of its catch flows not yet revalidated) is sent on like the held
+// packets, re-injected or rejected as the port was released; after the
+// window it is an unknown port's.
+func TestLatePacket(t *testing.T) {
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web", UID: types.UID("u1")}}
+	h := featuretest.New(featuretest.DefaultNode(), svc)
+	now := time.Unix(1000, 0)
+	var rejected int
+	u := New(Options{Now: func() time.Time { return now }, Reject: func(*openflow.PacketIn) bool { rejected++; return true }})
+	if err := u.Init(h); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	h.Start(ctx)
+	ports := map[string]uint32{"http": 7, "gone": 8}
+	for p, id := range ports {
+		name := proxy.ServicePortName{NamespacedName: types.NamespacedName{Namespace: "ns", Name: "web"}, Port: p, Protocol: corev1.ProtocolTCP}
+		port := &proxy.ServicePort{Name: name, Protocol: corev1.ProtocolTCP, Port: 80, ClusterIPs: []netip.Addr{netip.MustParseAddr("10.96.0.50")}}
+		u.Idled(name, port, map[string]uint32{service.GroupKey(name, proxy.IPv4, false): id})
+		u.Unidled(name, p == "http") // "gone" lost its Service
+		if r := <-u.release; len(r.held) != 0 {
+			t.Fatalf("released %d packets, none held", len(r.held))
+		}
+	}
+	u.HandlePacketIn(packetIn(7, 4, syn(40000, 1)))
+	u.HandlePacketIn(packetIn(8, 4, syn(40001, 1)))
+	for range 2 {
+		select {
+		case r := <-u.release:
+			u.doRelease(ctx, r)
+		default:
+			t.Fatal("a late packet-in was not sent on")
+		}
+	}
+	if sent := h.Sent(); len(sent) != 1 || sent[0].Bridge != plan.Pod {
+		t.Errorf("re-injected %v, want the late packet of the released port", sent)
+	}
+	if rejected != 1 {
+		t.Errorf("%d late packets rejected, want the one of the port without endpoints", rejected)
+	}
+	now = now.Add(lateWindow)
+	u.expire()
+	u.HandlePacketIn(packetIn(7, 4, syn(40002, 1)))
+	select {
+	case r := <-u.release:
+		t.Errorf("a packet-in after the window sent on: %+v", r)
+	default:
+	}
+}
+
 // TestExpiry: a packet held past the hold time is rejected, and the next
 // packet starts a new wait cycle with a new NeedPods.
 func TestExpiry(t *testing.T) {

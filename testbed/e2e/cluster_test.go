@@ -107,7 +107,7 @@ type ovsPort struct {
 }
 
 // cniPorts lists the ports the CNI plugin made on the node's br0.
-func cniPorts(t *testing.T, m *testbed.Member) []ovsPort {
+func cniPorts(t testing.TB, m *testbed.Member) []ovsPort {
 	t.Helper()
 	out, err := exec.Command("ovs-vsctl", "--db=unix:"+filepath.Join(m.OVSRundir, "db.sock"), "--format=json",
 		"--columns=name,ofport,external_ids", "find", "Interface", "external_ids:owner="+cni.OwnerCNI).Output()
@@ -363,7 +363,7 @@ func checkServer(t *testing.T, netns, ip, pod string) {
 	}
 }
 
-func createNamespace(t *testing.T, e *env, name string) string {
+func createNamespace(t testing.TB, e *env, name string) string {
 	t.Helper()
 	ctx := context.Background()
 	_, err := e.client.CoreV1().Namespaces().Create(ctx, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})

@@ -187,7 +187,7 @@ func idleStatefulSet(t *testing.T, e *env, ns, name string, n int32) {
 
 // waitReadyEndpoints waits until the Service's EndpointSlices hold n ready
 // endpoints.
-func waitReadyEndpoints(t *testing.T, e *env, ns, svc string, n int) {
+func waitReadyEndpoints(t testing.TB, e *env, ns, svc string, n int) {
 	t.Helper()
 	eventually(t, 90*time.Second, fmt.Sprintf("%d ready endpoints of %s", n, svc), func(ctx context.Context) error {
 		list, err := e.client.DiscoveryV1().EndpointSlices(ns).List(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=" + svc})
@@ -247,17 +247,27 @@ func scalableStateErr(e *env, ns, kind, name string) (int32, map[string]string, 
 
 // runNodeflow runs the built nodeflow with stdin and returns its output;
 // it fails the test when the command fails.
-func runNodeflow(t *testing.T, e *env, stdin string, args ...string) string {
+func runNodeflow(t testing.TB, e *env, stdin string, args ...string) string {
 	t.Helper()
+	out, err := runNodeflowErr(e, stdin, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("nodeflow %s:\n%s", args[0], out)
+	return out
+}
+
+// runNodeflowErr runs the built nodeflow with stdin and returns its output,
+// or an error with the output when the command fails.
+func runNodeflowErr(e *env, stdin string, args ...string) (string, error) {
 	cmd := exec.Command(filepath.Join(e.binDir, "nodeflow"), args...)
 	cmd.Stdin = strings.NewReader(stdin)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Run(); err != nil {
-		t.Fatalf("nodeflow %s: %v\n%s", strings.Join(args, " "), err, out.String())
+		return out.String(), fmt.Errorf("nodeflow %s: %w\n%s", strings.Join(args, " "), err, out.String())
 	}
-	t.Logf("nodeflow %s:\n%s", args[0], out.String())
-	return out.String()
+	return out.String(), nil
 }
 
 // unidlerProc is a running `nodeflow unidler`.
@@ -268,7 +278,7 @@ type unidlerProc struct {
 	exited  chan struct{}
 }
 
-func startUnidler(t *testing.T, e *env, ns, id string) *unidlerProc {
+func startUnidler(t testing.TB, e *env, ns, id string) *unidlerProc {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -304,7 +314,7 @@ func startUnidler(t *testing.T, e *env, ns, id string) *unidlerProc {
 }
 
 // stop ends the unidler with SIGTERM and waits for it to exit.
-func (p *unidlerProc) stop(t *testing.T) {
+func (p *unidlerProc) stop(t testing.TB) {
 	t.Helper()
 	select {
 	case <-p.exited:

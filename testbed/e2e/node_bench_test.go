@@ -89,21 +89,11 @@ func manyPods(b testing.TB, e *env, ns, node string, n int) {
 		if running < n {
 			return fmt.Errorf("%d of %d running", running, n)
 		}
-		if ports := len(cniPortsTB(b, m)); ports < n {
+		if ports := len(cniPorts(b, m)); ports < n {
 			return fmt.Errorf("%d of %d ports", ports, n)
 		}
 		return nil
 	})
-}
-
-// cniPortsTB counts the CNI ports of a node (cniPorts for a testing.TB).
-func cniPortsTB(b testing.TB, m *testbed.Member) []string {
-	out, err := exec.Command("ovs-vsctl", "--db=unix:"+filepath.Join(m.OVSRundir, "db.sock"), "--bare", "--columns=name",
-		"find", "Interface", "external_ids:owner=nodeflow-cni").Output()
-	if err != nil {
-		b.Fatalf("ovs-vsctl find on %s: %v", m.Name, err)
-	}
-	return strings.Fields(string(out))
 }
 
 // rssKiB reads a process's resident set size.

@@ -44,7 +44,7 @@ var webPorts = []v1.ServicePort{
 // createService creates svc in ns and, when ingress is given, sets it as
 // the LoadBalancer's status; it returns the Service as the API server
 // completed it (ClusterIPs, node ports).
-func createService(t *testing.T, e *env, ns string, svc *v1.Service, ingress ...netip.Addr) *v1.Service {
+func createService(t testing.TB, e *env, ns string, svc *v1.Service, ingress ...netip.Addr) *v1.Service {
 	t.Helper()
 	ctx := context.Background()
 	out, err := e.client.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{})

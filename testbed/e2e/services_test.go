@@ -30,7 +30,7 @@ import (
 // deployPods starts a Deployment of replicas test-server pods labelled
 // app=name, spread over both nodes, and returns them once each is running
 // with both addresses and its br0 port.
-func deployPods(t *testing.T, e *env, ns, name string, replicas int) []netPod {
+func deployPods(t testing.TB, e *env, ns, name string, replicas int) []netPod {
 	t.Helper()
 	labels := map[string]string{"app": name}
 	dep := &appsv1.Deployment{

@@ -254,7 +254,7 @@ func TestUnidleClients(t *testing.T) {
 
 // waitCaught waits until every node catches the idled port's new
 // connections (its priority-195 flows send them to the controller).
-func waitCaught(t *testing.T, e *env, nodes []*testbed.Member, vip netip.Addr) {
+func waitCaught(t testing.TB, e *env, nodes []*testbed.Member, vip netip.Addr) {
 	t.Helper()
 	for _, m := range nodes {
 		eventually(t, 60*time.Second, "the idled port caught on "+m.Name, func(context.Context) error {
@@ -345,7 +345,7 @@ func synRetransmits(conn net.Conn) (int, error) {
 }
 
 // unidleMetrics returns the node agent's unidle metrics in one line.
-func unidleMetrics(t *testing.T, m *testbed.Member) string {
+func unidleMetrics(t testing.TB, m *testbed.Member) string {
 	t.Helper()
 	text, err := agentMetrics(m)
 	if err != nil {
