@@ -18,6 +18,10 @@ import (
 type Options struct {
 	// Client reads and writes the cluster.
 	Client kubernetes.Interface
+	// Discovered scales the kinds beyond Deployment, ReplicaSet,
+	// ReplicationController and StatefulSet (a DeploymentConfig); nil
+	// refuses them.
+	Discovered *Discovered
 	// DryRun finds and reports what would be done, and writes nothing.
 	DryRun bool
 	// Now gives the idling time (default time.Now). It is written in
@@ -91,7 +95,7 @@ func Idle(ctx context.Context, opts Options, services []types.NamespacedName) (*
 		now = opts.Now
 	}
 	rep := &Report{IdledAt: now().UTC().Truncate(time.Second), DryRun: opts.DryRun}
-	scaler := NewScaler(opts.Client)
+	scaler := NewScaler(opts.Client, opts.Discovered)
 	f := newFinder(opts.Client, scaler)
 
 	// The scalables behind each Service.

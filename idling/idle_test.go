@@ -12,6 +12,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
@@ -80,11 +81,17 @@ func (w *world) client() *fake.Clientset {
 
 func idle(t *testing.T, cs *fake.Clientset, dryRun bool, svcs ...string) *idling.Report {
 	t.Helper()
+	return idleWith(t, idling.Options{Client: cs, DryRun: dryRun}, svcs...)
+}
+
+func idleWith(t *testing.T, opts idling.Options, svcs ...string) *idling.Report {
+	t.Helper()
 	var names []types.NamespacedName
 	for _, s := range svcs {
 		names = append(names, types.NamespacedName{Namespace: ns, Name: s})
 	}
-	rep, err := idling.Idle(context.Background(), idling.Options{Client: cs, DryRun: dryRun, Now: func() time.Time { return idleTime }}, names)
+	opts.Now = func() time.Time { return idleTime }
+	rep, err := idling.Idle(context.Background(), opts, names)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -207,6 +214,43 @@ func TestIdleReplicationController(t *testing.T) {
 	}
 	if n, a := replicas(t, cs, "ReplicationController", "legacy-1"); n != 0 || a[idling.PreviousScaleAnnotation] != "2" {
 		t.Errorf("rc: %d replicas, %v", n, a)
+	}
+}
+
+// Pods of a ReplicationController that a DeploymentConfig controls: the
+// DeploymentConfig is the scalable, scaled through the scale subresource
+// the API server serves for it, as `oc idle` does; without the discovered
+// kinds it is refused by name.
+func TestIdleDeploymentConfig(t *testing.T) {
+	w := (&world{}).service("front", nil, "dc-a", "dc-b")
+	w.add(&v1.ReplicationController{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "front-3", OwnerReferences: ctrl("apps.openshift.io/v1", "DeploymentConfig", "front")},
+		Spec: v1.ReplicationControllerSpec{Replicas: ptr.To(int32(2))}})
+	w.pod("dc-a", ctrl("v1", "ReplicationController", "front-3")).pod("dc-b", ctrl("v1", "ReplicationController", "front-3"))
+
+	cs := w.client()
+	err := idle(t, cs, false, "front").Err()
+	if !errors.Is(err, idling.ErrUnsupportedKind) || !strings.Contains(err.Error(), "DeploymentConfig.apps.openshift.io/front") {
+		t.Errorf("without the discovered kinds: %v, want the DeploymentConfig refused by name", err)
+	}
+
+	cs = w.client()
+	d, dyn := idlingtest.Discovered(idlingtest.DeploymentConfig(ns, "front", 2))
+	if err := idleWith(t, idling.Options{Client: cs, Discovered: d}, "front").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := svcAnnotations(t, cs, "front")[idling.UnidleTargetsAnnotation], `[{"kind":"DeploymentConfig","name":"front","group":"apps.openshift.io","replicas":2}]`; got != want {
+		t.Errorf("targets %s, want %s", got, want)
+	}
+	dc, err := dyn.Resource(idlingtest.DeploymentConfigGVR).Namespace(ns).Get(context.Background(), "front", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, _, _ := unstructured.NestedInt64(dc.Object, "spec", "replicas")
+	if a := dc.GetAnnotations(); n != 0 || a[idling.PreviousScaleAnnotation] != "2" || a[idling.IdledAtAnnotation] != at {
+		t.Errorf("DeploymentConfig at %d replicas, annotations %v", n, a)
+	}
+	if rc, _ := cs.CoreV1().ReplicationControllers(ns).Get(context.Background(), "front-3", metav1.GetOptions{}); *rc.Spec.Replicas != 2 {
+		t.Errorf("the ReplicationController was scaled itself (%d): its DeploymentConfig owns its scale", *rc.Spec.Replicas)
 	}
 }
 

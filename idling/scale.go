@@ -15,7 +15,7 @@ import (
 
 // ErrUnsupportedKind is returned for a scalable of a kind this package
 // cannot scale.
-var ErrUnsupportedKind = errors.New("not a Deployment, ReplicaSet, ReplicationController or StatefulSet")
+var ErrUnsupportedKind = errors.New("not a Deployment, ReplicaSet, ReplicationController or StatefulSet, nor a kind the API server scales")
 
 // kindOps are the calls that read and write one kind's scale subresource
 // and patch its objects.
@@ -29,10 +29,12 @@ type kindOps struct {
 // subresource, and annotates them.
 type Scaler struct {
 	kinds map[Ref]kindOps // Name unset: keyed by kind and group
+	other *Discovered
 }
 
-// NewScaler returns a Scaler that works through client.
-func NewScaler(client kubernetes.Interface) *Scaler {
+// NewScaler returns a Scaler that works through client, and through other
+// for every other kind (nil: the four built-in kinds only).
+func NewScaler(client kubernetes.Interface, other *Discovered) *Scaler {
 	apps, core := client.AppsV1(), client.CoreV1()
 	opts := metav1.UpdateOptions{}
 	kinds := map[Ref]kindOps{
@@ -88,21 +90,25 @@ func NewScaler(client kubernetes.Interface) *Scaler {
 	// Old writers recorded Deployments and ReplicaSets in the extensions group.
 	kinds[Ref{Kind: "Deployment", Group: "extensions"}] = kinds[Ref{Kind: "Deployment", Group: "apps"}]
 	kinds[Ref{Kind: "ReplicaSet", Group: "extensions"}] = kinds[Ref{Kind: "ReplicaSet", Group: "apps"}]
-	return &Scaler{kinds: kinds}
+	return &Scaler{kinds: kinds, other: other}
 }
 
-// Supported says whether the Scaler can scale r's kind.
+// Supported says whether the Scaler can scale r's kind: a built-in one, or
+// one the API server serves (its scale subresource is looked up when
+// used).
 func (s *Scaler) Supported(r Ref) bool {
-	_, ok := s.kinds[Ref{Kind: r.Kind, Group: r.Group}]
-	return ok
+	_, err := s.ops(r)
+	return err == nil
 }
 
 func (s *Scaler) ops(r Ref) (kindOps, error) {
-	k, ok := s.kinds[Ref{Kind: r.Kind, Group: r.Group}]
-	if !ok {
-		return kindOps{}, fmt.Errorf("%s: %w", r, ErrUnsupportedKind)
+	if k, ok := s.kinds[Ref{Kind: r.Kind, Group: r.Group}]; ok {
+		return k, nil
 	}
-	return k, nil
+	if s.other != nil {
+		return s.other.ops(r)
+	}
+	return kindOps{}, fmt.Errorf("%s: %w", r, ErrUnsupportedKind)
 }
 
 // Replicas returns the replicas that the scale subresource of r (in

@@ -57,6 +57,10 @@ const component = "nodeflow-unidler"
 type Options struct {
 	// Client reads and writes the cluster.
 	Client kubernetes.Interface
+	// Discovered scales the targets of kinds beyond Deployment,
+	// ReplicaSet, ReplicationController and StatefulSet (a
+	// DeploymentConfig recorded by `oc idle`); nil refuses them.
+	Discovered *idling.Discovered
 	// Recorder emits the events on Services; nil makes one that writes
 	// core/v1 Events as component nodeflow-unidler.
 	Recorder record.EventRecorder
@@ -132,7 +136,7 @@ func New(opts Options) *Controller {
 	return &Controller{
 		opts:   opts,
 		log:    opts.Log.WithField("component", component),
-		scaler: idling.NewScaler(opts.Client),
+		scaler: idling.NewScaler(opts.Client, opts.Discovered),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(opts.RateLimiter,
 			workqueue.TypedRateLimitingQueueConfig[types.NamespacedName]{Name: "unidler"}),
 		fired:  lastFired{items: map[types.NamespacedName]needPods{}},

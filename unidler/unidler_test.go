@@ -16,6 +16,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
@@ -258,6 +259,26 @@ func TestUnidleTwiceInOneSecond(t *testing.T) {
 	e.awake("web")
 	if r := *e.deployment("web").Spec.Replicas; r != 3 {
 		t.Errorf("web at %d replicas after the second NeedPods, want 3", r)
+	}
+}
+
+// A target recorded by `oc idle` as a DeploymentConfig is scaled back up
+// through the scale subresource the API server serves for it.
+func TestUnidleDeploymentConfig(t *testing.T) {
+	dc := idlingtest.DeploymentConfig(ns, "front", 0)
+	dc.SetAnnotations(map[string]string{idling.IdledAtAnnotation: idledAt.Format(time.RFC3339), idling.PreviousScaleAnnotation: "2"})
+	d, dyn := idlingtest.Discovered(dc)
+	e := start(t, Options{Discovered: d}, idledService("front", `[{"kind":"DeploymentConfig","name":"front","group":"apps.openshift.io","replicas":2}]`),
+		readySlice("front", true))
+	e.emit(coreEvent("front.1", "front", idledAt.Add(time.Second)))
+	e.awake("front")
+	got, err := dyn.Resource(idlingtest.DeploymentConfigGVR).Namespace(ns).Get(context.Background(), "front", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, _, _ := unstructured.NestedInt64(got.Object, "spec", "replicas")
+	if a := got.GetAnnotations(); n != 2 || len(a) != 0 {
+		t.Errorf("DeploymentConfig at %d replicas, annotations %v; want 2 and none", n, a)
 	}
 }
 

@@ -52,26 +52,31 @@ func idleCommand() *cli.Command {
 }
 
 // kubeClient connects with a kubeconfig (or in-cluster), and returns the
-// namespace of its context unless ns overrides it.
-func kubeClient(kubeconfig, ns, agent string) (kubernetes.Interface, string, error) {
+// namespace of its context unless ns overrides it, and the clients that
+// scale the kinds the API server serves beyond the built-in ones.
+func kubeClient(kubeconfig, ns, agent string) (kubernetes.Interface, *idling.Discovered, string, error) {
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	rules.ExplicitPath = kubeconfig
 	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{Context: clientcmdapi.Context{Namespace: ns}})
 	rc, err := cc.ClientConfig()
 	if err != nil {
-		return nil, "", fmt.Errorf("kubeconfig: %w", err)
+		return nil, nil, "", fmt.Errorf("kubeconfig: %w", err)
 	}
 	rc.UserAgent = rest.DefaultKubernetesUserAgent() + " " + agent
 	if ns == "" {
 		if ns, _, err = cc.Namespace(); err != nil {
-			return nil, "", fmt.Errorf("kubeconfig: namespace: %w", err)
+			return nil, nil, "", fmt.Errorf("kubeconfig: namespace: %w", err)
 		}
 	}
 	kc, err := kubernetes.NewForConfig(rc)
 	if err != nil {
-		return nil, "", fmt.Errorf("kubernetes client: %w", err)
+		return nil, nil, "", fmt.Errorf("kubernetes client: %w", err)
 	}
-	return kc, ns, nil
+	d, err := idling.NewDiscovered(rc)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	return kc, d, ns, nil
 }
 
 func runIdle(c *cli.Context) error {
@@ -96,7 +101,7 @@ func runIdle(c *cli.Context) error {
 			return fmt.Errorf("idle: --resource-names-file %s names no Service", file)
 		}
 	}
-	kc, ns, err := kubeClient(c.String("kubeconfig"), c.String("namespace"), "nodeflow-idle")
+	kc, discovered, ns, err := kubeClient(c.String("kubeconfig"), c.String("namespace"), "nodeflow-idle")
 	if err != nil {
 		return fmt.Errorf("idle: %w", err)
 	}
@@ -122,7 +127,7 @@ func runIdle(c *cli.Context) error {
 			services = append(services, types.NamespacedName{Namespace: ns, Name: name})
 		}
 	}
-	rep, err := idling.Idle(ctx, idling.Options{Client: kc, DryRun: c.Bool("dry-run")}, services)
+	rep, err := idling.Idle(ctx, idling.Options{Client: kc, Discovered: discovered, DryRun: c.Bool("dry-run")}, services)
 	printReport(c.App.Writer, rep)
 	if err != nil {
 		return fmt.Errorf("idle: %w", err)

@@ -55,7 +55,7 @@ func runUnidler(c *cli.Context) error {
 	if c.NArg() > 0 {
 		return fmt.Errorf("unidler: unexpected argument %q", c.Args().First())
 	}
-	kc, ns, err := kubeClient(c.String("kubeconfig"), "", "nodeflow-unidler")
+	kc, discovered, ns, err := kubeClient(c.String("kubeconfig"), "", "nodeflow-unidler")
 	if err != nil {
 		return fmt.Errorf("unidler: %w", err)
 	}
@@ -83,7 +83,7 @@ func runUnidler(c *cli.Context) error {
 		log.WithField("addr", l.Addr().String()).Info("serving /metrics and /healthz")
 	}
 
-	ctrl := unidler.New(unidler.Options{Client: kc, Registerer: reg, Log: logrus.StandardLogger(),
+	ctrl := unidler.New(unidler.Options{Client: kc, Discovered: discovered, Registerer: reg, Log: logrus.StandardLogger(),
 		Workers: c.Int("workers"), ReadyTimeout: c.Duration("ready-timeout")})
 	if !c.Bool("leader-elect") {
 		return ctrl.Run(ctx)
