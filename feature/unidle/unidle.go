@@ -360,11 +360,37 @@ func (u *Unidler) doRelease(ctx context.Context, r releaseReq) {
 // datapath port, and the userspace datapath drops a packet-out without
 // one at its first recirculation (coverage counter
 // datapath_drop_upcall_error).
+//
+// A packet that arrived on a tunnel port keeps its tunnel metadata (the
+// id and outer addresses the tunnel port set before table 0). No path
+// catches one today, since a remote pod's connection is load-balanced on
+// its own node, but the pipeline may match on them.
 func reinjection(pin *openflow.PacketIn, ports feature.Ports) (plan.Bridge, *openflow.PacketOut) {
 	if in := pin.InPort(); in != ports.PodPatch || ports.PodPatch == 0 || ports.GatewayPatch == 0 {
-		return plan.Pod, &openflow.PacketOut{InPort: in, Actions: []openflow.Action{openflow.OutputPort(openflow.PortTable)}, Data: pin.Data}
+		return plan.Pod, &openflow.PacketOut{InPort: in, Match: tunnelMetadata(pin.Match),
+			Actions: []openflow.Action{openflow.OutputPort(openflow.PortTable)}, Data: pin.Data}
 	}
 	return plan.Gateway, &openflow.PacketOut{InPort: openflow.PortLocal, Actions: []openflow.Action{openflow.OutputPort(ports.GatewayPatch)}, Data: pin.Data}
+}
+
+// tunnelFields are the fields a tunnel port sets on a packet it receives.
+var tunnelFields = []openflow.Field{
+	openflow.TunnelID(0),
+	openflow.TunIPv4Src(netip.IPv4Unspecified()), openflow.TunIPv4Dst(netip.IPv4Unspecified()),
+	openflow.TunIPv6Src(netip.IPv6Unspecified()), openflow.TunIPv6Dst(netip.IPv6Unspecified()),
+}
+
+// tunnelMetadata returns the tunnel fields of a packet-in's match.
+func tunnelMetadata(m openflow.Match) openflow.Match {
+	var out openflow.Match
+	for _, f := range m.Fields {
+		for _, t := range tunnelFields {
+			if f.Class == t.Class && f.Field == t.Field && f.Experimenter == t.Experimenter {
+				out.Fields = append(out.Fields, f)
+			}
+		}
+	}
+	return out
 }
 
 // HandlePacketIn implements feature.PacketInHandler: it holds the packet

@@ -3,7 +3,10 @@ package unidle
 import (
 	"context"
 	"encoding/binary"
+	"encoding/hex"
 	"net/netip"
+	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -172,6 +175,39 @@ func TestLatePacket(t *testing.T) {
 	case r := <-u.release:
 		t.Errorf("a packet-in after the window sent on: %+v", r)
 	default:
+	}
+}
+
+// A packet caught after arriving on the tunnel port goes back with its
+// tunnel metadata, and Open vSwitch reads the packet-out so.
+func TestReinjectionKeepsTunnelMetadata(t *testing.T) {
+	ports := featuretest.DefaultNode().Ports
+	src := netip.MustParseAddr("172.30.0.12")
+	pin := &openflow.PacketIn{Reason: openflow.PacketInAction, Data: syn(40000, 1), Userdata: flows.Userdata(7),
+		Match: openflow.NewMatch(openflow.InPort(ports.Tunnel), openflow.TunnelID(0x2a), openflow.TunIPv4Src(src), openflow.Reg(5, 7, 0xffffffff))}
+	bridge, po := reinjection(pin, ports)
+	if bridge != plan.Pod || po.InPort != ports.Tunnel {
+		t.Fatalf("re-injected to %v from %d, want br0 from the tunnel port %d", bridge, po.InPort, ports.Tunnel)
+	}
+	if got := po.Match.String(); got != "tun_id=0x2a,tun_src=172.30.0.12" {
+		t.Errorf("packet-out match %q, want the tunnel fields only (no register of the caught packet)", got)
+	}
+	if _, err := exec.LookPath("ovs-ofctl"); err != nil {
+		if os.Getenv("NODEFLOW_REQUIRE_OVS") != "" {
+			t.Fatalf("ovs-ofctl not found and NODEFLOW_REQUIRE_OVS is set: %v", err)
+		}
+		t.Skip("ovs-ofctl not installed: the packet-out is not checked against Open vSwitch")
+	}
+	b, err := openflow.Marshal(openflow.Version15, 1, po)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command("ovs-ofctl", "ofp-print", hex.EncodeToString(b)).CombinedOutput()
+	if err != nil {
+		t.Fatalf("ovs-ofctl ofp-print: %v: %s", err, out)
+	}
+	if !strings.Contains(string(out), "tun_id=0x2a,tun_src=172.30.0.12,in_port=1") || strings.Contains(string(out), "error") {
+		t.Errorf("ovs-ofctl reads the packet-out as:\n%s", out)
 	}
 }
 
