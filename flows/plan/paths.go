@@ -75,10 +75,15 @@ var (
 		pod(PodServiceLB, "+new, VIP:port: group:N; bucket loads EndpointIP/Port, resubmit(,35)"),
 		podRecirc(PodEndpointDNAT, "ct(commit,zone=65000,nat(dst=ep),exec(SNATKind),table=40)"),
 	)
-	svcEst   = seq(pod(PodServiceLB, "not new: goto 40"), pod(PodSNAT, "no SNAT mark: goto 50"))
-	noSNAT   = seq(pod(PodSNAT, "no SNAT mark: goto 50"))
-	noBypass = seq(pod(PodEgressFirewall, "not a cluster destination: goto 60"))
-	toLocal  = seq(
+	svcEst    = seq(pod(PodServiceLB, "not new: goto 40"), pod(PodSNAT, "no SNAT mark: goto 50"))
+	noSNAT    = seq(pod(PodSNAT, "no SNAT mark: goto 50"))
+	noBypass  = seq(pod(PodEgressFirewall, "not a cluster destination: goto 60"))
+	judged    = seq(pod(PodEgressFirewall, "the namespace's rules, the first match: Allow goto 60 (Deny: drop)"))
+	toOutside = seq(pod(PodRouting, "FromPod, default route: goto 90"),
+		podRecirc(PodEgressSNAT, "ct(commit,zone=65001,nat(src=node IP),table=95)"),
+		pod(PodGatewayOutput, "default gateway's MAC, output:patch"),
+		gw(GatewayClassifier, "p100 in_port=patch: ct(commit,zone=64000,exec(ct_mark=0x1)),output:eth0"))
+	toLocal = seq(
 		pod(PodEgressFirewall, "cluster destination: goto 60"),
 		pod(PodRouting, "local pod subnet: goto 70"),
 		pod(PodLocalDelivery, "set MACs, output:pod (IN_PORT to the sender)"),
@@ -178,12 +183,10 @@ var paths = []Path{
 	{"pod -> ClusterIP -> host endpoint, this node (reply)", steps(hostHairpinReply, svcEst, toLocal)},
 	{"pod -> ClusterIP -> host endpoint, other node", steps(podIngress, svcLookup, svcNew, snatNodeIP, noBypass, toUplink)},
 	{"pod -> ClusterIP -> host endpoint, other node (reply)", steps(fromUplinkToBr0, svcEst, toLocal)},
-	{"pod -> outside", steps(podIngress, svcLookup, svcEst, noBypass,
-		seq(pod(PodRouting, "FromPod, default route: goto 90"),
-			podRecirc(PodEgressSNAT, "ct(commit,zone=65001,nat(src=node IP),table=95)"),
-			pod(PodGatewayOutput, "default gateway's MAC, output:patch"),
-			gw(GatewayClassifier, "p100 in_port=patch: ct(commit,zone=64000,exec(ct_mark=0x1)),output:eth0")))},
+	{"pod -> outside", steps(podIngress, svcLookup, svcEst, noBypass, toOutside)},
 	{"pod -> outside (reply)", steps(fromUplinkToBr0, svcEst, toLocal)},
+	{"pod -> outside, judged by an egress firewall", steps(podIngress, svcLookup, svcEst, judged, toOutside)},
+	{"pod -> ClusterIP -> outside endpoint, judged by an egress firewall", steps(podIngress, svcLookup, svcNew, noSNAT, judged, toOutside)},
 	{"host -> ClusterIP -> local pod", steps(hostToSvc, svcLookup, svcNew, noSNAT, toLocal)},
 	{"host -> ClusterIP -> local pod (reply)", steps(podIngress, svcLookup, replyToHostMasq)},
 	{"host -> ClusterIP -> remote pod", steps(hostToSvc, svcLookup, svcNew, snatGateway, toTunnel)},

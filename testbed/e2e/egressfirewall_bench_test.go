@@ -28,6 +28,7 @@ import (
 	"nodeflow/flows/plan"
 	"nodeflow/openflow"
 	"nodeflow/openflow/ofconn"
+	"nodeflow/testbed"
 	"nodeflow/testbed/ovs"
 	"nodeflow/testbed/ovs/ovstest"
 )
@@ -99,6 +100,20 @@ func (p *flowPoller) has(ctx context.Context, dst netip.Addr, prio plan.Priority
 		}
 	}
 	return false, nil
+}
+
+// count returns how many egress firewall flows table 50 holds.
+func (p *flowPoller) count(ctx context.Context) (int, error) {
+	req := openflow.NewFlowStatsRequest()
+	req.Table = uint8(plan.PodEgressFirewall)
+	req.Cookie = uint64(plan.FeatureEgressFirewall) << 56
+	req.CookieMask = uint64(plan.FeatureMask)
+	rep, err := p.c.MultipartReply(ctx, req)
+	if err != nil {
+		return 0, err
+	}
+	stats, err := rep.FlowStats()
+	return len(stats), err
 }
 
 // waitFor polls until has(dst, prio) is want and returns when it saw it.
@@ -249,6 +264,7 @@ func runEgressFirewallBench(b *testing.B, e *env) map[string]float64 {
 	}
 	create("egfw-bench-8000", 8000)
 	create("egfw-bench-10000", 10000)
+	manyNamespaces(b, e, dyn, node1, poll, res)
 
 	// One rule changed in the 8,000-rule policy, 30 times.
 	c := dyn.Resource(fw.EgressFirewallGVR).Namespace("egfw-bench-8000")
@@ -299,18 +315,7 @@ func runEgressFirewallBench(b *testing.B, e *env) map[string]float64 {
 
 	// The same flows, into a fresh switch: ovs-ofctl --bundle against
 	// nodeflow's connection.
-	rules := make([]efflows.Rule, 0, 8000)
-	for _, r := range benchRules(8000) {
-		pr := efflows.Rule{Action: fw.Allow, Prefixes: []netip.Prefix{netip.MustParsePrefix(r.To.CIDRSelector)}}
-		if r.Type == fw.RuleDeny {
-			pr.Action = fw.Deny
-		}
-		for _, port := range r.Ports {
-			pr.Ports = append(pr.Ports, fw.Port{Protocol: fw.TCP, Port: uint16(*port.Port)})
-		}
-		rules = append(rules, pr)
-	}
-	built, err := efflows.Build(efflows.Config{}, efflows.Namespace{Name: "bench", ID: 0x123, ConjBlock: 1, Rules: rules})
+	built, err := efflows.Build(efflows.Config{}, efflows.Namespace{Name: "bench", ID: 0x123, ConjBlock: 1, Rules: modelRules(benchRules(8000))})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -358,4 +363,117 @@ func runEgressFirewallBench(b *testing.B, e *env) map[string]float64 {
 	b.Logf("the 8,000 rules' %d flows into a fresh switch: ovs-ofctl --bundle add-flows %s (process and text parsing included), nodeflow's connection in one bundle %s",
 		len(built), ofctl.Round(time.Millisecond), own.Round(time.Millisecond))
 	return res
+}
+
+// Sizes of the many-namespaces part of BenchmarkEgressFirewall.
+const (
+	benchNamespaces   = 1000
+	benchRulesEach    = 10
+	benchWriters      = 16
+	benchNamespacePre = "egfw-many-"
+)
+
+// manyNamespaces creates benchNamespaces namespaces, each with an
+// EgressFirewall of benchRulesEach rules, from benchWriters writers at once,
+// and measures the time from the first write to all their flows in node1's
+// br0, the flows, and the agent's memory before and after.
+func manyNamespaces(b *testing.B, e *env, dyn dynamic.Interface, node1 *testbed.Member, poll *flowPoller, res map[string]float64) {
+	ctx := context.Background()
+	rules := benchRules(benchRulesEach)
+	perNS, err := efflows.Build(efflows.Config{}, efflows.Namespace{Name: "probe", ID: 1, ConjBlock: 1, Rules: modelRules(rules)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	before, err := poll.count(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	mem := func() (heap, rss float64) {
+		text, err := agentMetrics(node1)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return seriesValue(text, "go_memstats_heap_inuse_bytes"), seriesValue(text, "process_resident_memory_bytes")
+	}
+	heap0, rss0 := mem()
+	want := before + benchNamespaces*len(perNS)
+	next := make(chan int)
+	errs := make(chan error, benchWriters)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range benchWriters {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				ns := fmt.Sprintf("%s%04d", benchNamespacePre, i)
+				if _, err := e.client.CoreV1().Namespaces().Create(ctx, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+					errs <- err
+					return
+				}
+				ef := &fw.EgressFirewall{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "default"}, Spec: fw.EgressFirewallSpec{Egress: rules}}
+				if _, err := dyn.Resource(fw.EgressFirewallGVR).Namespace(ns).Create(ctx, ef.Unstructured(), metav1.CreateOptions{}); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	for i := range benchNamespaces {
+		select {
+		case next <- i:
+		case err := <-errs:
+			b.Fatal(err)
+		}
+	}
+	close(next)
+	wg.Wait()
+	written := time.Since(start)
+	b.Cleanup(func() {
+		for i := range benchNamespaces {
+			_ = e.client.CoreV1().Namespaces().Delete(context.Background(), fmt.Sprintf("%s%04d", benchNamespacePre, i), metav1.DeleteOptions{})
+		}
+	})
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	var got int
+	for got < want {
+		if got, err = poll.count(wctx); err != nil {
+			b.Fatalf("%d of %d flows in node1's br0: %v", got, want, err)
+		}
+		if got < want {
+			select {
+			case <-wctx.Done():
+				b.Fatalf("%d of %d flows in node1's br0: %v", got, want, wctx.Err())
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}
+	inOVS := time.Since(start)
+	heap1, rss1 := mem()
+	res["ms-1000x10-write-to-ovs"] = float64(inOVS.Microseconds()) / 1000
+	res["ms-1000x10-writes"] = float64(written.Microseconds()) / 1000
+	res["flows-1000x10"] = float64(got - before)
+	res["mib-1000x10-heap-added"] = (heap1 - heap0) / (1 << 20)
+	res["mib-1000x10-rss-added"] = (rss1 - rss0) / (1 << 20)
+	b.Logf("%d namespaces of %d rules: the %d namespace and policy writes took %s; all %d flows in node1's br0 %s after the first write; "+
+		"agent heap in use %.1f -> %.1f MiB, resident %.1f -> %.1f MiB",
+		benchNamespaces, benchRulesEach, 2*benchNamespaces, written.Round(time.Millisecond), got-before, inOVS.Round(time.Millisecond),
+		heap0/(1<<20), heap1/(1<<20), rss0/(1<<20), rss1/(1<<20))
+}
+
+// modelRules turns API rules of CIDRs into the flow builder's rules.
+func modelRules(in []fw.EgressFirewallRule) []efflows.Rule {
+	out := make([]efflows.Rule, 0, len(in))
+	for _, r := range in {
+		pr := efflows.Rule{Action: fw.Allow, Prefixes: []netip.Prefix{netip.MustParsePrefix(r.To.CIDRSelector)}}
+		if r.Type == fw.RuleDeny {
+			pr.Action = fw.Deny
+		}
+		for _, port := range r.Ports {
+			pr.Ports = append(pr.Ports, fw.Port{Protocol: fw.TCP, Port: uint16(*port.Port)})
+		}
+		out = append(out, pr)
+	}
+	return out
 }

@@ -30,6 +30,7 @@ import (
 
 	"nodeflow/cni"
 	fw "nodeflow/egressfw"
+	"nodeflow/flows/plan"
 	"nodeflow/testbed"
 	"nodeflow/testbed/nsutil"
 )
@@ -698,9 +699,10 @@ func TestEgressFirewallRules(t *testing.T) {
 // one by one after the DNAT, with nothing withdrawn from the service as a
 // whole: behind one ClusterIP, the allowed outside endpoint always
 // answers and the denied one never does. Under deny-all, services with
-// pod endpoints still work, NodePort clients outside are answered (the
-// reply direction is never judged), and the host's own traffic (that of
-// host-network pods) is not judged at all.
+// pod endpoints still work, NodePort, ExternalIP and LoadBalancer ingress
+// clients outside are answered in both families (the reply direction is
+// never judged), and the host's own traffic (that of host-network pods) is
+// not judged at all.
 func TestEgressFirewallServices(t *testing.T) {
 	g := egfwSetup(t)
 	g.diagnoseOnFailure(t)
@@ -765,13 +767,58 @@ func TestEgressFirewallServices(t *testing.T) {
 		}
 	})
 
-	// A service of the namespace's pods, also a NodePort.
+	// The judged path to an outside endpoint takes the recirculations the
+	// plan documents for it, on the real datapath flows, and nothing was
+	// dropped over the datapath's limit.
+	t.Run("recirculations", func(t *testing.T) {
+		want := -1
+		for _, p := range plan.Paths() {
+			if p.Name == "pod -> ClusterIP -> outside endpoint, judged by an egress firewall" {
+				want = p.Recirculations()
+			}
+		}
+		if want < 0 {
+			t.Fatal("the plan documents no path to an outside endpoint judged by the firewall")
+		}
+		for _, p := range g.pods {
+			m := member(t, g.e, p.node)
+			eventually(t, 10*time.Second, p.node+": a connection through the allowed endpoint", func(context.Context) error {
+				got, err := extReachPort(p.netns, vip, egfwTCP, 1200*time.Millisecond)
+				if err == nil && got != allowed.String() {
+					err = fmt.Errorf("answered by %s", got)
+				}
+				return err
+			})
+			depth, chain, err := recircChain(m, "ct(zone=65000,nat)", vip, egfwTCP)
+			if err != nil {
+				t.Error(err)
+				continue
+			}
+			t.Logf("%s: pod -> %s -> %s: %d recirculations\n%s", p.node, vip, allowed, depth, strings.Join(chain, "\n"))
+			if depth != want {
+				t.Errorf("%s: pod -> %s: %d recirculations, the plan documents %d", p.node, vip, depth, want)
+			}
+			out, err := appctl(m, "coverage/read-counter", "datapath_drop_recirc_error")
+			if err != nil {
+				t.Fatalf("coverage on %s: %v\n%s", m.Name, err, out)
+			}
+			if v, err := strconv.Atoi(strings.TrimSpace(out)); err != nil || v != 0 {
+				t.Errorf("%s: datapath_drop_recirc_error = %q, want 0", m.Name, strings.TrimSpace(out))
+			}
+		}
+	})
+
+	// A service of the namespace's pods, also a NodePort, with
+	// ExternalIPs and LoadBalancer ingress addresses (172.30.0.22x and
+	// fd00:172:30::22x: this file's range).
+	eips := []netip.Addr{netip.MustParseAddr("172.30.0.220"), netip.MustParseAddr("fd00:172:30::220")}
+	ingress := []netip.Addr{netip.MustParseAddr("172.30.0.221"), netip.MustParseAddr("fd00:172:30::221")}
 	inside := createService(t, g.e, g.ns, &v1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: "inside"},
-		Spec: v1.ServiceSpec{Type: v1.ServiceTypeNodePort, Selector: map[string]string{"app": "egfw"},
-			IPFamilyPolicy: ptr.To(v1.IPFamilyPolicyPreferDualStack),
-			Ports:          []v1.ServicePort{{Name: "http", Port: 8080, Protocol: v1.ProtocolTCP}}},
-	})
+		Spec: v1.ServiceSpec{Type: v1.ServiceTypeLoadBalancer, Selector: map[string]string{"app": "egfw"},
+			IPFamilyPolicy: ptr.To(v1.IPFamilyPolicyPreferDualStack), ExternalIPs: []string{eips[0].String(), eips[1].String()},
+			Ports: []v1.ServicePort{{Name: "http", Port: 8080, Protocol: v1.ProtocolTCP}}},
+	}, ingress...)
 	nodePort := nodePortOf(t, inside, v1.ProtocolTCP)
 	t.Run("clusterip to pods", func(t *testing.T) {
 		for _, p := range g.pods {
@@ -807,6 +854,24 @@ func TestEgressFirewallServices(t *testing.T) {
 					return err
 				})
 			}
+		}
+	})
+	t.Run("externalip and ingress from outside", func(t *testing.T) {
+		node1 := member(t, g.e, "node1")
+		for _, dst := range append(slices.Clone(eips), ingress...) {
+			gw := memberIP(t, node1, dst.Is6())
+			if dst.Is6() {
+				routeVia6(t, g.ext, dst, gw)
+			} else {
+				routeVia(t, g.ext, dst, gw)
+			}
+			eventually(t, 30*time.Second, dst.String()+" from the external host", func(ctx context.Context) error {
+				pod, _, err := httpGet(ctx, g.ext.Netns, dst, 8080)
+				if err == nil && !strings.HasPrefix(pod, "egfw-") {
+					return fmt.Errorf("answered by %q", pod)
+				}
+				return err
+			})
 		}
 	})
 	t.Run("host network", func(t *testing.T) {
