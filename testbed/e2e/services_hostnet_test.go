@@ -261,7 +261,7 @@ func epPorts(tcp, udp int32) []discovery.EndpointPort {
 }
 
 // memberIPs returns a member's address of each family.
-func memberIP(t *testing.T, m *testbed.Member, v6 bool) netip.Addr {
+func memberIP(t testing.TB, m *testbed.Member, v6 bool) netip.Addr {
 	t.Helper()
 	for _, s := range m.Addresses {
 		s, _, _ = strings.Cut(s, "/")
