@@ -94,8 +94,8 @@ func TestEgressFirewallBadInput(t *testing.T) {
 			want []string
 		}{
 			{"not named default", ef("other", rules("Deny 0.0.0.0/0")), []string{"metadata.name", "must be named default"}},
-			{"two destinations", ef("default", two), []string{"spec.egress[0].to", "exactly one of cidrSelector, dnsName and nodeSelector"}},
-			{"no destination", ef("default", none), []string{"spec.egress[0].to", "exactly one of"}},
+			{"two destinations", ef("default", two), []string{"spec.egress[0].to", "must have at most 1 item"}},
+			{"no destination", ef("default", none), []string{"spec.egress[0].to", "should have at least 1 properties"}},
 			{"invalid CIDR", ef("default", rules("Deny 198.18.0.300/24")), []string{"spec.egress[0].to.cidrSelector"}},
 			{"unknown protocol", ef("default", rules("Deny 198.18.0.0/24 ICMP")), []string{"spec.egress[0].ports[0].protocol", "Unsupported value"}},
 			{"more rules than the limit", ef("default", many), []string{"spec.egress", "10000"}},
