@@ -9,6 +9,8 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 
 	"nodeflow/dnsnames/dnstest"
 	fw "nodeflow/egressfw"
@@ -359,6 +361,35 @@ func TestDeniedCounters(t *testing.T) {
 	for ns, want := range map[string]float64{"a": 7, "b": 4} {
 		if got := counterValue(t, e.f.m.denied.WithLabelValues(ns)); got != want {
 			t.Errorf("denied packets of %s: %v, want %v", ns, got, want)
+		}
+	}
+}
+
+// Two versions of an object have the same spec when the API server gave
+// them the same generation (a status write), whatever their content; a
+// new generation or another object is a change; without generations the
+// specs themselves are compared.
+func TestSpecEqual(t *testing.T) {
+	obj := func(uid string, gen int64, cidr string) *unstructured.Unstructured {
+		u := &unstructured.Unstructured{Object: map[string]any{"spec": map[string]any{"egress": []any{
+			map[string]any{"type": "Deny", "to": map[string]any{"cidrSelector": cidr}}}}}}
+		u.SetUID(types.UID(uid))
+		u.SetGeneration(gen)
+		return u
+	}
+	for _, c := range []struct {
+		name string
+		a, b *unstructured.Unstructured
+		want bool
+	}{
+		{"status write", obj("u", 3, "10.0.0.0/8"), obj("u", 3, "10.0.0.0/8"), true},
+		{"new generation", obj("u", 3, "10.0.0.0/8"), obj("u", 4, "10.0.0.0/8"), false},
+		{"another object", obj("u", 3, "10.0.0.0/8"), obj("v", 3, "10.0.0.0/8"), false},
+		{"no generations, same spec", obj("u", 0, "10.0.0.0/8"), obj("u", 0, "10.0.0.0/8"), true},
+		{"no generations, new spec", obj("u", 0, "10.0.0.0/8"), obj("u", 0, "10.0.0.0/9"), false},
+	} {
+		if got := specEqual(c.a, c.b); got != c.want {
+			t.Errorf("%s: specEqual = %v, want %v", c.name, got, c.want)
 		}
 	}
 }

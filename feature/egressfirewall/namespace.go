@@ -356,9 +356,20 @@ func sortedKeys[V any](m map[string]V) []string {
 func mapsEqual(a, b map[string]string) bool { return maps.Equal(a, b) }
 
 // specEqual reports whether two versions of an object have the same spec
-// and labels (what the firewall reads besides the name).
+// (what the firewall reads besides the name). The API server bumps a
+// custom resource's metadata.generation on every change of its spec and
+// never on a change of its status (both CRDs have the status subresource),
+// so equal generations are equal specs: comparing 8,000 rules item by item
+// on every status write cost tens of milliseconds. Without generations (a
+// client that does not set them) the specs are compared.
 func specEqual(a, b *unstructured.Unstructured) bool {
-	return a.GetUID() == b.GetUID() && reflect.DeepEqual(a.Object["spec"], b.Object["spec"])
+	if a.GetUID() != b.GetUID() {
+		return false
+	}
+	if ga, gb := a.GetGeneration(), b.GetGeneration(); ga != 0 && gb != 0 {
+		return ga == gb
+	}
+	return reflect.DeepEqual(a.Object["spec"], b.Object["spec"])
 }
 
 func isNotFound(err error) bool { return apierrors.IsNotFound(err) }
