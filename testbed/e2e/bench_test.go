@@ -3,8 +3,11 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -105,5 +108,29 @@ func firstPodReady(st *testbed.State) error {
 			return fmt.Errorf("first pod not Ready: %w", ctx.Err())
 		case <-time.After(50 * time.Millisecond):
 		}
+	}
+}
+
+// scenario is a benchmark that can run only once on a testbed (it leaves
+// its objects behind, or takes minutes): it runs on the first call, and
+// every call, whatever b.N, reports its figures.
+type scenario struct {
+	once sync.Once
+	res  map[string]float64
+}
+
+// report runs the scenario once with the testbed's agents and reports its
+// figures.
+func (s *scenario) report(b *testing.B, run func(*testing.B, *env) map[string]float64) {
+	e := up(b)
+	if !e.state.Agent {
+		b.Skipf("nodeflow agent does not run: %s", e.state.AgentReason)
+	}
+	s.once.Do(func() { s.res = run(b, e) })
+	if s.res == nil {
+		b.Fatal("the benchmark failed in an earlier call")
+	}
+	for _, k := range slices.Sorted(maps.Keys(s.res)) {
+		b.ReportMetric(s.res[k], k)
 	}
 }

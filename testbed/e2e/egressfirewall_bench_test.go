@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"maps"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -34,10 +33,7 @@ import (
 	"nodeflow/testbed/ovs/ovstest"
 )
 
-var (
-	egfwBenchOnce sync.Once
-	egfwBenchRes  map[string]float64
-)
+var egfwBench scenario
 
 // benchRuleAddr is the destination of rule i of the benchmark's policies:
 // a distinct /32 per rule.
@@ -61,7 +57,9 @@ func benchRules(n int) []fw.EgressFirewallRule {
 }
 
 // flowPoller asks a node's br0, over an OpenFlow connection of its own,
-// whether table 50 holds an egress firewall flow to an address.
+// for the flows of a table: whether table 50 holds an egress firewall
+// flow to an address, how many it holds, whether table 30 holds a
+// service's.
 type flowPoller struct {
 	c *ofconn.Conn
 }
@@ -150,16 +148,7 @@ func (p *flowPoller) waitFor(ctx context.Context, dst netip.Addr, prio plan.Prio
 //     OpenFlow connection in one bundle.
 //
 // It runs once whatever b.N says, and reports milliseconds.
-func BenchmarkEgressFirewall(b *testing.B) {
-	e := up(b)
-	if !e.state.Agent {
-		b.Skipf("nodeflow agent does not run: %s", e.state.AgentReason)
-	}
-	egfwBenchOnce.Do(func() { egfwBenchRes = runEgressFirewallBench(b, e) })
-	for _, k := range slices.Sorted(maps.Keys(egfwBenchRes)) {
-		b.ReportMetric(egfwBenchRes[k], k)
-	}
-}
+func BenchmarkEgressFirewall(b *testing.B) { egfwBench.report(b, runEgressFirewallBench) }
 
 func runEgressFirewallBench(b *testing.B, e *env) map[string]float64 {
 	res := map[string]float64{}

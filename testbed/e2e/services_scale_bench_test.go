@@ -50,10 +50,7 @@ const (
 	kubeProxyAddr = "172.31.255.1"
 )
 
-var (
-	svcScaleOnce sync.Once
-	svcScaleRes  map[string]float64
-)
+var svcScale scenario
 
 // BenchmarkServices10k creates NODEFLOW_BENCH_SERVICES (default 10,000)
 // Services of 10 endpoints each through the testbed's kube-apiserver and
@@ -72,28 +69,7 @@ var (
 // It takes minutes at 10,000 Services; run it alone, once:
 //
 //	NODEFLOW_REQUIRE_OVS=1 go test -count=1 -run '^$' -bench Services10k -benchtime 1x -timeout 60m -v ./testbed/e2e
-func BenchmarkServices10k(b *testing.B) {
-	e := up(b)
-	if !e.state.Agent {
-		b.Skipf("nodeflow agent does not run: %s", e.state.AgentReason)
-	}
-	// The scenario cannot repeat on the same cluster: it runs once, and a
-	// second call (b.N > 1) reports the same figures.
-	svcScaleOnce.Do(func() { svcScaleRes = runServicesScale(b, e) })
-	if svcScaleRes == nil {
-		b.Fatal("the Services benchmark failed in an earlier call")
-	}
-	keys := slices.Sorted(func(yield func(string) bool) {
-		for k := range svcScaleRes {
-			if !yield(k) {
-				return
-			}
-		}
-	})
-	for _, k := range keys {
-		b.ReportMetric(svcScaleRes[k], k)
-	}
-}
+func BenchmarkServices10k(b *testing.B) { svcScale.report(b, runServicesScale) }
 
 func envInt(b testing.TB, name string, def int) int {
 	b.Helper()

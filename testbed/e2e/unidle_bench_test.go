@@ -3,10 +3,8 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"maps"
 	"net"
 	"net/netip"
-	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -36,10 +34,7 @@ const (
 // issue's bound for the whole cold start.
 const synTimer = time.Second
 
-var (
-	unidleBenchOnce sync.Once
-	unidleBenchRes  map[string]float64
-)
+var unidleBench scenario
 
 // BenchmarkUnidle measures unidling on the testbed, with `nodeflow
 // unidler` running and both agents as the testbed runs them:
@@ -59,16 +54,7 @@ var (
 // The reference is the client's 1 s SYN timer: the time a client loses
 // when its first packet is dropped instead of held. It runs once whatever
 // b.N says, and reports milliseconds.
-func BenchmarkUnidle(b *testing.B) {
-	e := up(b)
-	if !e.state.Agent {
-		b.Skipf("nodeflow agent does not run: %s", e.state.AgentReason)
-	}
-	unidleBenchOnce.Do(func() { unidleBenchRes = runUnidleBench(b, e) })
-	for _, k := range slices.Sorted(maps.Keys(unidleBenchRes)) {
-		b.ReportMetric(unidleBenchRes[k], k)
-	}
-}
+func BenchmarkUnidle(b *testing.B) { unidleBench.report(b, runUnidleBench) }
 
 func runUnidleBench(b *testing.B, e *env) map[string]float64 {
 	res := map[string]float64{}

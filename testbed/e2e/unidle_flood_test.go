@@ -3,17 +3,14 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"io"
 	"net"
 	"net/netip"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/sirupsen/logrus"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -22,7 +19,6 @@ import (
 	"nodeflow/flows/plan"
 	flows "nodeflow/flows/unidle"
 	"nodeflow/openflow"
-	"nodeflow/openflow/ofconn"
 	"nodeflow/testbed"
 	"nodeflow/testbed/nsutil"
 )
@@ -68,7 +64,7 @@ func TestUnidleFlood(t *testing.T) {
 	runNodeflow(t, e, "", "idle", "--kubeconfig", e.state.Kubeconfig, "-n", ns, "sleepy")
 	waitCaught(t, e, []*testbed.Member{m}, cip)
 
-	poll := newServicePoller(t, m.OVSRundir)
+	poll := newFlowPoller(t, m.OVSRundir)
 	before := serviceSyncLatency(t, e, poll, ns, "fresh-before")
 	t.Logf("a Service created before the flood: in %s's br0 %s after its create", m.Name, before.Round(time.Millisecond))
 
@@ -226,28 +222,9 @@ func meterBandPackets(t *testing.T, m *testbed.Member) int64 {
 	return n
 }
 
-// servicePoller asks a node's br0, over an OpenFlow connection of its own,
-// whether table 30 holds a flow for a ClusterIP.
-type servicePoller struct {
-	c *ofconn.Conn
-}
-
-func newServicePoller(t *testing.T, rundir string) *servicePoller {
-	t.Helper()
-	l := logrus.New()
-	l.SetOutput(io.Discard)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	c, err := ofconn.Dial(ctx, "unix:"+filepath.Join(rundir, "br0.mgmt"), ofconn.Options{Logger: l})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return &servicePoller{c: c}
-}
-
-// wait polls until table 30 has a flow to vip and returns when it saw it.
-func (p *servicePoller) wait(ctx context.Context, vip netip.Addr) (time.Time, error) {
+// waitVIP polls until table 30 has a flow to vip and returns when it saw
+// it.
+func (p *flowPoller) waitVIP(ctx context.Context, vip netip.Addr) (time.Time, error) {
 	for {
 		req := openflow.NewFlowStatsRequest()
 		req.Table = uint8(plan.PodServiceLB)
@@ -273,7 +250,7 @@ func (p *servicePoller) wait(ctx context.Context, vip netip.Addr) (time.Time, er
 
 // serviceSyncLatency creates a ClusterIP Service of the web pods and
 // returns the time from its create to its first flow in the polled br0.
-func serviceSyncLatency(t *testing.T, e *env, p *servicePoller, ns, name string) time.Duration {
+func serviceSyncLatency(t *testing.T, e *env, p *flowPoller, ns, name string) time.Duration {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -286,7 +263,7 @@ func serviceSyncLatency(t *testing.T, e *env, p *servicePoller, ns, name string)
 	if err != nil {
 		t.Fatal(err)
 	}
-	at, err := p.wait(ctx, netip.MustParseAddr(svc.Spec.ClusterIPs[0]))
+	at, err := p.waitVIP(ctx, netip.MustParseAddr(svc.Spec.ClusterIPs[0]))
 	if err != nil {
 		t.Fatalf("Service %s: %v", name, err)
 	}
