@@ -14,6 +14,7 @@ import (
 	"github.com/sirupsen/logrus"
 	"github.com/urfave/cli/v2"
 
+	"nodeflow/agentconfig"
 	"nodeflow/cni"
 	"nodeflow/conntrack"
 	"nodeflow/controller"
@@ -35,6 +36,8 @@ func agentCommand() *cli.Command {
 		Name:  "agent",
 		Usage: "run the node agent: own br0 and breth0, configure the host side, keep the flows",
 		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "config", EnvVars: []string{"NODEFLOW_CONFIG"},
+				Usage: "read the settings from `FILE`, an " + agentconfig.Kind + " (" + agentconfig.APIVersion + "); flags and their environment variables win over it"},
 			&cli.StringFlag{Name: "kubeconfig", EnvVars: []string{"KUBECONFIG"}, Usage: "kubeconfig `PATH` (default: in-cluster)"},
 			&cli.StringFlag{Name: "node-name", EnvVars: []string{"NODEFLOW_NODE_NAME", "NODE_NAME"}, Usage: "this node's name (default: the hostname)"},
 			&cli.StringFlag{Name: "ovs-rundir", Value: "/var/run/openvswitch", EnvVars: []string{"NODEFLOW_OVS_RUNDIR", "OVS_RUNDIR"}, Usage: "`DIR` of db.sock and the bridges' .mgmt sockets"},
@@ -101,6 +104,9 @@ func datapathType(s string) string {
 func runAgent(c *cli.Context) error {
 	if c.NArg() > 0 {
 		return fmt.Errorf("agent: unexpected argument %q", c.Args().First())
+	}
+	if err := applyConfigFile(c); err != nil {
+		return fmt.Errorf("agent: %w", err)
 	}
 	cfg := controller.Config{
 		Kubeconfig: c.String("kubeconfig"), NodeName: c.String("node-name"), OVSRundir: c.String("ovs-rundir"),
@@ -186,4 +192,26 @@ func runAgent(c *cli.Context) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	return a.Run(ctx)
+}
+
+// applyConfigFile sets, from the --config file, every flag that neither
+// the command line nor its environment variable set.
+func applyConfigFile(c *cli.Context) error {
+	path := c.String("config")
+	if path == "" {
+		return nil
+	}
+	ac, err := agentconfig.Load(path)
+	if err != nil {
+		return err
+	}
+	for _, s := range ac.Settings() {
+		if c.IsSet(s.Flag) {
+			continue
+		}
+		if err := c.Set(s.Flag, s.Value); err != nil {
+			return fmt.Errorf("agent configuration %s: %s: %w", path, s.Field, err)
+		}
+	}
+	return nil
 }

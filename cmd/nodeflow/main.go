@@ -7,6 +7,8 @@ package main
 import (
 	"fmt"
 	"os"
+	"runtime"
+	"runtime/debug"
 
 	"github.com/sirupsen/logrus"
 	"github.com/urfave/cli/v2"
@@ -44,9 +46,9 @@ func main() {
 		},
 		Commands: append([]*cli.Command{{
 			Name:  "version",
-			Usage: "print the version",
+			Usage: "print the version, the commit it was built from and the Go version",
 			Action: func(c *cli.Context) error {
-				fmt.Println(version)
+				fmt.Println(versionLine())
 				return nil
 			},
 		}}, commands...),
@@ -55,4 +57,25 @@ func main() {
 		fmt.Fprintln(os.Stderr, "nodeflow:", err)
 		os.Exit(1)
 	}
+}
+
+// versionLine is "nodeflow VERSION (commit C[, modified], GOVERSION)": the
+// version stamped by the build, and the commit Go records when it builds
+// from a git checkout.
+func versionLine() string {
+	commit, modified, gover := "unknown", false, runtime.Version()
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, s := range bi.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				commit = s.Value
+			case "vcs.modified":
+				modified = s.Value == "true"
+			}
+		}
+	}
+	if modified {
+		commit += ", modified"
+	}
+	return fmt.Sprintf("nodeflow %s (commit %s, %s)", version, commit, gover)
 }

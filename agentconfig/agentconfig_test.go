@@ -1,0 +1,113 @@
+package agentconfig
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+const full = `apiVersion: nodeflow.io/v1alpha1
+kind: AgentConfiguration
+nodeName: node1
+ovsRundir: /var/run/openvswitch
+podBridge: br0
+gatewayBridge: breth0
+uplink: eth0
+datapathType: netdev
+clusterCIDRs: [10.244.0.0/16, "fd00:10:244::/56"]
+serviceCIDRs: [10.96.0.0/16]
+masqueradeSubnetV4: 169.254.169.0/29
+masqueradeSubnetV6: "fd69::/125"
+mtu: 1450
+healthAddr: 0.0.0.0:9476
+cniConfDir: /etc/cni/net.d
+services: true
+unidle: false
+unidleHoldTime: 90s
+egressFirewall: true
+resolvConf: /etc/resolv.conf
+hostCheckInterval: 1m
+`
+
+// Every field becomes its flag's value, as the command line writes it.
+func TestParse(t *testing.T) {
+	c, err := Parse([]byte(full))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, s := range c.Settings() {
+		got[s.Flag] = s.Value
+	}
+	for flag, want := range map[string]string{
+		"node-name": "node1", "datapath-type": "netdev", "cluster-cidr": "10.244.0.0/16,fd00:10:244::/56", "service-cidr": "10.96.0.0/16",
+		"masquerade-subnet-v6": "fd69::/125", "mtu": "1450", "unidle": "false", "unidle-hold-time": "90s", "host-check-interval": "1m",
+		"cni-conf-dir": "/etc/cni/net.d", "egress-firewall": "true",
+	} {
+		if got[flag] != want {
+			t.Errorf("--%s = %q, want %q", flag, got[flag], want)
+		}
+	}
+	if _, ok := got["kubeconfig"]; ok {
+		t.Error("a field the file leaves out set its flag")
+	}
+	if len(got) != 19 {
+		t.Errorf("%d settings, want the file's 19: %v", len(got), got)
+	}
+}
+
+// Bad files fail with the field named.
+func TestParseErrors(t *testing.T) {
+	head := "apiVersion: nodeflow.io/v1alpha1\nkind: AgentConfiguration\n"
+	for _, c := range []struct{ name, file, want string }{
+		{"unknown field", head + "clusterCidrs: [10.0.0.0/8]\n", `unknown field "clusterCidrs"`},
+		{"wrong type", head + "mtu: big\n", "mtu: string given, want int"},
+		{"bad CIDR", head + "clusterCIDRs: [10.0.0.0/8, 10.0.0.0/33]\n", `clusterCIDRs[1]: "10.0.0.0/33" is not a CIDR`},
+		{"wrong family", head + "masqueradeSubnetV4: \"fd69::/125\"\n", "masqueradeSubnetV4"},
+		{"bad duration", head + "unidleHoldTime: 1h-\n", `unidleHoldTime: "1h-" is not a positive duration`},
+		{"duration as a number", head + "unidleHoldTime: 60\n", "unidleHoldTime"},
+		{"twice", head + "mtu: 1400\nmtu: 1500\n", "mtu"},
+		{"bad datapath", head + "datapathType: kernel\n", `datapathType: "kernel"`},
+		{"mtu out of range", head + "mtu: 100\n", "mtu: 100"},
+		{"empty bridge", head + "podBridge: \"\"\n", "podBridge: empty"},
+		{"wrong kind", "apiVersion: nodeflow.io/v1alpha1\nkind: KubeProxyConfiguration\n", `kind "KubeProxyConfiguration"`},
+		{"no version", "kind: AgentConfiguration\n", `apiVersion ""`},
+		{"not YAML", "\tfoo: [", "not YAML"},
+	} {
+		_, err := Parse([]byte(c.file))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want an error with %q", c.name, err, c.want)
+		}
+	}
+}
+
+// Load names the file.
+func TestLoad(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(p, []byte("apiVersion: nodeflow.io/v1alpha1\nkind: AgentConfiguration\nmtu: 10\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(p); err == nil || !strings.Contains(err.Error(), p+": mtu: 10") {
+		t.Errorf("Load: %v, want the file and the field named", err)
+	}
+	if _, err := Load(filepath.Join(t.TempDir(), "none")); err == nil {
+		t.Error("a missing file loaded")
+	}
+}
+
+func FuzzParse(f *testing.F) {
+	f.Add([]byte(full))
+	f.Add([]byte("apiVersion: nodeflow.io/v1alpha1\nkind: AgentConfiguration\nmtu: 1e9\n"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		c, err := Parse(b)
+		if err != nil {
+			return
+		}
+		for _, s := range c.Settings() {
+			if s.Flag == "" || s.Field == "" {
+				t.Fatalf("setting %+v", s)
+			}
+		}
+	})
+}

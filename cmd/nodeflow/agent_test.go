@@ -1,0 +1,87 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/urfave/cli/v2"
+
+	"nodeflow/agentconfig"
+)
+
+// Every field of the configuration file sets a flag the agent has.
+func TestConfigFileFlagsExist(t *testing.T) {
+	flags := map[string]bool{}
+	for _, f := range agentCommand().Flags {
+		for _, n := range f.Names() {
+			flags[n] = true
+		}
+	}
+	on, s := true, "x"
+	mtu := 1400
+	c := agentconfig.AgentConfiguration{Kubeconfig: &s, NodeName: &s, OVSRundir: &s, PodBridge: &s, GatewayBridge: &s, Uplink: &s,
+		DatapathType: &s, ClusterCIDRs: []string{s}, ServiceCIDRs: []string{s}, MasqueradeSubnetV4: &s, MasqueradeSubnetV6: &s, MTU: &mtu,
+		HealthAddr: &s, Socket: &s, CNIConfDir: &s, CNIDataDir: &s, Services: &on, Unidle: &on, UnidleHoldTime: &s, EgressFirewall: &on,
+		ResolvConf: &s, HostCheckInterval: &s}
+	settings := c.Settings()
+	if len(settings) != 22 {
+		t.Errorf("%d settings from a file with every field, want 22", len(settings))
+	}
+	for _, st := range settings {
+		if !flags[st.Flag] {
+			t.Errorf("field %s sets --%s, which the agent does not have", st.Field, st.Flag)
+		}
+	}
+}
+
+// The file sets what the command line and the environment leave; they win.
+func TestConfigFilePrecedence(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(p, []byte("apiVersion: nodeflow.io/v1alpha1\nkind: AgentConfiguration\nmtu: 1450\npodBridge: brfile\n"+
+		"uplink: ethfile\nserviceCIDRs: [10.1.0.0/16, \"fd00:1::/112\"]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("NODEFLOW_UPLINK", "ethenv")
+	got := map[string]string{}
+	cmd := agentCommand()
+	cmd.Action = func(c *cli.Context) error {
+		if err := applyConfigFile(c); err != nil {
+			return err
+		}
+		for _, f := range []string{"mtu", "pod-bridge", "uplink", "gateway-bridge"} {
+			got[f] = c.String(f)
+		}
+		got["mtu"] = strconv.Itoa(c.Int("mtu"))
+		got["service-cidr"] = strings.Join(c.StringSlice("service-cidr"), ",")
+		return nil
+	}
+	app := &cli.App{Commands: []*cli.Command{cmd}}
+	if err := app.Run([]string{"nodeflow", "agent", "--config", p, "--pod-bridge", "brflag"}); err != nil {
+		t.Fatal(err)
+	}
+	for flag, want := range map[string]string{
+		"mtu": "1450", "pod-bridge": "brflag", "uplink": "ethenv", "gateway-bridge": "breth0", "service-cidr": "10.1.0.0/16,fd00:1::/112",
+	} {
+		if got[flag] != want {
+			t.Errorf("--%s = %q, want %q", flag, got[flag], want)
+		}
+	}
+}
+
+// A bad file stops the agent with the file and the field named.
+func TestConfigFileBad(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(p, []byte("apiVersion: nodeflow.io/v1alpha1\nkind: AgentConfiguration\nmtus: 1450\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := agentCommand()
+	cmd.Action = func(c *cli.Context) error { return applyConfigFile(c) }
+	app := &cli.App{Commands: []*cli.Command{cmd}}
+	err := app.Run([]string{"nodeflow", "agent", "--config", p})
+	if err == nil || !strings.Contains(err.Error(), p) || !strings.Contains(err.Error(), `unknown field "mtus"`) {
+		t.Errorf("%v, want the file and the unknown field named", err)
+	}
+}
