@@ -186,7 +186,7 @@ var paths = []Path{
 	{"pod -> outside", steps(podIngress, svcLookup, svcEst, noBypass, toOutside)},
 	{"pod -> outside (reply)", steps(fromUplinkToBr0, svcEst, toLocal)},
 	{"pod -> outside, judged by an egress firewall", steps(podIngress, svcLookup, svcEst, judged, toOutside)},
-	{"pod -> ClusterIP -> outside endpoint, judged by an egress firewall", steps(podIngress, svcLookup, svcNew, noSNAT, judged, toOutside)},
+	{"pod -> ClusterIP -> outside endpoint, judged by an egress firewall", steps(podIngress, svcLookup, svcNew, snatNodeIP, judged, toUplink)},
 	{"host -> ClusterIP -> local pod", steps(hostToSvc, svcLookup, svcNew, noSNAT, toLocal)},
 	{"host -> ClusterIP -> local pod (reply)", steps(podIngress, svcLookup, replyToHostMasq)},
 	{"host -> ClusterIP -> remote pod", steps(hostToSvc, svcLookup, svcNew, snatGateway, toTunnel)},

@@ -2,9 +2,11 @@ package sample
 
 import (
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 
+	efflows "nodeflow/flows/egressfw"
 	"nodeflow/flows/gateway"
 	"nodeflow/flows/node"
 	"nodeflow/flows/plan"
@@ -30,6 +32,7 @@ var features = []struct {
 	{"pipeline", buildPipeline},
 	{"node networking", buildNodeNetworking},
 	{"services", buildServices},
+	{"egress firewall", buildEgressFirewall},
 }
 
 // Build builds the desired state of c.Local's bridges with the real
@@ -203,6 +206,45 @@ func buildServices(c *Config, d *Desired) error {
 			if err := d.set(plan.Pod, service.AddressOwner(a), st); err != nil {
 				return err
 			}
+		}
+	}
+	return nil
+}
+
+// buildEgressFirewall sets what the egress firewall feature wants: table
+// 50's guards, and each namespace's rules under its pods' namespace id,
+// with the node IPs' rules repeated for their host masquerade addresses.
+func buildEgressFirewall(c *Config, d *Desired) error {
+	if err := d.set(plan.Pod, efflows.GuardOwner, reconcile.State{Flows: efflows.GuardFlows()}); err != nil {
+		return err
+	}
+	var cfg efflows.Config
+	for _, ip := range c.Local.IPs {
+		if m, ok := c.Masquerade.For(ip); ok {
+			cfg.HostAliases = append(cfg.HostAliases, efflows.HostAlias{Host: ip, Alias: m.Host})
+		}
+	}
+	conj := plan.NewIDAllocator(plan.EgressFirewallConjBlocks)
+	for _, ns := range slices.Sorted(maps.Keys(c.EgressFirewalls)) {
+		var id uint32
+		for _, p := range c.Pods {
+			if p.Namespace == ns {
+				id = p.NamespaceID
+			}
+		}
+		if id == 0 {
+			return fmt.Errorf("egress firewall of namespace %s: no pod gives its namespace id", ns)
+		}
+		block, err := conj.Get(efflows.Owner(ns))
+		if err != nil {
+			return err
+		}
+		fs, err := efflows.Build(cfg, efflows.Namespace{Name: ns, ID: id, ConjBlock: block, Rules: c.EgressFirewalls[ns]})
+		if err != nil {
+			return err
+		}
+		if err := d.set(plan.Pod, efflows.Owner(ns), reconcile.State{Flows: fs}); err != nil {
+			return err
 		}
 	}
 	return nil

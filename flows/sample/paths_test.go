@@ -40,6 +40,7 @@ var (
 	toHost     = netip.MustParseAddrPort("10.96.0.13:80")
 	toOther    = netip.MustParseAddrPort("10.96.0.14:80")
 	toSecond   = netip.MustParseAddrPort("10.96.0.15:443")
+	toOutside  = netip.MustParseAddrPort("10.96.0.21:80")
 	localEP    = netip.MustParseAddrPort("10.128.0.5:8080")
 	remoteEP   = netip.MustParseAddrPort("10.128.1.5:8080")
 	hostEP     = netip.MustParseAddrPort("172.18.0.3:8081")
@@ -50,8 +51,13 @@ var (
 
 // fromPod is a pod's first segment to dst, from client port sport.
 func fromPod(name string, sport uint16, dst netip.AddrPort) func(c *Config) segment {
+	return fromPodIn(Namespace, name, sport, dst)
+}
+
+// fromPodIn is fromPod for a pod of namespace ns.
+func fromPodIn(ns, name string, sport uint16, dst netip.AddrPort) func(c *Config) segment {
 	return func(c *Config) segment {
-		p, _ := c.Pod(Namespace, name)
+		p, _ := c.Pod(ns, name)
 		return segment{srcMAC: p.MAC, dstMAC: c.RouterMAC(), src: netip.AddrPortFrom(p.IPs[0], sport), dst: dst, syn: true}
 	}
 }
@@ -110,6 +116,10 @@ var probes = []probe{
 		in: "b", seg: fromPod("b", 40008, toOther), out: uplinkName, wantSrc: nodeIP, wantDst: otherEP},
 	{first: "pod -> outside", reply: "pod -> outside (reply)",
 		in: "b", seg: fromPod("b", 40009, outsideSrv), out: uplinkName, wantSrc: nodeIP, wantDst: outsideSrv},
+	{first: "pod -> outside, judged by an egress firewall", in: "c", seg: fromPodIn(FencedNamespace, "c", 40020, outsideSrv),
+		out: uplinkName, wantSrc: nodeIP, wantDst: outsideSrv},
+	{first: "pod -> ClusterIP -> outside endpoint, judged by an egress firewall", in: "c", seg: fromPodIn(FencedNamespace, "c", 40021, toOutside),
+		out: uplinkName, wantSrc: nodeIP, wantDst: outsideSrv},
 	{first: "host -> ClusterIP -> local pod", reply: "host -> ClusterIP -> local pod (reply)",
 		in: gatewayBridge, seg: fromHost(40010, toLocal), out: "a", wantSrc: netip.MustParseAddr("169.254.169.2"), wantDst: localEP},
 	{first: "host -> ClusterIP -> remote pod", reply: "host -> ClusterIP -> remote pod (reply)",

@@ -10,6 +10,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"nodeflow/conntrack"
+	fw "nodeflow/egressfw"
+	efflows "nodeflow/flows/egressfw"
 	"nodeflow/flows/node"
 	"nodeflow/flows/plan"
 	"nodeflow/flows/reconcile"
@@ -56,6 +58,9 @@ type Config struct {
 	// Services are the cluster's service ports, each with all of its
 	// endpoints.
 	Services []ServicePort
+	// EgressFirewalls are namespaces' egress firewall rules, in order; the
+	// namespace's id is its pods'.
+	EgressFirewalls map[string][]efflows.Rule
 }
 
 // ServicePort is one service port and its endpoints, as the proxy's
@@ -88,6 +93,11 @@ func (c *Config) Pod(namespace, name string) (node.Pod, bool) {
 
 // Namespace of the sample's pods and services.
 const Namespace = "sample"
+
+// FencedNamespace is the namespace of the sample's pod under an egress
+// firewall: it may reach OutsideClient's address and nothing else outside
+// the cluster.
+const FencedNamespace = "fenced"
 
 func addr(s string) netip.Addr     { return netip.MustParseAddr(s) }
 func prefix(s string) netip.Prefix { return netip.MustParsePrefix(s) }
@@ -145,6 +155,8 @@ func Default() Config {
 		p.MAC = conntrack.MAC(p.IPs[0])
 		return p
 	}
+	fenced := pod("c", 6, "10.128.0.7", "fd01:0:0:1::7")
+	fenced.Namespace, fenced.NamespaceID = FencedNamespace, 0x11
 	tcp, udp, sctp := v1.ProtocolTCP, v1.ProtocolUDP, v1.ProtocolSCTP
 	const n1, n2 = "node1", "node2"
 	idledPort := &proxy.ServicePort{Name: svcName("idled", "http", tcp), Protocol: tcp, Port: 80,
@@ -158,7 +170,12 @@ func Default() Config {
 		Pods: []node.Pod{
 			pod("a", 4, "10.128.0.5", "fd01:0:0:1::5"),
 			pod("b", 5, "10.128.0.6", "fd01:0:0:1::6"),
+			fenced,
 		},
+		EgressFirewalls: map[string][]efflows.Rule{FencedNamespace: {
+			{Action: fw.Allow, Prefixes: []netip.Prefix{netip.PrefixFrom(OutsideClient, 32)}},
+			{Action: fw.Deny, Prefixes: []netip.Prefix{prefix("0.0.0.0/0"), prefix("::/0")}},
+		}},
 		NextHops: []node.NextHop{
 			{Prefix: prefix("0.0.0.0/0"), MAC: DefaultGatewayMAC},
 			{Prefix: prefix("::/0"), MAC: DefaultGatewayMAC},
@@ -192,6 +209,10 @@ func Default() Config {
 			{&proxy.ServicePort{Name: svcName("to-secondary", "https", tcp), Protocol: tcp, Port: 443,
 				ClusterIPs: []netip.Addr{addr("10.96.0.15")},
 			}, []proxy.Endpoint{endpoint("172.20.0.2", 4443, n1)}},
+			// An endpoint outside the cluster (a selectorless Service).
+			{&proxy.ServicePort{Name: svcName("to-outside", "http", tcp), Protocol: tcp, Port: 80,
+				ClusterIPs: []netip.Addr{addr("10.96.0.21")},
+			}, []proxy.Endpoint{endpoint(OutsideClient.String(), 80, "")}},
 			// UDP with session affinity.
 			{&proxy.ServicePort{Name: svcName("dns", "dns", udp), Protocol: udp, Port: 53,
 				ClusterIPs: []netip.Addr{addr("10.96.0.16")}, AffinityTimeout: 30 * time.Second,
