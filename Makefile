@@ -23,7 +23,7 @@ BENCH       ?= .
 VERSION     ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 REVISION    ?= $(shell git rev-parse HEAD 2>/dev/null)
 SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
-LDFLAGS     := -X main.version=$(VERSION)
+LDFLAGS     := -X main.version=$(VERSION) -X main.commit=$(REVISION)
 PLATFORMS   := linux/amd64 linux/arm64
 
 .PHONY: all deps build image test unit bench lint demo clean testbed-deps e2e prereqs

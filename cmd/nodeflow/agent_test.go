@@ -85,3 +85,13 @@ func TestConfigFileBad(t *testing.T) {
 		t.Errorf("%v, want the file and the unknown field named", err)
 	}
 }
+
+// The version line names the stamped version and commit.
+func TestVersionLine(t *testing.T) {
+	v, c := version, commit
+	t.Cleanup(func() { version, commit = v, c })
+	version, commit = "v1.2.3", "0123abcd"
+	if got := versionLine(); !strings.HasPrefix(got, "nodeflow v1.2.3 (commit 0123abcd") || !strings.Contains(got, "go1") {
+		t.Errorf("version line %q", got)
+	}
+}

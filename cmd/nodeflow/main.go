@@ -14,8 +14,12 @@ import (
 	"github.com/urfave/cli/v2"
 )
 
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "dev"
+// version and commit are set at build time with -ldflags "-X
+// main.version=... -X main.commit=..." (make build, make image).
+var (
+	version = "dev"
+	commit  = ""
+)
 
 // commands holds the subcommands, registered by the files that implement them.
 var commands []*cli.Command
@@ -60,22 +64,27 @@ func main() {
 }
 
 // versionLine is "nodeflow VERSION (commit C[, modified], GOVERSION)": the
-// version stamped by the build, and the commit Go records when it builds
-// from a git checkout.
+// version and commit stamped by the build, or else the commit Go records
+// when it builds from a git checkout.
 func versionLine() string {
-	commit, modified, gover := "unknown", false, runtime.Version()
+	rev, modified := commit, false
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		for _, s := range bi.Settings {
 			switch s.Key {
 			case "vcs.revision":
-				commit = s.Value
+				if rev == "" {
+					rev = s.Value
+				}
 			case "vcs.modified":
 				modified = s.Value == "true"
 			}
 		}
 	}
-	if modified {
-		commit += ", modified"
+	if rev == "" {
+		rev = "unknown"
 	}
-	return fmt.Sprintf("nodeflow %s (commit %s, %s)", version, commit, gover)
+	if modified {
+		rev += ", modified"
+	}
+	return fmt.Sprintf("nodeflow %s (commit %s, %s)", version, rev, runtime.Version())
 }
