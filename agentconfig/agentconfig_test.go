@@ -111,3 +111,19 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// The example in docs/install.md is a valid file.
+func TestDocExample(t *testing.T) {
+	b, err := os.ReadFile("../docs/install.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(b), "```yaml\napiVersion: "+APIVersion)
+	if !ok {
+		t.Fatal("docs/install.md has no AgentConfiguration example")
+	}
+	body, _, _ := strings.Cut(rest, "```")
+	if _, err := Parse([]byte("apiVersion: " + APIVersion + body)); err != nil {
+		t.Errorf("the example in docs/install.md: %v", err)
+	}
+}
