@@ -8,3 +8,9 @@ import "embed"
 //
 //go:embed crds/*.yaml
 var CRDs embed.FS
+
+// Manifests holds the namespace and the RBAC of nodeflow's processes
+// (namespace.yaml, rbac/*.yaml), applied after the CRDs.
+//
+//go:embed namespace.yaml rbac/*.yaml
+var Manifests embed.FS

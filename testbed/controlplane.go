@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"nodeflow/deploy"
 	"nodeflow/testbed/pki"
 )
 
@@ -325,17 +326,40 @@ func (cp *controlPlane) start(ctx context.Context, clusterName string, nodes, po
 	if cp.admin, err = kubernetes.NewForConfig(cfg); err != nil {
 		return err
 	}
-	// Node agents get cluster-admin until the agent defines its own role.
+	// nodeflow's CRDs (deploy/crds) are served before any agent starts,
+	// then its namespace and RBAC (deploy/namespace.yaml, deploy/rbac).
+	if err := installCRDs(ctx, cfg, 30*time.Second); err != nil {
+		return err
+	}
+	objs, err := readManifests(deploy.Manifests, nil, "namespace.yaml", "rbac/*.yaml")
+	if err != nil {
+		return err
+	}
+	if err := applyManifests(ctx, cfg, objs); err != nil {
+		return err
+	}
+	// The testbed's agents authenticate with tokens of the group
+	// agentGroup: the group gets the agent's roles, exactly what the
+	// manifests give the agent's ServiceAccount, so that every e2e test
+	// proves them sufficient.
+	group := []rbacv1.Subject{{Kind: "Group", APIGroup: "rbac.authorization.k8s.io", Name: agentGroup}}
 	_, err = cp.admin.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
 		ObjectMeta: metav1.ObjectMeta{Name: "nodeflow-agents"},
-		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "cluster-admin"},
-		Subjects:   []rbacv1.Subject{{Kind: "Group", APIGroup: "rbac.authorization.k8s.io", Name: agentGroup}},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "nodeflow-agent"},
+		Subjects:   group,
 	}, metav1.CreateOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("testbed: bind agent role: %w", err)
+		return fmt.Errorf("testbed: bind the agent's role: %w", err)
 	}
-	// nodeflow's CRDs (deploy/crds) are served before any agent starts.
-	return installCRDs(ctx, cfg, 30*time.Second)
+	_, err = cp.admin.RbacV1().RoleBindings("kube-system").Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "nodeflow-agents-leases", Namespace: "kube-system"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "nodeflow-agent-leases"},
+		Subjects:   group,
+	}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("testbed: bind the agent's lease role: %w", err)
+	}
+	return nil
 }
 
 // waitReady polls the API server's /readyz with the admin credentials.

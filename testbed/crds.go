@@ -9,12 +9,16 @@ import (
 	"io/fs"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/restmapper"
 
 	"nodeflow/deploy"
 )
@@ -24,9 +28,25 @@ var crdGVR = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version:
 // readCRDs returns the CustomResourceDefinitions in every YAML file of
 // fsys's crds directory, in file order.
 func readCRDs(fsys fs.FS) ([]*unstructured.Unstructured, error) {
-	files, err := fs.Glob(fsys, "crds/*.yaml")
-	if err != nil {
-		return nil, err
+	return readManifests(fsys, func(u *unstructured.Unstructured) error {
+		if u.GetAPIVersion() != "apiextensions.k8s.io/v1" || u.GetKind() != "CustomResourceDefinition" {
+			return fmt.Errorf("%s %s %q is not a named apiextensions.k8s.io/v1 CustomResourceDefinition", u.GetAPIVersion(), u.GetKind(), u.GetName())
+		}
+		return nil
+	}, "crds/*.yaml")
+}
+
+// readManifests returns the objects of the YAML files of fsys that match
+// each pattern, in pattern and file order; every object must have an
+// apiVersion, a kind and a name, and pass accept (when not nil).
+func readManifests(fsys fs.FS, accept func(*unstructured.Unstructured) error, patterns ...string) ([]*unstructured.Unstructured, error) {
+	var files []string
+	for _, pat := range patterns {
+		m, err := fs.Glob(fsys, pat)
+		if err != nil {
+			return nil, err
+		}
+		files = append(files, m...)
 	}
 	var out []*unstructured.Unstructured
 	for _, f := range files {
@@ -46,9 +66,13 @@ func readCRDs(fsys fs.FS) ([]*unstructured.Unstructured, error) {
 				continue
 			}
 			u := &unstructured.Unstructured{Object: obj}
-			if u.GetAPIVersion() != "apiextensions.k8s.io/v1" || u.GetKind() != "CustomResourceDefinition" || u.GetName() == "" {
-				return nil, fmt.Errorf("testbed: deploy/%s: document %d: %s %s %q is not a named apiextensions.k8s.io/v1 CustomResourceDefinition",
-					f, doc, u.GetAPIVersion(), u.GetKind(), u.GetName())
+			if u.GetAPIVersion() == "" || u.GetKind() == "" || u.GetName() == "" {
+				return nil, fmt.Errorf("testbed: deploy/%s: document %d lacks an apiVersion, a kind or a name", f, doc)
+			}
+			if accept != nil {
+				if err := accept(u); err != nil {
+					return nil, fmt.Errorf("testbed: deploy/%s: document %d: %w", f, doc, err)
+				}
 			}
 			out = append(out, u)
 		}
@@ -120,4 +144,34 @@ func crdEstablished(crd *unstructured.Unstructured) (bool, string) {
 		}
 	}
 	return established, problem
+}
+
+// applyManifests applies objs with server-side apply (field manager
+// nodeflow-testbed), each to the resource the API server's discovery maps
+// its kind to.
+func applyManifests(ctx context.Context, cfg *rest.Config, objs []*unstructured.Unstructured) error {
+	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	for _, u := range objs {
+		gvk := u.GroupVersionKind()
+		m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+		if err != nil {
+			return fmt.Errorf("testbed: apply %s %s: %w", gvk.Kind, u.GetName(), err)
+		}
+		var r dynamic.ResourceInterface = dyn.Resource(m.Resource)
+		if m.Scope.Name() == meta.RESTScopeNameNamespace {
+			r = dyn.Resource(m.Resource).Namespace(u.GetNamespace())
+		}
+		if _, err := r.Apply(ctx, u.GetName(), u, metav1.ApplyOptions{FieldManager: "nodeflow-testbed", Force: true}); err != nil {
+			return fmt.Errorf("testbed: apply %s %s/%s: %w", gvk.Kind, u.GetNamespace(), u.GetName(), err)
+		}
+	}
+	return nil
 }

@@ -97,3 +97,21 @@ func TestCRDEstablished(t *testing.T) {
 		})
 	}
 }
+
+// The embedded namespace and RBAC manifests read as the objects the
+// testbed applies.
+func TestReadManifests(t *testing.T) {
+	objs, err := readManifests(deploy.Manifests, nil, "namespace.yaml", "rbac/*.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kinds := map[string]int{}
+	for _, u := range objs {
+		kinds[u.GetKind()]++
+	}
+	for _, k := range []string{"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"} {
+		if kinds[k] == 0 {
+			t.Errorf("no %s among the manifests: %v", k, kinds)
+		}
+	}
+}
