@@ -124,6 +124,14 @@ var controllers = []string{
 // agentGroup is the group of every node agent's token.
 const agentGroup = "nodeflow:agents"
 
+// unidlerGroup is the group of the unidler's client certificate, and
+// UnidlerKubeconfig its kubeconfig in the testbed's directory: it has the
+// roles deploy/rbac/unidler.yaml gives the unidler's ServiceAccount.
+const (
+	unidlerGroup      = "nodeflow:unidlers"
+	UnidlerKubeconfig = "unidler.kubeconfig"
+)
+
 // writePKI makes the CA, certificates, keys, tokens and kubeconfigs.
 func (cp *controlPlane) writePKI(clusterName string, nodes []string, serviceCIDRs []string) error {
 	dir := filepath.Join(cp.dir, "pki")
@@ -183,6 +191,7 @@ func (cp *controlPlane) writePKI(clusterName string, nodes []string, serviceCIDR
 		orgs     []string
 	}{
 		{filepath.Join(cp.dir, "admin.kubeconfig"), "testbed-admin", []string{"system:masters"}},
+		{filepath.Join(cp.dir, UnidlerKubeconfig), "nodeflow-unidler", []string{unidlerGroup}},
 		{filepath.Join(dir, "kube-controller-manager.kubeconfig"), "system:kube-controller-manager", nil},
 		{filepath.Join(dir, "kube-scheduler.kubeconfig"), "system:kube-scheduler", nil},
 	}
@@ -358,6 +367,24 @@ func (cp *controlPlane) start(ctx context.Context, clusterName string, nodes, po
 	}, metav1.CreateOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("testbed: bind the agent's lease role: %w", err)
+	}
+	// The same for the unidler's certificate and its roles.
+	unidlers := []rbacv1.Subject{{Kind: "Group", APIGroup: "rbac.authorization.k8s.io", Name: unidlerGroup}}
+	_, err = cp.admin.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "nodeflow-unidlers"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "nodeflow-unidler"},
+		Subjects:   unidlers,
+	}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("testbed: bind the unidler's role: %w", err)
+	}
+	_, err = cp.admin.RbacV1().RoleBindings("nodeflow").Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "nodeflow-unidlers-leases", Namespace: "nodeflow"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "nodeflow-unidler-leases"},
+		Subjects:   unidlers,
+	}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("testbed: bind the unidler's lease role: %w", err)
 	}
 	return nil
 }

@@ -34,8 +34,11 @@ type State struct {
 	APIServer string `json:"apiServer"`
 	// Kubeconfig is the admin kubeconfig.
 	Kubeconfig string `json:"kubeconfig"`
-	BinDir     string `json:"binDir"`
-	Nodeflow   string `json:"nodeflow"`
+	// UnidlerKubeconfig is a kubeconfig with the roles of nodeflow's
+	// unidler (deploy/rbac/unidler.yaml), for `nodeflow unidler`.
+	UnidlerKubeconfig string `json:"unidlerKubeconfig,omitempty"`
+	BinDir            string `json:"binDir"`
+	Nodeflow          string `json:"nodeflow"`
 	// Agent tells whether `nodeflow agent` runs on the nodes, and if not why.
 	Agent       bool   `json:"agent"`
 	AgentReason string `json:"agentReason,omitempty"`

@@ -82,7 +82,8 @@ func Run(ctx context.Context, opts Options) error {
 	s.state = &State{
 		Name: top.Name, Dir: opts.Dir, Phase: PhaseStarting, SupervisorPID: os.Getpid(),
 		BinDir: opts.BinDir, Nodeflow: opts.Nodeflow, NetnsPrefix: NetnsPrefix(top.Name),
-		Kubeconfig: filepath.Join(opts.Dir, "admin.kubeconfig"), Timings: map[string]string{},
+		Kubeconfig: filepath.Join(opts.Dir, "admin.kubeconfig"), UnidlerKubeconfig: filepath.Join(opts.Dir, UnidlerKubeconfig),
+		Timings: map[string]string{},
 	}
 	os.Setenv(MarkerEnv, opts.Dir)
 	err := s.up(ctx)

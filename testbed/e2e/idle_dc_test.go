@@ -131,7 +131,7 @@ func TestIdleDeploymentConfig(t *testing.T) {
 		t.Errorf("the ReplicationController was scaled (%d): its DeploymentConfig owns its scale", *got.Spec.Replicas)
 	}
 
-	startUnidler(t, e, ns, "unidler-dc")
+	startUnidler(t, e, "unidler-dc")
 	needPodsCore(t, e, ns, "front")
 	eventually(t, 60*time.Second, "the DeploymentConfig scaled back up", func(ctx context.Context) error {
 		n, a, err := dcState(ctx)

@@ -19,8 +19,11 @@ import (
 	v1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 
 	"nodeflow/idling"
@@ -93,9 +96,24 @@ func TestIdle(t *testing.T) {
 	}
 
 	// Two unidler replicas: one leads.
-	a := startUnidler(t, e, ns, "idle-a")
-	b := startUnidler(t, e, ns, "idle-b")
-	leader := waitLeaseHolder(t, e, ns, "")
+	// The unidlers run with the unidler's roles, not as admin.
+	ucfg, err := clientcmd.BuildConfigFromFlags("", e.state.UnidlerKubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	uc, err := kubernetes.NewForConfig(ucfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := uc.CoreV1().Secrets(ns).List(context.Background(), metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("the unidler's identity lists Secrets: %v; want it forbidden", err)
+	}
+	if _, err := uc.CoreV1().Services(ns).Get(context.Background(), "web", metav1.GetOptions{}); err != nil {
+		t.Errorf("the unidler's identity cannot get a Service: %v", err)
+	}
+	a := startUnidler(t, e, "idle-a")
+	b := startUnidler(t, e, "idle-b")
+	leader := waitLeaseHolder(t, e, "")
 	t.Logf("%s leads", leader)
 	replicas := map[string]*unidlerProc{"idle-a": a, "idle-b": b}
 
@@ -133,7 +151,7 @@ func TestIdle(t *testing.T) {
 	// The leader stops; the other takes over and answers an event written
 	// through events.k8s.io.
 	replicas[leader].stop(t)
-	other := waitLeaseHolder(t, e, ns, leader)
+	other := waitLeaseHolder(t, e, leader)
 	start = time.Now()
 	needPodsEventsAPI(t, e, ns, "db")
 	waitAwake(t, e, ns, "db", "StatefulSet")
@@ -278,7 +296,13 @@ type unidlerProc struct {
 	exited  chan struct{}
 }
 
-func startUnidler(t testing.TB, e *env, ns, id string) *unidlerProc {
+// unidlerLeaseNamespace is where the testbed's unidlers elect their
+// leader, as deploy/rbac/unidler.yaml lets them.
+const unidlerLeaseNamespace = "nodeflow"
+
+// startUnidler runs `nodeflow unidler` as replica id, with the unidler's
+// roles (the testbed's unidler kubeconfig), until the test ends.
+func startUnidler(t testing.TB, e *env, id string) *unidlerProc {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -291,8 +315,12 @@ func startUnidler(t testing.TB, e *env, ns, id string) *unidlerProc {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(filepath.Join(e.binDir, "nodeflow"), "--log-level", "debug", "unidler", "--kubeconfig", e.state.Kubeconfig,
-		"--metrics-addr", addr, "--lease-namespace", ns, "--identity", id)
+	kubeconfig := e.state.UnidlerKubeconfig
+	if kubeconfig == "" {
+		t.Fatal("the testbed has no unidler kubeconfig")
+	}
+	cmd := exec.Command(filepath.Join(e.binDir, "nodeflow"), "--log-level", "debug", "unidler", "--kubeconfig", kubeconfig,
+		"--metrics-addr", addr, "--lease-namespace", unidlerLeaseNamespace, "--identity", id)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -330,13 +358,13 @@ func (p *unidlerProc) stop(t testing.TB) {
 	}
 }
 
-// waitLeaseHolder waits until the unidler's Lease in ns is held by a
-// replica other than not, and returns it.
-func waitLeaseHolder(t *testing.T, e *env, ns, not string) string {
+// waitLeaseHolder waits until the unidler's Lease is held by a replica
+// other than not, and returns it.
+func waitLeaseHolder(t *testing.T, e *env, not string) string {
 	t.Helper()
 	var holder string
 	eventually(t, 30*time.Second, "a leader other than "+not, func(ctx context.Context) error {
-		l, err := e.client.CoordinationV1().Leases(ns).Get(ctx, "nodeflow-unidler", metav1.GetOptions{})
+		l, err := e.client.CoordinationV1().Leases(unidlerLeaseNamespace).Get(ctx, "nodeflow-unidler", metav1.GetOptions{})
 		if err != nil {
 			return err
 		}

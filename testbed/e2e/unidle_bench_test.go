@@ -64,7 +64,7 @@ func runUnidleBench(b *testing.B, e *env) map[string]float64 {
 		b.Fatal("the topology lacks node1 or node2")
 	}
 	nodes := []*testbed.Member{n1, n2}
-	startUnidler(b, e, "default", "unidler-bench")
+	startUnidler(b, e, "unidler-bench")
 
 	// Cold starts of one Service.
 	ns := createNamespace(b, e, "e2e-unidle-bench")

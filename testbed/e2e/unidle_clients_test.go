@@ -127,7 +127,7 @@ func TestUnidleClients(t *testing.T) {
 		})
 	}
 
-	unidler := startUnidler(t, e, ns, "unidler-clients")
+	unidler := startUnidler(t, e, "unidler-clients")
 	runNodeflow(t, e, "", "idle", "--kubeconfig", e.state.Kubeconfig, "-n", ns, "sleepy")
 	waitCaught(t, e, []*testbed.Member{n1, n2}, vips[0])
 
