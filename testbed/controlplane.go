@@ -348,43 +348,39 @@ func (cp *controlPlane) start(ctx context.Context, clusterName string, nodes, po
 		return err
 	}
 	// The testbed's agents authenticate with tokens of the group
-	// agentGroup: the group gets the agent's roles, exactly what the
-	// manifests give the agent's ServiceAccount, so that every e2e test
-	// proves them sufficient.
-	group := []rbacv1.Subject{{Kind: "Group", APIGroup: "rbac.authorization.k8s.io", Name: agentGroup}}
-	_, err = cp.admin.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "nodeflow-agents"},
-		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "nodeflow-agent"},
-		Subjects:   group,
-	}, metav1.CreateOptions{})
-	if err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("testbed: bind the agent's role: %w", err)
+	// agentGroup, its unidler with a certificate of unidlerGroup: the
+	// groups get the roles the manifests give the ServiceAccounts, so that
+	// every e2e test proves them sufficient.
+	for _, b := range []struct {
+		group, kind, role, ns string
+	}{
+		{agentGroup, "ClusterRole", "nodeflow-agent", ""},
+		{agentGroup, "Role", "nodeflow-agent-leases", "kube-system"},
+		{unidlerGroup, "ClusterRole", "nodeflow-unidler", ""},
+		{unidlerGroup, "Role", "nodeflow-unidler-leases", "nodeflow"},
+	} {
+		if err := cp.bindGroup(ctx, b.group, b.kind, b.role, b.ns); err != nil {
+			return err
+		}
 	}
-	_, err = cp.admin.RbacV1().RoleBindings("kube-system").Create(ctx, &rbacv1.RoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "nodeflow-agents-leases", Namespace: "kube-system"},
-		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "nodeflow-agent-leases"},
-		Subjects:   group,
-	}, metav1.CreateOptions{})
-	if err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("testbed: bind the agent's lease role: %w", err)
+	return nil
+}
+
+// bindGroup binds group to the role (a ClusterRole, or a Role of ns), in
+// a binding named after the role.
+func (cp *controlPlane) bindGroup(ctx context.Context, group, kind, role, ns string) error {
+	meta := metav1.ObjectMeta{Name: role + "-testbed"}
+	ref := rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: kind, Name: role}
+	subjects := []rbacv1.Subject{{Kind: "Group", APIGroup: "rbac.authorization.k8s.io", Name: group}}
+	var err error
+	if kind == "ClusterRole" {
+		_, err = cp.admin.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: meta, RoleRef: ref, Subjects: subjects}, metav1.CreateOptions{})
+	} else {
+		meta.Namespace = ns
+		_, err = cp.admin.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{ObjectMeta: meta, RoleRef: ref, Subjects: subjects}, metav1.CreateOptions{})
 	}
-	// The same for the unidler's certificate and its roles.
-	unidlers := []rbacv1.Subject{{Kind: "Group", APIGroup: "rbac.authorization.k8s.io", Name: unidlerGroup}}
-	_, err = cp.admin.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "nodeflow-unidlers"},
-		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "nodeflow-unidler"},
-		Subjects:   unidlers,
-	}, metav1.CreateOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("testbed: bind the unidler's role: %w", err)
-	}
-	_, err = cp.admin.RbacV1().RoleBindings("nodeflow").Create(ctx, &rbacv1.RoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "nodeflow-unidlers-leases", Namespace: "nodeflow"},
-		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "nodeflow-unidler-leases"},
-		Subjects:   unidlers,
-	}, metav1.CreateOptions{})
-	if err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("testbed: bind the unidler's lease role: %w", err)
+		return fmt.Errorf("testbed: bind %s to %s %s: %w", group, kind, role, err)
 	}
 	return nil
 }
