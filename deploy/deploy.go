@@ -14,3 +14,8 @@ var CRDs embed.FS
 //
 //go:embed namespace.yaml rbac/*.yaml
 var Manifests embed.FS
+
+// All holds every manifest: what `kubectl apply -k deploy/` applies.
+//
+//go:embed crds/*.yaml namespace.yaml rbac/*.yaml agent.yaml unidler.yaml kustomization.yaml
+var All embed.FS

@@ -344,7 +344,7 @@ func (cp *controlPlane) start(ctx context.Context, clusterName string, nodes, po
 	if err != nil {
 		return err
 	}
-	if err := applyManifests(ctx, cfg, objs); err != nil {
+	if err := applyManifests(ctx, cfg, objs, false); err != nil {
 		return err
 	}
 	// The testbed's agents authenticate with tokens of the group

@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"nodeflow/deploy"
 )
@@ -146,10 +147,25 @@ func crdEstablished(crd *unstructured.Unstructured) (bool, string) {
 	return established, problem
 }
 
+// DryRunManifests reads the YAML files of fsys that match patterns and
+// applies their objects with a server-side dry run: the API server checks
+// them (schemas, defaults, admission) and stores nothing.
+func DryRunManifests(ctx context.Context, kubeconfig string, fsys fs.FS, patterns ...string) error {
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return err
+	}
+	objs, err := readManifests(fsys, nil, patterns...)
+	if err != nil {
+		return err
+	}
+	return applyManifests(ctx, cfg, objs, true)
+}
+
 // applyManifests applies objs with server-side apply (field manager
 // nodeflow-testbed), each to the resource the API server's discovery maps
-// its kind to.
-func applyManifests(ctx context.Context, cfg *rest.Config, objs []*unstructured.Unstructured) error {
+// its kind to; dryRun stores nothing.
+func applyManifests(ctx context.Context, cfg *rest.Config, objs []*unstructured.Unstructured, dryRun bool) error {
 	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
 	if err != nil {
 		return err
@@ -169,7 +185,11 @@ func applyManifests(ctx context.Context, cfg *rest.Config, objs []*unstructured.
 		if m.Scope.Name() == meta.RESTScopeNameNamespace {
 			r = dyn.Resource(m.Resource).Namespace(u.GetNamespace())
 		}
-		if _, err := r.Apply(ctx, u.GetName(), u, metav1.ApplyOptions{FieldManager: "nodeflow-testbed", Force: true}); err != nil {
+		opts := metav1.ApplyOptions{FieldManager: "nodeflow-testbed", Force: true}
+		if dryRun {
+			opts.DryRun = []string{metav1.DryRunAll}
+		}
+		if _, err := r.Apply(ctx, u.GetName(), u, opts); err != nil {
 			return fmt.Errorf("testbed: apply %s %s/%s: %w", gvk.Kind, u.GetNamespace(), u.GetName(), err)
 		}
 	}

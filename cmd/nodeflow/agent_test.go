@@ -95,3 +95,32 @@ func TestVersionLine(t *testing.T) {
 		t.Errorf("version line %q", got)
 	}
 }
+
+// install-cni puts an executable copy of a file in place, replacing what
+// was there, and leaves no temporary file behind.
+func TestInstallFile(t *testing.T) {
+	dir := t.TempDir()
+	src := filepath.Join(dir, "src")
+	if err := os.WriteFile(src, []byte("new plugin"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "bin")
+	if err := os.Mkdir(bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	dst := filepath.Join(bin, "nodeflow")
+	if err := os.WriteFile(dst, []byte("old plugin"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := installFile(src, dst); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(dst)
+	fi, _ := os.Stat(dst)
+	if err != nil || string(b) != "new plugin" || fi.Mode().Perm() != 0o755 {
+		t.Errorf("installed %q mode %v, %v", b, fi.Mode(), err)
+	}
+	if ents, _ := os.ReadDir(bin); len(ents) != 1 {
+		t.Errorf("%d files in the bin directory, want 1", len(ents))
+	}
+}

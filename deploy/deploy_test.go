@@ -1,0 +1,171 @@
+package deploy
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"io"
+	"io/fs"
+	"slices"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	v1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer/json"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/yaml"
+
+	"nodeflow/agentconfig"
+)
+
+// objects decodes every manifest but the CRDs (the testbed's API server
+// checks those) into typed objects, strictly: an unknown or misspelled
+// field fails.
+func objects(t *testing.T) []runtime.Object {
+	t.Helper()
+	dec := json.NewSerializerWithOptions(json.DefaultMetaFactory, scheme.Scheme, scheme.Scheme, json.SerializerOptions{Yaml: true, Strict: true})
+	var out []runtime.Object
+	for _, f := range []string{"namespace.yaml", "rbac/agent.yaml", "rbac/unidler.yaml", "agent.yaml", "unidler.yaml"} {
+		b, err := fs.ReadFile(All, f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(b)))
+		for doc := 1; ; doc++ {
+			d, err := r.Read()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				t.Fatalf("%s: document %d: %v", f, doc, err)
+			}
+			if len(bytes.TrimSpace(d)) == 0 || strings.TrimSpace(string(d)) == "---" {
+				continue
+			}
+			obj, _, err := dec.Decode(d, nil, nil)
+			if err != nil {
+				t.Fatalf("%s: document %d: %v", f, doc, err)
+			}
+			out = append(out, obj)
+		}
+	}
+	return out
+}
+
+// The kustomization lists every manifest, and only those.
+func TestKustomizationListsEveryManifest(t *testing.T) {
+	b, err := fs.ReadFile(All, "kustomization.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var k struct {
+		Resources []string `json:"resources"`
+	}
+	if err := yaml.Unmarshal(b, &k); err != nil {
+		t.Fatal(err)
+	}
+	var files []string
+	if err := fs.WalkDir(All, ".", func(p string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && strings.HasSuffix(p, ".yaml") && p != "kustomization.yaml" {
+			files = append(files, p)
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(files)
+	listed := slices.Sorted(slices.Values(k.Resources))
+	if !slices.Equal(files, listed) {
+		t.Errorf("kustomization lists %v, the manifests are %v", listed, files)
+	}
+}
+
+// The agent's DaemonSet is what a node's network needs: every node, host
+// network, node-critical, one node at a time, probed, with its
+// configuration file mounted from a ConfigMap that the agent accepts; the
+// unidler runs two replicas; every ServiceAccount a workload uses exists
+// and is bound.
+func TestWorkloads(t *testing.T) {
+	var ds *appsv1.DaemonSet
+	var dep *appsv1.Deployment
+	cms := map[string]*v1.ConfigMap{}
+	sas := map[string]bool{}
+	bound := map[string]bool{}
+	for _, o := range objects(t) {
+		switch o := o.(type) {
+		case *appsv1.DaemonSet:
+			ds = o
+		case *appsv1.Deployment:
+			dep = o
+		case *v1.ConfigMap:
+			cms[o.Name] = o
+		case *v1.ServiceAccount:
+			sas[o.Namespace+"/"+o.Name] = true
+		case *rbacv1.ClusterRoleBinding:
+			for _, s := range o.Subjects {
+				bound[s.Namespace+"/"+s.Name] = true
+			}
+		}
+	}
+	if ds == nil || dep == nil {
+		t.Fatalf("DaemonSet %v, Deployment %v", ds != nil, dep != nil)
+	}
+	spec := ds.Spec.Template.Spec
+	if !spec.HostNetwork || spec.PriorityClassName != "system-node-critical" {
+		t.Errorf("agent: hostNetwork %v, priority class %q", spec.HostNetwork, spec.PriorityClassName)
+	}
+	if len(spec.Tolerations) != 1 || spec.Tolerations[0].Operator != v1.TolerationOpExists || spec.Tolerations[0].Key != "" {
+		t.Errorf("agent: tolerations %v, want one that tolerates every taint", spec.Tolerations)
+	}
+	if ru := ds.Spec.UpdateStrategy.RollingUpdate; ds.Spec.UpdateStrategy.Type != appsv1.RollingUpdateDaemonSetStrategyType || ru == nil || ru.MaxUnavailable.IntValue() != 1 {
+		t.Errorf("agent: update strategy %+v, want a rolling update of one node at a time", ds.Spec.UpdateStrategy)
+	}
+	c := spec.Containers[0]
+	if c.ReadinessProbe == nil || c.ReadinessProbe.HTTPGet.Path != "/readyz" || c.LivenessProbe == nil || c.LivenessProbe.HTTPGet.Path != "/healthz" {
+		t.Errorf("agent: probes %+v %+v", c.ReadinessProbe, c.LivenessProbe)
+	}
+	if c.Resources.Requests.Cpu().IsZero() || c.Resources.Requests.Memory().IsZero() {
+		t.Errorf("agent: requests %v", c.Resources.Requests)
+	}
+	// The --config file is in a mounted ConfigMap the agent accepts.
+	i := slices.Index(c.Args, "--config")
+	if i < 0 || i+1 >= len(c.Args) {
+		t.Fatalf("agent: args %v lack --config", c.Args)
+	}
+	path := c.Args[i+1]
+	var found bool
+	for _, m := range c.VolumeMounts {
+		if !strings.HasPrefix(path, m.MountPath+"/") {
+			continue
+		}
+		for _, vol := range spec.Volumes {
+			if vol.Name != m.Name || vol.ConfigMap == nil {
+				continue
+			}
+			cm := cms[vol.ConfigMap.Name]
+			if cm == nil {
+				t.Fatalf("agent: ConfigMap %s is not among the manifests", vol.ConfigMap.Name)
+			}
+			key := strings.TrimPrefix(path, m.MountPath+"/")
+			if _, err := agentconfig.Parse([]byte(cm.Data[key])); err != nil {
+				t.Errorf("agent: %s in ConfigMap %s: %v", key, cm.Name, err)
+			}
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("agent: --config %s is not in a mounted ConfigMap", path)
+	}
+	if r := dep.Spec.Replicas; r == nil || *r != 2 {
+		t.Errorf("unidler: replicas %v, want 2", r)
+	}
+	for _, w := range []struct{ ns, sa string }{{ds.Namespace, spec.ServiceAccountName}, {dep.Namespace, dep.Spec.Template.Spec.ServiceAccountName}} {
+		if k := w.ns + "/" + w.sa; !sas[k] || !bound[k] {
+			t.Errorf("ServiceAccount %s: defined %v, bound %v", k, sas[k], bound[k])
+		}
+	}
+}
