@@ -27,6 +27,9 @@ type Discovered struct {
 	Mapper meta.RESTMapper
 	// Scales reads and writes scale subresources.
 	Scales scale.ScalesGetter
+	// ScaleKinds says whether a resource has a scale subresource (a
+	// DaemonSet, a Job has none).
+	ScaleKinds scale.ScaleKindResolver
 	// Dynamic patches the objects' annotations.
 	Dynamic dynamic.Interface
 }
@@ -39,7 +42,8 @@ func NewDiscovered(cfg *rest.Config) (*Discovered, error) {
 	}
 	cached := memory.NewMemCacheClient(dc)
 	mapper := restmapper.NewDeferredDiscoveryRESTMapper(cached)
-	scales, err := scale.NewForConfig(cfg, mapper, dynamic.LegacyAPIPathResolverFunc, scale.NewDiscoveryScaleKindResolver(cached))
+	kinds := scale.NewDiscoveryScaleKindResolver(cached)
+	scales, err := scale.NewForConfig(cfg, mapper, dynamic.LegacyAPIPathResolverFunc, kinds)
 	if err != nil {
 		return nil, fmt.Errorf("scale client: %w", err)
 	}
@@ -47,7 +51,7 @@ func NewDiscovered(cfg *rest.Config) (*Discovered, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dynamic client: %w", err)
 	}
-	return &Discovered{Mapper: mapper, Scales: scales, Dynamic: dyn}, nil
+	return &Discovered{Mapper: mapper, Scales: scales, ScaleKinds: kinds, Dynamic: dyn}, nil
 }
 
 // resetter is a RESTMapper whose cache can be dropped (a kind installed
@@ -55,20 +59,15 @@ func NewDiscovered(cfg *rest.Config) (*Discovered, error) {
 type resetter interface{ Reset() }
 
 // mapping returns the resource of r's kind, looking again once when the
-// cached discovery does not know it.
+// cached discovery does not know the kind.
 func (d *Discovered) mapping(r Ref) (*meta.RESTMapping, error) {
 	gk := schema.GroupKind{Group: r.Group, Kind: r.Kind}
 	m, err := d.Mapper.RESTMapping(gk)
-	if err != nil {
-		if rs, ok := d.Mapper.(resetter); ok {
-			rs.Reset()
-			m, err = d.Mapper.RESTMapping(gk)
-		}
+	if rs, ok := d.Mapper.(resetter); ok && meta.IsNoMatchError(err) {
+		rs.Reset()
+		m, err = d.Mapper.RESTMapping(gk)
 	}
-	if err != nil {
-		return nil, err
-	}
-	return m, nil
+	return m, err
 }
 
 // ops returns the calls for r's kind.
@@ -79,6 +78,9 @@ func (d *Discovered) ops(r Ref) (kindOps, error) {
 	}
 	if m.Scope.Name() != meta.RESTScopeNameNamespace {
 		return kindOps{}, fmt.Errorf("%s: %w: not namespaced", r, ErrUnsupportedKind)
+	}
+	if _, err := d.ScaleKinds.ScaleForResource(m.Resource); err != nil {
+		return kindOps{}, fmt.Errorf("%s: %w: no scale subresource", r, ErrUnsupportedKind)
 	}
 	gr := m.Resource.GroupResource()
 	return kindOps{

@@ -101,8 +101,8 @@ func (f *finder) scalableOf(ctx context.Context, ns, name string) (Ref, bool, er
 	if ref.Group == "extensions" {
 		ref.Group = "apps"
 	}
-	if !f.scaler.Supported(ref) {
-		return Ref{}, false, fmt.Errorf("pod %s/%s: its controller %s: %w", ns, name, ref, ErrUnsupportedKind)
+	if err := f.scaler.Check(ref); err != nil {
+		return Ref{}, false, fmt.Errorf("pod %s/%s: its controller %w", ns, name, err)
 	}
 	return ref, true, nil
 }

@@ -252,6 +252,19 @@ func TestIdleDeploymentConfig(t *testing.T) {
 	if rc, _ := cs.CoreV1().ReplicationControllers(ns).Get(context.Background(), "front-3", metav1.GetOptions{}); *rc.Spec.Replicas != 2 {
 		t.Errorf("the ReplicationController was scaled itself (%d): its DeploymentConfig owns its scale", *rc.Spec.Replicas)
 	}
+
+	// A kind the API server serves without a scale subresource is refused
+	// by name before anything is written.
+	w = (&world{}).service("agents", nil, "ds-a")
+	w.pod("ds-a", ctrl("apps/v1", "DaemonSet", "agents"))
+	cs = w.client()
+	err = idleWith(t, idling.Options{Client: cs, Discovered: d}, "agents").Err()
+	if !errors.Is(err, idling.ErrUnsupportedKind) || !strings.Contains(err.Error(), "DaemonSet.apps/agents") || !strings.Contains(err.Error(), "no scale subresource") {
+		t.Errorf("a DaemonSet's pods: %v, want it refused for having no scale subresource", err)
+	}
+	if a := svcAnnotations(t, cs, "agents"); a[idling.IdledAtAnnotation] != "" {
+		t.Errorf("the Service was annotated: %v", a)
+	}
 }
 
 // A bare ReplicaSet (no Deployment) is itself the scalable.

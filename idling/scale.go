@@ -93,12 +93,12 @@ func NewScaler(client kubernetes.Interface, other *Discovered) *Scaler {
 	return &Scaler{kinds: kinds, other: other}
 }
 
-// Supported says whether the Scaler can scale r's kind: a built-in one, or
-// one the API server serves (its scale subresource is looked up when
-// used).
-func (s *Scaler) Supported(r Ref) bool {
+// Check returns nil when the Scaler can scale r's kind (a built-in one,
+// or one the API server serves a scale subresource for), else an error
+// that wraps ErrUnsupportedKind and says why.
+func (s *Scaler) Check(r Ref) error {
 	_, err := s.ops(r)
-	return err == nil
+	return err
 }
 
 func (s *Scaler) ops(r Ref) (kindOps, error) {

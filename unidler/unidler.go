@@ -364,9 +364,9 @@ func (c *Controller) wakeTargets(ctx context.Context, key types.NamespacedName, 
 	zero := int32(0)
 	for _, t := range targets {
 		log := c.log.WithField("service", key.String()).WithField("target", t.Ref.String())
-		if !c.scaler.Supported(t.Ref) {
+		if err := c.scaler.Check(t.Ref); err != nil {
 			c.m.failed.WithLabelValues(causeUnsupported).Inc()
-			c.warn(key, ReasonTargetUnsupported, "service %s: annotation %s: %s: %v; left in the list", key, idling.UnidleTargetsAnnotation, t.Ref, idling.ErrUnsupportedKind)
+			c.warn(key, ReasonTargetUnsupported, "service %s: annotation %s: %v; left in the list", key, idling.UnidleTargetsAnnotation, err)
 			remaining = append(remaining, t)
 			continue
 		}

@@ -35,8 +35,10 @@ func DeploymentConfig(ns, name string, replicas int64) *unstructured.Unstructure
 // and writes their spec.replicas.
 func Discovered(objs ...runtime.Object) (*idling.Discovered, *dynamicfake.FakeDynamicClient) {
 	gv := DeploymentConfigGVR.GroupVersion()
-	mapper := meta.NewDefaultRESTMapper([]schema.GroupVersion{gv})
+	apps := schema.GroupVersion{Group: "apps", Version: "v1"}
+	mapper := meta.NewDefaultRESTMapper([]schema.GroupVersion{gv, apps})
 	mapper.Add(gv.WithKind("DeploymentConfig"), meta.RESTScopeNamespace)
+	mapper.Add(apps.WithKind("DaemonSet"), meta.RESTScopeNamespace) // served, without a scale subresource
 	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
 		map[schema.GroupVersionResource]string{DeploymentConfigGVR: "DeploymentConfigList"}, objs...)
 	scales := &scalefake.FakeScaleClient{}
@@ -70,5 +72,15 @@ func Discovered(objs ...runtime.Object) (*idling.Discovered, *dynamicfake.FakeDy
 		}
 		return true, s, nil
 	})
-	return &idling.Discovered{Mapper: mapper, Scales: scales, Dynamic: dyn}, dyn
+	return &idling.Discovered{Mapper: mapper, Scales: scales, ScaleKinds: scaleKinds{}, Dynamic: dyn}, dyn
+}
+
+// scaleKinds knows the scale subresource of DeploymentConfigs alone.
+type scaleKinds struct{}
+
+func (scaleKinds) ScaleForResource(r schema.GroupVersionResource) (schema.GroupVersionKind, error) {
+	if r.GroupResource() != DeploymentConfigGVR.GroupResource() {
+		return schema.GroupVersionKind{}, fmt.Errorf("%s has no scale subresource", r)
+	}
+	return autoscalingv1.SchemeGroupVersion.WithKind("Scale"), nil
 }
