@@ -51,7 +51,7 @@ func TestConfigFilePrecedence(t *testing.T) {
 		if err := applyConfigFile(c); err != nil {
 			return err
 		}
-		for _, f := range []string{"mtu", "pod-bridge", "uplink", "gateway-bridge"} {
+		for _, f := range []string{"pod-bridge", "uplink", "gateway-bridge"} {
 			got[f] = c.String(f)
 		}
 		got["mtu"] = strconv.Itoa(c.Int("mtu"))

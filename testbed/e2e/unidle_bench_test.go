@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/informers"
+	discoverylisters "k8s.io/client-go/listers/discovery/v1"
 	"k8s.io/client-go/tools/cache"
 
 	"nodeflow/idling"
@@ -239,8 +240,7 @@ func waitIdleAnnotationsGone(b testing.TB, e *env, ns, name string) {
 // readyWatch records, per Service of a namespace, when an EndpointSlice
 // with a ready endpoint was first seen after the Service's reset.
 type readyWatch struct {
-	lister func(ns string) ([]*discoveryv1.EndpointSlice, error)
-	ns     string
+	slices discoverylisters.EndpointSliceNamespaceLister
 
 	mu    sync.Mutex
 	armed map[string]bool
@@ -251,10 +251,7 @@ func watchReady(b testing.TB, e *env, ns string) *readyWatch {
 	b.Helper()
 	f := informers.NewSharedInformerFactoryWithOptions(e.client, 0, informers.WithNamespace(ns))
 	inf := f.Discovery().V1().EndpointSlices()
-	w := &readyWatch{ns: ns, armed: map[string]bool{}, at: map[string]time.Time{}}
-	w.lister = func(ns string) ([]*discoveryv1.EndpointSlice, error) {
-		return inf.Lister().EndpointSlices(ns).List(labels.Everything())
-	}
+	w := &readyWatch{slices: inf.Lister().EndpointSlices(ns), armed: map[string]bool{}, at: map[string]time.Time{}}
 	seen := func(obj any) {
 		es, ok := obj.(*discoveryv1.EndpointSlice)
 		if !ok || !sliceReady(es) {
@@ -287,7 +284,7 @@ func watchReady(b testing.TB, e *env, ns string) *readyWatch {
 func (w *readyWatch) reset(b testing.TB, svc string) {
 	b.Helper()
 	eventually(b, 30*time.Second, svc+" without ready endpoints in the watch", func(context.Context) error {
-		list, err := w.lister(w.ns)
+		list, err := w.slices.List(labels.Everything())
 		if err != nil {
 			return err
 		}
