@@ -126,6 +126,13 @@ func decodeError(err error) error {
 	return errors.New(strings.ReplaceAll(err.Error(), "json: ", ""))
 }
 
+// field is a string field of the file and its name, for checks in the
+// file's order.
+type field struct {
+	name string
+	v    *string
+}
+
 // check checks the values a flag would refuse, with the field named.
 func (c *AgentConfiguration) check() error {
 	var errs []error
@@ -138,21 +145,23 @@ func (c *AgentConfiguration) check() error {
 	}
 	prefixes("clusterCIDRs", c.ClusterCIDRs)
 	prefixes("serviceCIDRs", c.ServiceCIDRs)
-	for field, v := range map[string]*string{"masqueradeSubnetV4": c.MasqueradeSubnetV4, "masqueradeSubnetV6": c.MasqueradeSubnetV6} {
-		if v == nil {
+	for _, f := range []struct {
+		field, family string
+		v             *string
+	}{{"masqueradeSubnetV4", "IPv4", c.MasqueradeSubnetV4}, {"masqueradeSubnetV6", "IPv6", c.MasqueradeSubnetV6}} {
+		if f.v == nil {
 			continue
 		}
-		p, err := netip.ParsePrefix(*v)
-		if err != nil || p.Addr().Is4() != (field == "masqueradeSubnetV4") {
-			errs = append(errs, fmt.Errorf("%s: %q is not an %s CIDR", field, *v, map[bool]string{true: "IPv4", false: "IPv6"}[field == "masqueradeSubnetV4"]))
+		if p, err := netip.ParsePrefix(*f.v); err != nil || p.Addr().Is4() != (f.family == "IPv4") {
+			errs = append(errs, fmt.Errorf("%s: %q is not an %s CIDR", f.field, *f.v, f.family))
 		}
 	}
-	for field, v := range map[string]*string{"unidleHoldTime": c.UnidleHoldTime, "hostCheckInterval": c.HostCheckInterval} {
-		if v == nil {
+	for _, f := range []field{{"unidleHoldTime", c.UnidleHoldTime}, {"hostCheckInterval", c.HostCheckInterval}} {
+		if f.v == nil {
 			continue
 		}
-		if d, err := time.ParseDuration(*v); err != nil || d <= 0 {
-			errs = append(errs, fmt.Errorf("%s: %q is not a positive duration (like 60s)", field, *v))
+		if d, err := time.ParseDuration(*f.v); err != nil || d <= 0 {
+			errs = append(errs, fmt.Errorf("%s: %q is not a positive duration (like 60s)", f.name, *f.v))
 		}
 	}
 	if c.DatapathType != nil && *c.DatapathType != "auto" && *c.DatapathType != "system" && *c.DatapathType != "netdev" {
@@ -161,9 +170,9 @@ func (c *AgentConfiguration) check() error {
 	if c.MTU != nil && (*c.MTU < 576 || *c.MTU > 9000) {
 		errs = append(errs, fmt.Errorf("mtu: %d is not between 576 and 9000", *c.MTU))
 	}
-	for field, v := range map[string]*string{"podBridge": c.PodBridge, "gatewayBridge": c.GatewayBridge, "uplink": c.Uplink, "ovsRundir": c.OVSRundir} {
-		if v != nil && *v == "" {
-			errs = append(errs, fmt.Errorf("%s: empty", field))
+	for _, f := range []field{{"podBridge", c.PodBridge}, {"gatewayBridge", c.GatewayBridge}, {"uplink", c.Uplink}, {"ovsRundir", c.OVSRundir}} {
+		if f.v != nil && *f.v == "" {
+			errs = append(errs, fmt.Errorf("%s: empty", f.name))
 		}
 	}
 	return errors.Join(errs...)
