@@ -14,8 +14,8 @@ import (
 	"strings"
 	"time"
 
-	rbacv1 "k8s.io/api/rbac/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	authenticationv1 "k8s.io/api/authentication/v1"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -89,8 +89,6 @@ type controlPlane struct {
 	ca                  *pki.CA
 	adminKubeconfig     string
 	admin               kubernetes.Interface
-	// agentTokens maps node name to the agent's bearer token.
-	agentTokens map[string]string
 }
 
 // controllers are the kube-controller-manager controllers the testbed runs:
@@ -121,15 +119,17 @@ var controllers = []string{
 	"taint-eviction-controller",
 }
 
-// agentGroup is the group of every node agent's token.
-const agentGroup = "nodeflow:agents"
+// UnidlerKubeconfig is the unidler's kubeconfig in the testbed's directory:
+// a token of the ServiceAccount deploy/rbac/unidler.yaml creates.
+const UnidlerKubeconfig = "unidler.kubeconfig"
 
-// unidlerGroup is the group of the unidler's client certificate, and
-// UnidlerKubeconfig its kubeconfig in the testbed's directory: it has the
-// roles deploy/rbac/unidler.yaml gives the unidler's ServiceAccount.
+// The ServiceAccounts of deploy/rbac whose tokens the testbed's agents and
+// unidler use, and how long a token the testbed asks for lasts.
 const (
-	unidlerGroup      = "nodeflow:unidlers"
-	UnidlerKubeconfig = "unidler.kubeconfig"
+	deployNamespace     = "nodeflow"
+	agentAccount        = "nodeflow-agent"
+	unidlerAccount      = "nodeflow-unidler"
+	accountTokenSeconds = 7 * 24 * 3600
 )
 
 // writePKI makes the CA, certificates, keys, tokens and kubeconfigs.
@@ -191,7 +191,6 @@ func (cp *controlPlane) writePKI(clusterName string, nodes []string, serviceCIDR
 		orgs     []string
 	}{
 		{filepath.Join(cp.dir, "admin.kubeconfig"), "testbed-admin", []string{"system:masters"}},
-		{filepath.Join(cp.dir, UnidlerKubeconfig), "nodeflow-unidler", []string{unidlerGroup}},
 		{filepath.Join(dir, "kube-controller-manager.kubeconfig"), "system:kube-controller-manager", nil},
 		{filepath.Join(dir, "kube-scheduler.kubeconfig"), "system:kube-scheduler", nil},
 	}
@@ -212,22 +211,7 @@ func (cp *controlPlane) writePKI(clusterName string, nodes []string, serviceCIDR
 	}
 	cp.adminKubeconfig = kubeconfigs[0].path
 
-	// Node agents authenticate with tokens and reach the API server through
-	// the proxy on their namespace's loopback.
-	var tokens strings.Builder
-	cp.agentTokens = map[string]string{}
-	for _, n := range nodes {
-		tok := pki.Token()
-		cp.agentTokens[n] = tok
-		fmt.Fprintf(&tokens, "%s,nodeflow-agent:%s,nodeflow-agent-%s,\"%s\"\n", tok, n, n, agentGroup)
-		err := pki.WriteKubeconfig(filepath.Join(cp.dir, "nodes", n, "agent.kubeconfig"), clusterName,
-			"https://127.0.0.1:"+strconv.Itoa(nodeAPIPort), ca.CertPEM, pki.Credentials{User: "nodeflow-agent:" + n, Token: tok})
-		if err != nil {
-			return err
-		}
-	}
-	_, err = pki.WriteFile(dir, "tokens.csv", []byte(tokens.String()), true)
-	return err
+	return nil
 }
 
 // start launches etcd, kube-apiserver, kube-controller-manager and
@@ -279,7 +263,6 @@ func (cp *controlPlane) start(ctx context.Context, clusterName string, nodes, po
 		"--service-account-key-file", filepath.Join(pkiDir, "sa.pub"),
 		"--service-account-signing-key-file", filepath.Join(pkiDir, "sa.key"),
 		"--service-cluster-ip-range", strings.Join(serviceCIDRs, ","),
-		"--token-auth-file", filepath.Join(pkiDir, "tokens.csv"),
 		"--authorization-mode", "Node,RBAC",
 		"--enable-admission-plugins", "NodeRestriction",
 		"--allow-privileged=true",
@@ -347,42 +330,44 @@ func (cp *controlPlane) start(ctx context.Context, clusterName string, nodes, po
 	if err := applyManifests(ctx, cfg, objs, false); err != nil {
 		return err
 	}
-	// The testbed's agents authenticate with tokens of the group
-	// agentGroup, its unidler with a certificate of unidlerGroup: the
-	// groups get the roles the manifests give the ServiceAccounts, so that
-	// every e2e test proves them sufficient.
-	for _, b := range []struct {
-		group, kind, role, ns string
-	}{
-		{agentGroup, "ClusterRole", "nodeflow-agent", ""},
-		{agentGroup, "Role", "nodeflow-agent-leases", "kube-system"},
-		{unidlerGroup, "ClusterRole", "nodeflow-unidler", ""},
-		{unidlerGroup, "Role", "nodeflow-unidler-leases", "nodeflow"},
-	} {
-		if err := cp.bindGroup(ctx, b.group, b.kind, b.role, b.ns); err != nil {
+	return cp.writeAccountKubeconfigs(ctx, clusterName, nodes)
+}
+
+// writeAccountKubeconfigs writes the kubeconfigs of the node agents and
+// the unidler with tokens of their ServiceAccounts (deploy/rbac), asked
+// for as the kubelet asks for a pod's: so every e2e test runs them with
+// the manifests' roles and bindings and nothing more. The agents reach the
+// API server through the proxy on their namespace's loopback.
+func (cp *controlPlane) writeAccountKubeconfigs(ctx context.Context, clusterName string, nodes []string) error {
+	agentTok, err := cp.accountToken(ctx, agentAccount)
+	if err != nil {
+		return err
+	}
+	for _, n := range nodes {
+		err := pki.WriteKubeconfig(filepath.Join(cp.dir, "nodes", n, "agent.kubeconfig"), clusterName,
+			"https://127.0.0.1:"+strconv.Itoa(nodeAPIPort), cp.ca.CertPEM, pki.Credentials{User: agentAccount, Token: agentTok})
+		if err != nil {
 			return err
 		}
 	}
-	return nil
+	unidlerTok, err := cp.accountToken(ctx, unidlerAccount)
+	if err != nil {
+		return err
+	}
+	return pki.WriteKubeconfig(filepath.Join(cp.dir, UnidlerKubeconfig), clusterName, cp.apiURL, cp.ca.CertPEM,
+		pki.Credentials{User: unidlerAccount, Token: unidlerTok})
 }
 
-// bindGroup binds group to the role (a ClusterRole, or a Role of ns), in
-// a binding named after the role.
-func (cp *controlPlane) bindGroup(ctx context.Context, group, kind, role, ns string) error {
-	meta := metav1.ObjectMeta{Name: role + "-testbed"}
-	ref := rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: kind, Name: role}
-	subjects := []rbacv1.Subject{{Kind: "Group", APIGroup: "rbac.authorization.k8s.io", Name: group}}
-	var err error
-	if kind == "ClusterRole" {
-		_, err = cp.admin.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: meta, RoleRef: ref, Subjects: subjects}, metav1.CreateOptions{})
-	} else {
-		meta.Namespace = ns
-		_, err = cp.admin.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{ObjectMeta: meta, RoleRef: ref, Subjects: subjects}, metav1.CreateOptions{})
+// accountToken returns a token of the ServiceAccount name in nodeflow's
+// namespace (TokenRequest).
+func (cp *controlPlane) accountToken(ctx context.Context, name string) (string, error) {
+	exp := int64(accountTokenSeconds)
+	tr, err := cp.admin.CoreV1().ServiceAccounts(deployNamespace).CreateToken(ctx, name,
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &exp}}, metav1.CreateOptions{})
+	if err != nil {
+		return "", fmt.Errorf("testbed: token of ServiceAccount %s/%s: %w", deployNamespace, name, err)
 	}
-	if err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("testbed: bind %s to %s %s: %w", group, kind, role, err)
-	}
-	return nil
+	return tr.Status.Token, nil
 }
 
 // waitReady polls the API server's /readyz with the admin credentials.

@@ -14,7 +14,7 @@
 //
 //	state.json                  the State
 //	admin.kubeconfig            cluster-admin credentials for operators and tests
-//	pki/                        CA, serving and client certificates, SA keys, tokens.csv
+//	pki/                        CA, serving and client certificates, SA keys
 //	etcd/                       etcd's data
 //	logs/                       etcd.log, kube-apiserver.log, ..., testbed.log
 //	nodes/NODE/                 per node: kubelet.log, agent.log, agent.kubeconfig,

@@ -34,8 +34,9 @@ type State struct {
 	APIServer string `json:"apiServer"`
 	// Kubeconfig is the admin kubeconfig.
 	Kubeconfig string `json:"kubeconfig"`
-	// UnidlerKubeconfig is a kubeconfig with the roles of nodeflow's
-	// unidler (deploy/rbac/unidler.yaml), for `nodeflow unidler`.
+	// UnidlerKubeconfig is a kubeconfig with a token of nodeflow's
+	// unidler's ServiceAccount (deploy/rbac/unidler.yaml), for
+	// `nodeflow unidler`.
 	UnidlerKubeconfig string `json:"unidlerKubeconfig,omitempty"`
 	BinDir            string `json:"binDir"`
 	Nodeflow          string `json:"nodeflow"`
