@@ -450,7 +450,7 @@ func (a *Agent) startReconcilers(ctx context.Context) error {
 		// Every series exists from the start, at zero.
 		a.metrics.ReconcileErrors.WithLabelValues(name)
 		a.metrics.PacketIns.WithLabelValues(name)
-		r := reconcile.New(store, reconcile.Options{Bridge: name, Logger: a.log,
+		r := reconcile.New(store, reconcile.Options{Bridge: name, Logger: a.log, Agent: a.cfg.Version,
 			OnSync: func(rep reconcile.SyncReport) {
 				a.metrics.observe(name, store, rep)
 				if b == plan.Pod {

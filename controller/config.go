@@ -20,6 +20,9 @@ type Config struct {
 	Kubeconfig string
 	// NodeName is this node's name.
 	NodeName string
+	// Version is the agent's version, written into both bridges' version
+	// notes.
+	Version string
 	// OVSRundir holds db.sock and the bridges' .mgmt sockets.
 	OVSRundir string
 	// PodBridge and GatewayBridge are br0 and breth0.

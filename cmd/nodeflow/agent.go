@@ -109,7 +109,7 @@ func runAgent(c *cli.Context) error {
 		return fmt.Errorf("agent: %w", err)
 	}
 	cfg := controller.Config{
-		Kubeconfig: c.String("kubeconfig"), NodeName: c.String("node-name"), OVSRundir: c.String("ovs-rundir"),
+		Kubeconfig: c.String("kubeconfig"), NodeName: c.String("node-name"), Version: version, OVSRundir: c.String("ovs-rundir"),
 		PodBridge: c.String("pod-bridge"), GatewayBridge: c.String("gateway-bridge"), Uplink: c.String("uplink"),
 		DatapathType: datapathType(c.String("datapath-type")), MTU: c.Int("mtu"), HealthAddr: c.String("health-addr"),
 		IntrospectSocket: c.String("socket"), CNIConfDir: c.String("cni-conf-dir"), CNIDataDir: c.String("cni-data-dir"), HostCheckInterval: c.Duration("host-check-interval"),

@@ -117,4 +117,7 @@ const ControllerID uint16 = 0x6e66 // "nf"
 // PipelineVersion is the version of this plan. It is written into the
 // version note of both bridges; bump it when a change to the plan means
 // old flows must not be mistaken for new ones.
-const PipelineVersion = 1
+//
+// 2: the version note names the agent's version ("agent=..."), and an
+// agent that finds another pipeline's note logs the upgrade.
+const PipelineVersion = 2

@@ -158,7 +158,7 @@ var tables = []Table{
 		MissDrop, 0, []Feature{FeatureNode}},
 	{Pod, PodGatewayOutput, "GatewayOutput", "set the next hop's MAC and output to the patch port (IN_PORT when it came from there)",
 		MissDrop, 0, []Feature{FeatureNode, FeatureService}},
-	{Pod, VersionTable, "Version", "the version note: pipeline version and generation",
+	{Pod, VersionTable, "Version", "the version note: pipeline version, generation and agent version",
 		MissDrop, 0, []Feature{FeatureMeta}},
 
 	// breth0
@@ -174,7 +174,7 @@ var tables = []Table{
 		MissDrop, 0, []Feature{FeatureGateway}},
 	{Gateway, GatewayHairpinReturn, "HairpinReturn", "replies of the hairpin: undo the host masquerade (zone 64001)",
 		MissDrop, 0, []Feature{FeatureGateway}},
-	{Gateway, VersionTable, "Version", "the version note: pipeline version and generation",
+	{Gateway, VersionTable, "Version", "the version note: pipeline version, generation and agent version",
 		MissDrop, 0, []Feature{FeatureMeta}},
 }
 

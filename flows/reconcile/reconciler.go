@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -43,6 +44,10 @@ type Options struct {
 	// Clock times the audits, the failed owners' back-off and
 	// MinInterval. Default: the wall clock.
 	Clock Clock
+	// Agent names the program that owns the bridge (its version), written
+	// into the version note so that a dump shows which build programmed
+	// the bridge; empty leaves it out.
+	Agent string
 }
 
 // Clock is the reconciler's time source (proxy.RealClock and
@@ -431,7 +436,11 @@ func (r *Reconciler) sync(ctx context.Context, c *ofconn.Conn, rep *SyncReport) 
 		if rep.Kind == SyncStartup || r.gen.Load() == 0 {
 			gen := versionGeneration(obs).Next()
 			r.gen.Store(uint32(gen))
-			if err := r.store.Set(VersionOwner, VersionState(gen)); err != nil {
+			if prev, ok := observedNote(obs); ok && prev.Pipeline != plan.PipelineVersion {
+				r.log.WithFields(logrus.Fields{"from": prev.Pipeline, "to": plan.PipelineVersion, "fromAgent": prev.Agent}).
+					Info("pipeline upgrade: the bridge's flows are replaced in one bundle")
+			}
+			if err := r.store.Set(VersionOwner, VersionState(gen, r.opts.Agent)); err != nil {
 				return err
 			}
 		}
@@ -676,15 +685,78 @@ const VersionOwner = "meta/version"
 
 // VersionState is the version note for generation gen: the single flow of
 // plan.VersionTable, priority 0, whose note reads
-// "nodeflow pipeline=<plan.PipelineVersion> generation=<gen>". The
-// generation itself travels in the cookie.
-func VersionState(gen plan.Generation) State {
-	note := fmt.Sprintf("nodeflow pipeline=%d generation=%d", plan.PipelineVersion, gen)
+// "nodeflow pipeline=<plan.PipelineVersion> generation=<gen> agent=<agent>"
+// (without " agent=..." when agent is empty). The generation itself
+// travels in the cookie.
+func VersionState(gen plan.Generation, agent string) State {
+	note := Note{Pipeline: plan.PipelineVersion, Generation: gen, Agent: agent}.String()
 	return State{Flows: []openflow.Flow{{
 		Table:        uint8(plan.VersionTable),
 		Priority:     uint16(plan.PriorityMiss),
 		Instructions: []openflow.Instruction{openflow.ApplyActions{Actions: []openflow.Action{openflow.Note{Data: []byte(note)}}}},
 	}}}
+}
+
+// Note is a version note's content.
+type Note struct {
+	// Pipeline is the plan.PipelineVersion of the program that wrote it.
+	Pipeline int
+	// Generation counts the program's start-ups on this bridge.
+	Generation plan.Generation
+	// Agent is the writer's version, "" when it gave none (pipeline 1
+	// never did).
+	Agent string
+}
+
+// String is the note's text.
+func (n Note) String() string {
+	s := fmt.Sprintf("nodeflow pipeline=%d generation=%d", n.Pipeline, n.Generation)
+	if a := strings.Join(strings.Fields(n.Agent), "_"); a != "" {
+		s += " agent=" + a
+	}
+	return s
+}
+
+// ParseNote reads a version note's text; ok is false when it is not one.
+func ParseNote(text string) (n Note, ok bool) {
+	fields := strings.Fields(text)
+	if len(fields) < 3 || fields[0] != "nodeflow" {
+		return Note{}, false
+	}
+	for _, f := range fields[1:] {
+		k, v, found := strings.Cut(f, "=")
+		if !found {
+			return Note{}, false
+		}
+		switch k {
+		case "pipeline":
+			p, err := strconv.Atoi(v)
+			if err != nil {
+				return Note{}, false
+			}
+			n.Pipeline = p
+		case "generation":
+			g, err := strconv.ParseUint(v, 10, 16)
+			if err != nil {
+				return Note{}, false
+			}
+			n.Generation = plan.Generation(g)
+		case "agent":
+			n.Agent = v
+		}
+	}
+	return n, n.Pipeline > 0
+}
+
+// observedNote returns the version note a dump holds, if any.
+func observedNote(obs *Observed) (Note, bool) {
+	for i := range obs.Flows {
+		f := &obs.Flows[i]
+		if f.Table == uint8(plan.VersionTable) && plan.Cookie(f.Cookie).Feature() == plan.FeatureMeta {
+			return ParseNote(VersionNote(f))
+		}
+	}
+	return Note{}, false
 }
 
 // versionGeneration returns the generation in a dump's version note, or 0.

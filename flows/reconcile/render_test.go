@@ -44,7 +44,7 @@ func goldenStore(t *testing.T) *Store {
 		[]netip.Addr{netip.MustParseAddr("169.254.169.2")}, 8081, true))
 	mustSet(t, s, "unidle/default/empty:80/TCP", meterState())
 	mustSet(t, s, "service/default/empty:80/TCP", serviceState(13, netip.MustParseAddr("10.96.0.12"), 80, nil, 0, false))
-	mustSet(t, s, VersionOwner, VersionState(3))
+	mustSet(t, s, VersionOwner, VersionState(3, ""))
 	return s
 }
 
@@ -104,5 +104,31 @@ func TestDifferencesGolden(t *testing.T) {
 
 	if ds := s.Compare(sw.observed(), "", 1); len(ds) != 0 {
 		t.Fatalf("no drift, yet %d differences: %+v", len(ds), ds)
+	}
+}
+
+// TestNoteRoundTrip reads back what VersionState writes, including a note
+// of pipeline 1 (no agent) and text that is not a note.
+func TestNoteRoundTrip(t *testing.T) {
+	for _, n := range []Note{
+		{Pipeline: plan.PipelineVersion, Generation: 7, Agent: "v0.2.0-3-gabcdef0"},
+		{Pipeline: 1, Generation: 65535},
+	} {
+		st := VersionState(n.Generation, n.Agent)
+		if n.Pipeline != plan.PipelineVersion {
+			st = State{Flows: []openflow.Flow{{Instructions: []openflow.Instruction{openflow.ApplyActions{Actions: []openflow.Action{openflow.Note{Data: []byte(n.String())}}}}}}}
+		}
+		got, ok := ParseNote(VersionNote(&st.Flows[0]))
+		if !ok || got != n {
+			t.Errorf("note %q read back as %+v, %v", n.String(), got, ok)
+		}
+	}
+	if got := (Note{Pipeline: 2, Generation: 1, Agent: "a b"}).String(); got != "nodeflow pipeline=2 generation=1 agent=a_b" {
+		t.Errorf("a version with a space: %q", got)
+	}
+	for _, bad := range []string{"", "nodeflow", "nodeflow pipeline=x generation=1", "other pipeline=1 generation=1", "nodeflow generation=1 agent=v1"} {
+		if n, ok := ParseNote(bad); ok {
+			t.Errorf("ParseNote(%q) = %+v, want not a note", bad, n)
+		}
 	}
 }
