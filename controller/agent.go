@@ -268,6 +268,12 @@ func (a *Agent) setupOVS(ctx context.Context) error {
 		hostMAC = a.uplinkMAC
 	}
 	if a.cfg.DatapathType == "netdev" {
+		// The uplink's sysctls as they were before nodeflow, for `nodeflow cleanup`.
+		if wrote, err := hostnet.RecordUplinkSysctls(hostnet.UplinkStatePath(a.cfg.CNIDataDir), a.cfg.Uplink); err != nil {
+			a.log.WithError(err).Warn("cannot record the uplink's sysctls; nodeflow cleanup will restore the kernel's defaults")
+		} else if wrote {
+			a.log.WithField("file", hostnet.UplinkStatePath(a.cfg.CNIDataDir)).Info("recorded the uplink's sysctls")
+		}
 		if err := hostnet.QuietUplink(a.cfg.Uplink); err != nil {
 			return err
 		}

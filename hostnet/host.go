@@ -2,6 +2,7 @@ package hostnet
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -10,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/sirupsen/logrus"
 	"github.com/vishvananda/netlink"
@@ -214,6 +216,8 @@ func MoveUplinkConfig(log logrus.FieldLogger, uplink, bridge string) error {
 		na := &netlink.Addr{IPNet: a.IPNet}
 		if a.IP.To4() == nil {
 			na.Flags = unix.IFA_F_NODAD
+		} else if na.Broadcast = a.Broadcast; na.Broadcast == nil {
+			na.Broadcast = net.IPv4zero // as on the uplink: none (netlink would make one up)
 		}
 		if err := netlink.AddrReplace(br, na); err != nil {
 			return fmt.Errorf("hostnet: add %s to %s: %w", a.IPNet, bridge, err)
@@ -459,11 +463,8 @@ func ensureRoute(want *netlink.Route) (int, error) {
 // answer ARP for the node IP with the uplink's MAC (arp_ignore=1: only for
 // addresses on the receiving interface) nor take part in IPv6 there.
 func QuietUplink(uplink string) error {
-	for path, value := range map[string]string{
-		filepath.Join("/proc/sys/net/ipv4/conf", uplink, "arp_ignore"):   "1",
-		filepath.Join("/proc/sys/net/ipv4/conf", uplink, "arp_announce"): "2",
-		filepath.Join("/proc/sys/net/ipv6/conf", uplink, "disable_ipv6"): "1",
-	} {
+	for name, value := range QuietSysctls {
+		path := UplinkSysctlPath(uplink, name)
 		if b, err := os.ReadFile(path); err == nil && strings.TrimSpace(string(b)) == value {
 			continue
 		}
@@ -472,4 +473,88 @@ func QuietUplink(uplink string) error {
 		}
 	}
 	return nil
+}
+
+// QuietSysctls are the uplink's sysctls QuietUplink sets, by name, with
+// the values it sets.
+var QuietSysctls = map[string]string{"arp_ignore": "1", "arp_announce": "2", "disable_ipv6": "1"}
+
+// UplinkSysctlPath is the file under /proc/sys of the uplink's sysctl name
+// (one of QuietSysctls).
+func UplinkSysctlPath(uplink, name string) string {
+	family := "ipv4"
+	if name == "disable_ipv6" {
+		family = "ipv6"
+	}
+	return filepath.Join("/proc/sys/net", family, "conf", uplink, name)
+}
+
+// UplinkStateFile is the file, in the CNI data directory, where the agent
+// records the uplink's sysctls before QuietUplink first changes them, so
+// that `nodeflow cleanup` can put them back.
+const UplinkStateFile = "nodeflow-uplink-sysctls.json"
+
+// UplinkStatePath is UplinkStateFile in the CNI data directory dataDir; ""
+// when dataDir is "".
+func UplinkStatePath(dataDir string) string {
+	if dataDir == "" {
+		return ""
+	}
+	return filepath.Join(dataDir, UplinkStateFile)
+}
+
+// UplinkState is the content of UplinkStateFile.
+type UplinkState struct {
+	// Uplink names the interface.
+	Uplink string `json:"uplink"`
+	// Sysctls holds the values of QuietSysctls' names before nodeflow
+	// changed them.
+	Sysctls map[string]string `json:"sysctls"`
+	// Recorded is when the agent recorded them.
+	Recorded time.Time `json:"recorded"`
+}
+
+// RecordUplinkSysctls records the uplink's current values of QuietSysctls
+// in the file at path, and reports whether it wrote it. It writes nothing
+// when path is "", when the file exists (a restarted agent would record
+// nodeflow's own values), or when every value already is the one
+// QuietUplink sets (an agent from before the file existed changed them:
+// the original values are not known).
+func RecordUplinkSysctls(path, uplink string) (bool, error) {
+	if path == "" {
+		return false, nil
+	}
+	if _, err := os.Stat(path); err == nil {
+		return false, nil
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return false, fmt.Errorf("hostnet: uplink state %s: %w", path, err)
+	}
+	st := UplinkState{Uplink: uplink, Sysctls: map[string]string{}, Recorded: time.Now().UTC()}
+	quiet := true
+	for name, value := range QuietSysctls {
+		b, err := os.ReadFile(UplinkSysctlPath(uplink, name))
+		if err != nil {
+			return false, fmt.Errorf("hostnet: uplink %s: %w", uplink, err)
+		}
+		st.Sysctls[name] = strings.TrimSpace(string(b))
+		quiet = quiet && st.Sysctls[name] == value
+	}
+	if quiet {
+		return false, nil
+	}
+	b, err := json.MarshalIndent(st, "", "  ")
+	if err != nil {
+		return false, err
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return false, fmt.Errorf("hostnet: uplink state %s: %w", path, err)
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
+		return false, fmt.Errorf("hostnet: uplink state %s: %w", path, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return false, fmt.Errorf("hostnet: uplink state %s: %w", path, err)
+	}
+	return true, nil
 }

@@ -248,6 +248,7 @@ func (s *supervisor) startAgents(ctx context.Context, nodes []string) error {
 		s.log.Info("not starting nodeflow agent: " + s.state.AgentReason)
 		return nil
 	}
+	s.snapshotNodes(nodes)
 	for _, n := range nodes {
 		sb := s.sandboxes[n]
 		env := []string{

@@ -1,0 +1,384 @@
+package cleanup
+
+import (
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"nodeflow/hostnet"
+)
+
+func prefixNet(s string) *net.IPNet {
+	p := netip.MustParsePrefix(s)
+	return &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
+}
+
+func addr(s string) netlink.Addr { return netlink.Addr{IPNet: prefixNet(s)} }
+
+func route(dst, gw string) netlink.Route {
+	r := netlink.Route{Table: unix.RT_TABLE_MAIN}
+	if dst != "" {
+		r.Dst = prefixNet(dst)
+	}
+	if gw != "" {
+		r.Gw = net.ParseIP(gw)
+	}
+	return r
+}
+
+var testOptions = Options{
+	OVSRundir: "/run/ovs", PodBridge: "br0", GatewayBridge: "breth0", Uplink: "eth0",
+	Masquerade: []netip.Prefix{netip.MustParsePrefix("169.254.169.0/29"), netip.MustParsePrefix("fd69::/125")},
+	CNIConfDir: "/etc/cni/net.d", CNIDataDir: "/var/lib/cni/networks", CNIBin: "/opt/cni/bin/nodeflow",
+	Socket: "/run/nodeflow/nodeflow.sock",
+}
+
+// agentNode is a node as the agent leaves it, with the userspace datapath:
+// the node's addresses and routes on breth0 beside the agent's own, the
+// uplink quiet, both bridges, the tables, the files.
+func agentNode() Facts {
+	quiet := map[string]string{}
+	for k, v := range hostnet.QuietSysctls {
+		quiet[k] = v
+	}
+	return Facts{
+		OVSDB: true,
+		Bridges: []Bridge{
+			{Name: "br0", UUID: "u-br0", ExternalIDs: map[string]string{"created-by": "nodeflow-agent"}, Interfaces: []string{"br0", "mp0"}, PodPorts: 2},
+			{Name: "breth0", UUID: "u-breth0", ExternalIDs: map[string]string{"created-by": "nodeflow-agent"}, Interfaces: []string{"breth0"}},
+		},
+		Gateway: &hostnet.L3Config{
+			Addrs: []netlink.Addr{addr("172.30.0.11/24"), addr("fd00:172:30::11/64"), addr("169.254.169.2/29"), addr("fd69::2/125")},
+			Routes: []netlink.Route{
+				route("", "172.30.0.1"), route("", "fd00:172:30::1"), route("10.1.0.0/16", "172.30.0.254"),
+				route("10.96.0.0/16", "169.254.169.4"), route("fd00:10:96::/112", "fd69::4"), route("169.254.169.1/32", ""),
+			},
+		},
+		Uplink:     &hostnet.L3Config{},
+		SysctlLink: "eth0",
+		Sysctls:    quiet,
+		StateFile:  "/var/lib/cni/networks/" + hostnet.UplinkStateFile,
+		State:      &hostnet.UplinkState{Uplink: "eth0", Sysctls: map[string]string{"arp_ignore": "0", "arp_announce": "1", "disable_ipv6": "0"}},
+		NFTables:   []string{"ip", "ip6"},
+		CNIConf:    []ConfFile{{Path: "/etc/cni/net.d/10-nodeflow.conf", Ours: true}},
+		Socket:     "/run/nodeflow/nodeflow.sock",
+		IPAM:       &IPAMStore{Dir: "/var/lib/cni/networks/nodeflow"},
+		CNIBin:     true,
+	}
+}
+
+func stepStrings(p Plan) []string {
+	var out []string
+	for _, s := range p.Steps {
+		out = append(out, s.String())
+	}
+	return out
+}
+
+func TestPlanAgentNode(t *testing.T) {
+	p := Make(testOptions, agentNode())
+	want := []string{
+		"remove CNI configuration /etc/cni/net.d/10-nodeflow.conf",
+		"restore sysctl disable_ipv6 of eth0: 1 -> 0",
+		"restore sysctl arp_ignore of eth0: 1 -> 0",
+		"restore sysctl arp_announce of eth0: 2 -> 1",
+		"give address back 172.30.0.11/24 to eth0",
+		"give address back fd00:172:30::11/64 to eth0",
+		"give route back default via 172.30.0.1 to eth0",
+		"give route back default via fd00:172:30::1 to eth0",
+		"give route back 10.1.0.0/16 via 172.30.0.254 to eth0",
+		"delete bridge br0",
+		"delete bridge breth0",
+		"delete nftables table ip nodeflow",
+		"delete nftables table ip6 nodeflow",
+		"remove introspection socket /run/nodeflow/nodeflow.sock",
+		"remove IPAM store /var/lib/cni/networks/nodeflow",
+		"remove CNI plugin /opt/cni/bin/nodeflow",
+		"remove uplink record /var/lib/cni/networks/" + hostnet.UplinkStateFile,
+	}
+	if got := stepStrings(p); !slices.Equal(got, want) {
+		t.Errorf("steps:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if len(p.Notes) != 1 || !strings.Contains(p.Notes[0], "br0 holds 2 pod ports") {
+		t.Errorf("notes = %q, want one about br0's pod ports", p.Notes)
+	}
+}
+
+// After a run, or where the agent never ran, there is nothing to do.
+func TestPlanNothingToDo(t *testing.T) {
+	clean := Facts{OVSDB: true, Uplink: &hostnet.L3Config{Addrs: []netlink.Addr{addr("172.30.0.11/24")}}, SysctlLink: "eth0",
+		Sysctls: map[string]string{"arp_ignore": "0", "arp_announce": "0", "disable_ipv6": "0"}}
+	if p := Make(testOptions, clean); !p.Empty() || len(p.Notes) != 0 {
+		t.Errorf("clean node: steps %q, notes %q; want none", stepStrings(p), p.Notes)
+	}
+	// Without OVS: nothing to do, and a note saying no bridge was looked at.
+	clean.OVSDB = false
+	if p := Make(testOptions, clean); !p.Empty() || len(p.Notes) != 1 || !strings.Contains(p.Notes[0], "no OVSDB server") {
+		t.Errorf("no OVS: steps %q, notes %q", stepStrings(p), p.Notes)
+	}
+}
+
+// Addresses and routes the uplink already has (an interrupted run) are not
+// given back twice.
+func TestPlanPartlyDone(t *testing.T) {
+	f := agentNode()
+	f.Uplink = &hostnet.L3Config{Addrs: []netlink.Addr{addr("172.30.0.11/24")}, Routes: []netlink.Route{route("", "172.30.0.1")}}
+	f.Sysctls = map[string]string{"arp_ignore": "0", "arp_announce": "1", "disable_ipv6": "0"}
+	got := stepStrings(Make(testOptions, f))
+	for _, s := range got {
+		if strings.Contains(s, "172.30.0.11/24") || strings.Contains(s, "via 172.30.0.1 ") || strings.HasPrefix(s, "restore sysctl") {
+			t.Errorf("step %q: already done", s)
+		}
+	}
+	if !slices.Contains(got, "give address back fd00:172:30::11/64 to eth0") || !slices.Contains(got, "remove uplink record /var/lib/cni/networks/"+hostnet.UplinkStateFile) {
+		t.Errorf("steps %q lack the IPv6 address or the record", got)
+	}
+}
+
+// Without a record, the sysctls nodeflow set get the kernel's defaults, and
+// only those.
+func TestPlanSysctlsWithoutRecord(t *testing.T) {
+	f := agentNode()
+	f.State, f.StateFile = nil, ""
+	f.Sysctls["arp_announce"] = "1" // not nodeflow's value: the operator's
+	p := Make(testOptions, f)
+	got := stepStrings(p)
+	want := []string{"restore sysctl disable_ipv6 of eth0: 1 -> 0", "restore sysctl arp_ignore of eth0: 1 -> 0"}
+	var sysctls []string
+	for _, s := range got {
+		if strings.HasPrefix(s, "restore sysctl") {
+			sysctls = append(sysctls, s)
+		}
+		if strings.HasPrefix(s, "remove uplink record") {
+			t.Errorf("step %q without a record", s)
+		}
+	}
+	if !slices.Equal(sysctls, want) {
+		t.Errorf("sysctl steps %q, want %q", sysctls, want)
+	}
+	if !slices.ContainsFunc(p.Notes, func(n string) bool {
+		return strings.Contains(n, "kernel's defaults") && strings.Contains(n, "disable_ipv6, arp_ignore")
+	}) {
+		t.Errorf("notes %q: none says the kernel's defaults were used", p.Notes)
+	}
+}
+
+// A recorded disable_ipv6=1: the uplink had no IPv6, and gets none back.
+func TestPlanIPv6DisabledBefore(t *testing.T) {
+	f := agentNode()
+	f.State.Sysctls["disable_ipv6"] = "1"
+	p := Make(testOptions, f)
+	for _, s := range stepStrings(p) {
+		if strings.Contains(s, "fd00:") || strings.Contains(s, "disable_ipv6") {
+			t.Errorf("step %q with IPv6 disabled before nodeflow", s)
+		}
+	}
+	if !slices.ContainsFunc(p.Notes, func(n string) bool { return strings.Contains(n, "IPv6 stays disabled") }) {
+		t.Errorf("notes %q: none about IPv6", p.Notes)
+	}
+}
+
+// Bridges nodeflow did not create are left, and so is the uplink with
+// them; bridges of the CNI plugin are nodeflow's.
+func TestPlanBridgeOwners(t *testing.T) {
+	f := agentNode()
+	f.Bridges[0].ExternalIDs = map[string]string{"created-by": "nodeflow-cni"}
+	f.Bridges[1].ExternalIDs = map[string]string{"created-by": "operator"}
+	f.Bridges = append(f.Bridges, Bridge{Name: "brold", UUID: "u-old", ExternalIDs: map[string]string{"created-by": "nodeflow-agent"}})
+	p := Make(testOptions, f)
+	got := stepStrings(p)
+	for _, s := range got {
+		if strings.Contains(s, "breth0") || strings.Contains(s, "brold") || strings.HasPrefix(s, "give ") || strings.HasPrefix(s, "restore sysctl") ||
+			strings.HasPrefix(s, "remove uplink record") {
+			t.Errorf("step %q with an operator's gateway bridge", s)
+		}
+	}
+	if !slices.Contains(got, "delete bridge br0") {
+		t.Errorf("steps %q: br0 (the CNI plugin's) not deleted", got)
+	}
+	for _, want := range []string{"bridge breth0 was not created by nodeflow", "brold was created by nodeflow", "sysctls and"} {
+		if !slices.ContainsFunc(p.Notes, func(n string) bool { return strings.Contains(n, want) }) {
+			t.Errorf("notes %q lack %q", p.Notes, want)
+		}
+	}
+}
+
+// Without the uplink the gateway bridge keeps the node's addresses.
+func TestPlanNoUplink(t *testing.T) {
+	f := agentNode()
+	f.Uplink = nil
+	got := stepStrings(Make(testOptions, f))
+	if slices.Contains(got, "delete bridge breth0") || !slices.Contains(got, "delete bridge br0") {
+		t.Errorf("steps %q: want br0 deleted, breth0 kept", got)
+	}
+}
+
+// Pods that still hold addresses keep the IPAM store and the plugin, unless
+// purged.
+func TestPlanPodsLeft(t *testing.T) {
+	f := agentNode()
+	f.IPAM.PodAddrs = 3
+	p := Make(testOptions, f)
+	for _, s := range stepStrings(p) {
+		if strings.HasPrefix(s, "remove IPAM") || strings.HasPrefix(s, "remove CNI plugin") {
+			t.Errorf("step %q while pods hold addresses", s)
+		}
+	}
+	if len(p.Notes) != 3 {
+		t.Errorf("notes %q: want the pod ports, the IPAM store and the plugin", p.Notes)
+	}
+	o := testOptions
+	o.Purge = true
+	got := stepStrings(Make(o, f))
+	if !slices.Contains(got, "remove IPAM store /var/lib/cni/networks/nodeflow") || !slices.Contains(got, "remove CNI plugin /opt/cni/bin/nodeflow") {
+		t.Errorf("purge: steps %q", got)
+	}
+}
+
+// Files that are not nodeflow's are left.
+func TestPlanForeignFiles(t *testing.T) {
+	f := agentNode()
+	f.CNIConf = []ConfFile{{Path: "/etc/cni/net.d/10-nodeflow.conf", Reason: `network "other", type "bridge"`}}
+	f.NotSocket = true
+	p := Make(testOptions, f)
+	for _, s := range stepStrings(p) {
+		if strings.HasPrefix(s, "remove CNI configuration") || strings.HasPrefix(s, "remove introspection") {
+			t.Errorf("step %q on a file that is not nodeflow's", s)
+		}
+	}
+}
+
+func TestNodeflowConf(t *testing.T) {
+	for _, c := range []struct {
+		conf string
+		ours bool
+	}{
+		{`{"cniVersion": "1.0.0", "name": "nodeflow", "type": "nodeflow"}`, true},
+		{`{"name": "nodeflow", "type": "bridge"}`, false},
+		{`{"name": "other", "type": "nodeflow"}`, false},
+		{`not json`, false},
+	} {
+		if ours, why := nodeflowConf([]byte(c.conf)); ours != c.ours {
+			t.Errorf("%s: ours %v (%s), want %v", c.conf, ours, why, c.ours)
+		}
+	}
+}
+
+func TestOwnRoute(t *testing.T) {
+	for _, c := range []struct {
+		r   netlink.Route
+		own bool
+	}{
+		{route("10.96.0.0/16", "169.254.169.4"), true},
+		{route("fd00:10:96::/112", "fd69::4"), true},
+		{route("169.254.169.1/32", ""), true},
+		{route("fd69::1/128", ""), true},
+		{route("169.254.0.0/16", ""), false}, // wider than the masquerade subnet
+		{route("", "172.30.0.1"), false},
+		{route("10.1.0.0/16", "172.30.0.254"), false},
+	} {
+		if got := ownRoute(testOptions.Masquerade, c.r); got != c.own {
+			t.Errorf("%s: own %v, want %v", routeString(c.r), got, c.own)
+		}
+	}
+}
+
+func TestRouteString(t *testing.T) {
+	r := route("0.0.0.0/0", "172.30.0.1")
+	r.Priority = 100
+	for r, want := range map[*netlink.Route]string{&r: "default via 172.30.0.1 metric 100", {Dst: prefixNet("::/0")}: "default",
+		{Dst: prefixNet("10.0.0.0/8"), Src: net.ParseIP("10.0.0.1")}: "10.0.0.0/8 src 10.0.0.1"} {
+		if got := routeString(*r); got != want {
+			t.Errorf("routeString = %q, want %q", got, want)
+		}
+	}
+}
+
+func TestUplinkAddr(t *testing.T) {
+	a := uplinkAddr(addr("172.30.0.11/24"))
+	if !a.Broadcast.Equal(net.IPv4zero) || a.Flags != 0 {
+		t.Errorf("IPv4 without broadcast: broadcast %v, flags %x; want 0.0.0.0 (none), 0", a.Broadcast, a.Flags)
+	}
+	b := addr("172.30.0.11/24")
+	b.Broadcast = net.ParseIP("172.30.0.255")
+	if a := uplinkAddr(b); !a.Broadcast.Equal(b.Broadcast) {
+		t.Errorf("IPv4 broadcast %v, want %v", a.Broadcast, b.Broadcast)
+	}
+	if a := uplinkAddr(addr("fd00::11/64")); a.Flags != unix.IFA_F_NODAD || a.Broadcast != nil {
+		t.Errorf("IPv6: flags %x broadcast %v, want nodad and none", a.Flags, a.Broadcast)
+	}
+}
+
+func TestAgentDefaults(t *testing.T) {
+	for _, c := range []struct {
+		rundir, socket, conf, data string
+		wantSocket, wantData       string
+	}{
+		{"/var/run/openvswitch", "", "", "", "/run/nodeflow/nodeflow.sock", "/var/lib/cni/networks"},
+		{"/run/openvswitch", "", "/etc/cni/net.d", "", "/run/nodeflow/nodeflow.sock", "/var/lib/cni/networks"},
+		{"/tmp/ovs", "", "/tmp/node/net.d", "", "/tmp/ovs/nodeflow.sock", "/tmp/node/ipam"},
+		{"/tmp/ovs", "none", "/tmp/node/net.d", "/data", "", "/data"},
+		{"/tmp/ovs", "/x.sock", "", "", "/x.sock", "/var/lib/cni/networks"},
+	} {
+		s, d := AgentDefaults(c.rundir, c.socket, c.conf, c.data)
+		if s != c.wantSocket || d != c.wantData {
+			t.Errorf("AgentDefaults(%q, %q, %q, %q) = %q, %q; want %q, %q", c.rundir, c.socket, c.conf, c.data, s, d, c.wantSocket, c.wantData)
+		}
+	}
+}
+
+// The agent's record, written once, is what cleanup reads back (on lo,
+// whose sysctls anyone can read).
+func TestUplinkRecord(t *testing.T) {
+	if _, err := os.Stat(hostnet.UplinkSysctlPath("lo", "arp_ignore")); err != nil {
+		t.Skipf("no /proc/sys for lo: %v", err)
+	}
+	dir := t.TempDir()
+	path := hostnet.UplinkStatePath(dir)
+	wrote, err := hostnet.RecordUplinkSysctls(path, "lo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f Facts
+	if err := inspectSysctls(Options{Uplink: "eth9", CNIDataDir: dir}, &f); err != nil {
+		t.Fatal(err)
+	}
+	quiet := true
+	for name, v := range hostnet.QuietSysctls {
+		quiet = quiet && f.Sysctls[name] == v
+	}
+	if wrote == quiet {
+		t.Fatalf("recorded %v with lo's sysctls %v (nodeflow's values: %v)", wrote, f.Sysctls, quiet)
+	}
+	if !wrote {
+		t.Skip("lo holds nodeflow's values: nothing recorded")
+	}
+	if f.State == nil || f.SysctlLink != "lo" || f.StateFile != path || len(f.State.Sysctls) != 3 {
+		t.Fatalf("facts %+v, state %+v", f, f.State)
+	}
+	for name, v := range f.State.Sysctls {
+		if f.Sysctls[name] != v {
+			t.Errorf("%s: recorded %q, now %q", name, v, f.Sysctls[name])
+		}
+	}
+	// A second agent start records nothing: the file holds the originals.
+	if err := os.WriteFile(path, []byte(`{"uplink":"lo","sysctls":{"arp_ignore":"7"}}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if wrote, err := hostnet.RecordUplinkSysctls(path, "lo"); wrote || err != nil {
+		t.Errorf("second record: wrote %v, %v", wrote, err)
+	}
+	if b, _ := os.ReadFile(path); !strings.Contains(string(b), `"7"`) {
+		t.Errorf("the record was rewritten: %s", b)
+	}
+	if _, err := os.Stat(filepath.Join(dir, hostnet.UplinkStateFile+".tmp")); err == nil {
+		t.Error("temporary file left")
+	}
+}

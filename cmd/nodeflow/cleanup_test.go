@@ -1,0 +1,64 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/urfave/cli/v2"
+)
+
+// cleanup takes every flag of the agent, so that it reads the agent's
+// --config file, and shows only those it uses.
+func TestCleanupTakesTheAgentsFlags(t *testing.T) {
+	have := map[string]cli.Flag{}
+	for _, f := range cleanupCommand().Flags {
+		have[f.Names()[0]] = f
+	}
+	for _, f := range agentCommand().Flags {
+		name := f.Names()[0]
+		cf, ok := have[name]
+		if !ok {
+			t.Errorf("cleanup lacks the agent's --%s", name)
+			continue
+		}
+		if vf, ok := cf.(cli.VisibleFlag); ok && vf.IsVisible() != cleanupFlags[name] {
+			t.Errorf("--%s visible %v, want %v", name, vf.IsVisible(), cleanupFlags[name])
+		}
+	}
+	for name := range cleanupFlags {
+		if _, ok := have[name]; !ok {
+			t.Errorf("cleanup uses --%s, which the agent does not have", name)
+		}
+	}
+}
+
+// The agent's configuration file sets cleanup's flags; the command line wins.
+func TestCleanupConfigFile(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(p, []byte("apiVersion: nodeflow.io/v1alpha1\nkind: AgentConfiguration\nuplink: ethfile\npodBridge: brfile\n"+
+		"mtu: 1450\nunidleHoldTime: 10s\nclusterCIDRs: [10.0.0.0/16]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	cmd := cleanupCommand()
+	cmd.Action = func(c *cli.Context) error {
+		if err := applyConfigFile(c); err != nil {
+			return err
+		}
+		for _, f := range []string{"uplink", "pod-bridge", "gateway-bridge"} {
+			got[f] = c.String(f)
+		}
+		return nil
+	}
+	app := &cli.App{Commands: []*cli.Command{cmd}}
+	if err := app.Run([]string{"nodeflow", "cleanup", "--config", p, "--pod-bridge", "brflag"}); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"uplink": "ethfile", "pod-bridge": "brflag", "gateway-bridge": "breth0"}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("--%s = %q, want %q", k, got[k], v)
+		}
+	}
+}
