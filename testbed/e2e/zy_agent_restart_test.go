@@ -45,7 +45,12 @@ func agentReady(ctx context.Context, m *testbed.Member) error {
 // agentCommand returns `nodeflow agent` in m's namespace with the
 // environment the testbed gives it, logging to logf.
 func agentCommand(e *env, m *testbed.Member, logf *os.File) *exec.Cmd {
-	cmd := exec.Command("ip", "netns", "exec", m.Netns, e.state.Nodeflow, "agent")
+	return agentCommandBinary(e, m, logf, e.state.Nodeflow)
+}
+
+// agentCommandBinary is agentCommand with another nodeflow binary.
+func agentCommandBinary(e *env, m *testbed.Member, logf *os.File, nodeflow string) *exec.Cmd {
+	cmd := exec.Command("ip", "netns", "exec", m.Netns, nodeflow, "agent")
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+m.Kubeconfig, "NODE_NAME="+m.Name, "NODEFLOW_NODE_NAME="+m.Name,
 		"OVS_RUNDIR="+m.OVSRundir, "NODEFLOW_CNI_CONF_DIR="+filepath.Join(m.Dir, "net.d"),
 		"NODEFLOW_RESOLV_CONF="+filepath.Join(e.state.Dir, "resolv.conf"))

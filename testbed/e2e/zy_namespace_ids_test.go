@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -351,15 +352,28 @@ func (a *agents) stop(node string) {
 // records it as the node's agent process.
 func startLastingAgent(t *testing.T, e *env, m *testbed.Member) {
 	t.Helper()
+	startLastingAgentBinary(t, e, m, e.state.Nodeflow)
+}
+
+// startLastingAgentBinary is startLastingAgent with another nodeflow
+// binary (a release's).
+func startLastingAgentBinary(t *testing.T, e *env, m *testbed.Member, nodeflow string) {
+	t.Helper()
 	logf, err := os.OpenFile(filepath.Join(m.Dir, "agent-e2e.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := agentCommand(e, m, logf)
+	cmd := agentCommandBinary(e, m, logf, nodeflow)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	keepRunning(cmd, func() { logf.Close() })
+	recordAgent(e, m, cmd, func() { logf.Close() })
+}
+
+// recordAgent keeps cmd running beyond the test as m's agent, in the
+// testbed's state in place of the one before; done runs when it exits.
+func recordAgent(e *env, m *testbed.Member, cmd *exec.Cmd, done func()) {
+	keepRunning(cmd, done)
 	found := false
 	for i, p := range e.state.Processes {
 		if p.Name == "agent "+m.Name {
