@@ -76,6 +76,23 @@ func apply(ctx context.Context, s Step, db *ovsdb.Client, log logrus.FieldLogger
 			return fmt.Errorf("cleanup: %s: %w", s, err)
 		}
 		log.WithFields(logrus.Fields{"bridge": s.Bridge.Name, "created-by": s.Bridge.ExternalIDs[createdByKey], "pod-ports": s.Bridge.PodPorts}).Info("deleted the bridge")
+	case PromiscOff:
+		on, err := promisc(s.Link)
+		if err != nil {
+			return fmt.Errorf("cleanup: %s: %w", s, err)
+		}
+		if !on {
+			log.WithField("interface", s.Link).Debug("promiscuous mode already off")
+			break
+		}
+		link, err := netlink.LinkByName(s.Link)
+		if err != nil {
+			return fmt.Errorf("cleanup: %s: %w", s, err)
+		}
+		if err := netlink.SetPromiscOff(link); err != nil {
+			return fmt.Errorf("cleanup: %s: %w", s, err)
+		}
+		log.WithField("interface", s.Link).Info("turned the uplink's promiscuous mode off (Open vSwitch left it on)")
 	case DeleteNFTable:
 		if err := deleteNFTable(s.Family); err != nil {
 			return fmt.Errorf("cleanup: %s: %w", s, err)

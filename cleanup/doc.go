@@ -24,7 +24,8 @@
 //  4. the pod bridge, then the gateway bridge, are deleted, only when
 //     their external_ids say nodeflow created them; with them go their
 //     ports, flows, groups and meters, mp0 and everything on it, and
-//     everything the agent kept on the gateway bridge's interface;
+//     everything the agent kept on the gateway bridge's interface; the
+//     uplink's promiscuous mode goes off if Open vSwitch left it on;
 //  5. nodeflow's nftables tables, the introspection socket, the IPAM store
 //     and the CNI plugin (when no pod holds an address any more, or with
 //     Purge), and last the record of the sysctls.

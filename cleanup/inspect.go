@@ -15,6 +15,7 @@ import (
 	"github.com/google/nftables"
 	"github.com/sirupsen/logrus"
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"nodeflow/cni"
 	"nodeflow/hostnat"
@@ -47,6 +48,11 @@ func Inspect(ctx context.Context, o Options, log logrus.FieldLogger) (Facts, *ov
 	}
 	if f.Uplink, err = readL3(o.Uplink); err != nil {
 		return fail(err)
+	}
+	if f.Uplink != nil {
+		if f.UplinkPromisc, err = promisc(o.Uplink); err != nil {
+			return fail(err)
+		}
 	}
 	if err := inspectSysctls(o, &f); err != nil {
 		return fail(err)
@@ -151,6 +157,16 @@ func readL3(dev string) (*hostnet.L3Config, error) {
 		return nil, fmt.Errorf("cleanup: %w", err)
 	}
 	return &c, nil
+}
+
+// promisc reports whether dev's promiscuous mode is on (as set with its
+// flags, not as the kernel's users of it count).
+func promisc(dev string) (bool, error) {
+	l, err := netlink.LinkByName(dev)
+	if err != nil {
+		return false, fmt.Errorf("cleanup: interface %s: %w", dev, err)
+	}
+	return l.Attrs().RawFlags&unix.IFF_PROMISC != 0, nil
 }
 
 // inspectSysctls reads the agent's record of the uplink's sysctls and

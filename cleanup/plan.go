@@ -125,6 +125,9 @@ type Facts struct {
 	Gateway *hostnet.L3Config
 	// Uplink is the uplink's; nil when the uplink does not exist.
 	Uplink *hostnet.L3Config
+	// UplinkPromisc is set when the uplink's promiscuous mode is on (Open
+	// vSwitch turns it on for a port of the userspace datapath).
+	UplinkPromisc bool
 	// SysctlLink is the interface whose sysctls Sysctls holds: the one the
 	// agent recorded, else Options.Uplink.
 	SysctlLink string
@@ -160,6 +163,7 @@ const (
 	AddAddress      Kind = "give address back"
 	AddRoute        Kind = "give route back"
 	DeleteBridge    Kind = "delete bridge"
+	PromiscOff      Kind = "turn promiscuous mode off"
 	DeleteNFTable   Kind = "delete nftables table"
 	RemoveSocket    Kind = "remove introspection socket"
 	RemoveIPAM      Kind = "remove IPAM store"
@@ -172,7 +176,8 @@ type Step struct {
 	Kind Kind
 	// Path is the file or directory of the Remove kinds.
 	Path string
-	// Link is the interface of SetSysctl, AddAddress and AddRoute.
+	// Link is the interface of SetSysctl, AddAddress, AddRoute and
+	// PromiscOff.
 	Link string
 	// Sysctl, From and To: SetSysctl's name and values.
 	Sysctl, From, To string
@@ -199,6 +204,8 @@ func (s Step) String() string {
 		return fmt.Sprintf("%s %s", s.Kind, s.Bridge.Name)
 	case DeleteNFTable:
 		return fmt.Sprintf("%s %s %s", s.Kind, s.Family, nftTable)
+	case PromiscOff:
+		return fmt.Sprintf("%s on %s", s.Kind, s.Link)
 	}
 	return fmt.Sprintf("%s %s", s.Kind, s.Path)
 }
@@ -287,9 +294,15 @@ func Make(o Options, f Facts) Plan {
 		p.Notes = append(p.Notes, notes...)
 	}
 
-	// 4. The bridges, the pod bridge first.
+	// 4. The bridges, the pod bridge first. Open vSwitch gives the uplink
+	// its promiscuous mode back when it leaves the gateway bridge, as it
+	// found it: an ovs-vswitchd that was killed leaves it on, and the next
+	// one finds it on.
 	for _, b := range del {
 		p.Steps = append(p.Steps, Step{Kind: DeleteBridge, Bridge: b})
+	}
+	if gatewayGoes && f.UplinkPromisc {
+		p.Steps = append(p.Steps, Step{Kind: PromiscOff, Link: o.Uplink})
 	}
 
 	// 5. The rest.

@@ -61,16 +61,17 @@ func agentNode() Facts {
 				route("10.96.0.0/16", "169.254.169.4"), route("fd00:10:96::/112", "fd69::4"), route("169.254.169.1/32", ""),
 			},
 		},
-		Uplink:     &hostnet.L3Config{},
-		SysctlLink: "eth0",
-		Sysctls:    quiet,
-		StateFile:  "/var/lib/cni/networks/" + hostnet.UplinkStateFile,
-		State:      &hostnet.UplinkState{Uplink: "eth0", Sysctls: map[string]string{"arp_ignore": "0", "arp_announce": "1", "disable_ipv6": "0"}},
-		NFTables:   []string{"ip", "ip6"},
-		CNIConf:    []ConfFile{{Path: "/etc/cni/net.d/10-nodeflow.conf", Ours: true}},
-		Socket:     "/run/nodeflow/nodeflow.sock",
-		IPAM:       &IPAMStore{Dir: "/var/lib/cni/networks/nodeflow"},
-		CNIBin:     true,
+		Uplink:        &hostnet.L3Config{},
+		UplinkPromisc: true,
+		SysctlLink:    "eth0",
+		Sysctls:       quiet,
+		StateFile:     "/var/lib/cni/networks/" + hostnet.UplinkStateFile,
+		State:         &hostnet.UplinkState{Uplink: "eth0", Sysctls: map[string]string{"arp_ignore": "0", "arp_announce": "1", "disable_ipv6": "0"}},
+		NFTables:      []string{"ip", "ip6"},
+		CNIConf:       []ConfFile{{Path: "/etc/cni/net.d/10-nodeflow.conf", Ours: true}},
+		Socket:        "/run/nodeflow/nodeflow.sock",
+		IPAM:          &IPAMStore{Dir: "/var/lib/cni/networks/nodeflow"},
+		CNIBin:        true,
 	}
 }
 
@@ -96,6 +97,7 @@ func TestPlanAgentNode(t *testing.T) {
 		"give route back 10.1.0.0/16 via 172.30.0.254 to eth0",
 		"delete bridge br0",
 		"delete bridge breth0",
+		"turn promiscuous mode off on eth0",
 		"delete nftables table ip nodeflow",
 		"delete nftables table ip6 nodeflow",
 		"remove introspection socket /run/nodeflow/nodeflow.sock",
@@ -195,7 +197,7 @@ func TestPlanBridgeOwners(t *testing.T) {
 	p := Make(testOptions, f)
 	got := stepStrings(p)
 	for _, s := range got {
-		if strings.Contains(s, "breth0") || strings.Contains(s, "brold") || strings.HasPrefix(s, "give ") || strings.HasPrefix(s, "restore sysctl") ||
+		if strings.Contains(s, "breth0") || strings.Contains(s, "brold") || strings.HasPrefix(s, "give ") || strings.HasPrefix(s, "restore sysctl") || strings.HasPrefix(s, "turn") ||
 			strings.HasPrefix(s, "remove uplink record") {
 			t.Errorf("step %q with an operator's gateway bridge", s)
 		}

@@ -58,7 +58,20 @@ func TestZZCleanup(t *testing.T) {
 		return string(out), err
 	}
 
-	// Not beside a running agent.
+	// Not beside a running agent. A test before this one may have left
+	// the node without one (its replacement stopped with it): start one.
+	if len(nodeAgents(t, m)) == 0 {
+		logf, err := os.OpenFile(filepath.Join(m.Dir, "agent-e2e.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd := agentCommand(e, m, logf)
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		keepRunning(cmd, func() { logf.Close() })
+		t.Logf("no agent ran on %s: started one (pid %d)", node, cmd.Process.Pid)
+	}
 	eventually(t, 60*time.Second, "agent on "+node+" ready", func(ctx context.Context) error { return agentReady(ctx, m) })
 	out, err := cleanup()
 	if err == nil || !strings.Contains(out, "an agent is running on this node") {
@@ -207,7 +220,7 @@ func nodeAgents(t *testing.T, m *testbed.Member) []int {
 			continue
 		}
 		argv := strings.Split(string(cmdline), "\x00")
-		if len(argv) < 2 || filepath.Base(argv[0]) != "nodeflow" || argv[1] != "agent" {
+		if len(argv) < 2 || !strings.HasPrefix(filepath.Base(argv[0]), "nodeflow") || argv[1] != "agent" {
 			continue
 		}
 		var st syscall.Stat_t
