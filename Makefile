@@ -12,7 +12,7 @@
 
 GO          ?= go
 BIN         := bin
-DEB_PKGS    := openvswitch-switch openvswitch-common iproute2 ethtool iputils-ping curl tcpdump nftables
+DEB_PKGS    := openvswitch-switch openvswitch-common iproute2 ethtool iputils-ping curl tcpdump nftables podman runc
 STATICCHECK_VERSION := v0.8.2
 GOBIN       := $(shell $(GO) env GOPATH)/bin
 STATICCHECK := $(GOBIN)/staticcheck
