@@ -6,6 +6,8 @@ import (
 	"errors"
 	"io"
 	"io/fs"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -20,6 +22,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"nodeflow/agentconfig"
+	"nodeflow/ociimage"
 )
 
 // objects decodes every manifest but the CRDs (the testbed's API server
@@ -167,5 +170,67 @@ func TestWorkloads(t *testing.T) {
 		if k := w.ns + "/" + w.sa; !sas[k] || !bound[k] {
 			t.Errorf("ServiceAccount %s: defined %v, bound %v", k, sas[k], bound[k])
 		}
+	}
+}
+
+// The kind cluster of kind/ is one nodeflow can run: no CNI and no
+// kube-proxy, the address ranges of the agent's ConfigMap, and the
+// overlay naming the image kind/create-cluster.sh loads.
+func TestKindMatchesManifests(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "kind", "kind-config.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kc struct {
+		Networking struct {
+			DisableDefaultCNI bool   `json:"disableDefaultCNI"`
+			KubeProxyMode     string `json:"kubeProxyMode"`
+			PodSubnet         string `json:"podSubnet"`
+			ServiceSubnet     string `json:"serviceSubnet"`
+		} `json:"networking"`
+	}
+	if err := yaml.Unmarshal(b, &kc); err != nil {
+		t.Fatal(err)
+	}
+	n := kc.Networking
+	if !n.DisableDefaultCNI || n.KubeProxyMode != "none" {
+		t.Errorf("kind-config.yaml: disableDefaultCNI %v, kubeProxyMode %q: want true and none", n.DisableDefaultCNI, n.KubeProxyMode)
+	}
+	var cfg *agentconfig.AgentConfiguration
+	for _, o := range objects(t) {
+		if cm, ok := o.(*v1.ConfigMap); ok && cm.Name == "nodeflow-agent-config" {
+			if cfg, err = agentconfig.Parse([]byte(cm.Data["config.yaml"])); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if cfg == nil {
+		t.Fatal("no nodeflow-agent-config ConfigMap")
+	}
+	if got, want := n.PodSubnet, strings.Join(cfg.ClusterCIDRs, ","); got != want {
+		t.Errorf("kind podSubnet %q, the agent's clusterCIDRs %q", got, want)
+	}
+	if got, want := n.ServiceSubnet, strings.Join(cfg.ServiceCIDRs, ","); got != want {
+		t.Errorf("kind serviceSubnet %q, the agent's serviceCIDRs %q", got, want)
+	}
+
+	b, err = os.ReadFile(filepath.Join("..", "kind", "kustomization.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var k struct {
+		APIVersion string   `json:"apiVersion"`
+		Kind       string   `json:"kind"`
+		Resources  []string `json:"resources"`
+		Images     []struct {
+			Name, NewName, NewTag string
+		} `json:"images"`
+	}
+	if err := yaml.UnmarshalStrict(b, &k); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(k.Resources, []string{"../deploy"}) || len(k.Images) != 1 ||
+		k.Images[0].Name != "nodeflow" || k.Images[0].NewName+":"+k.Images[0].NewTag != ociimage.FullName("nodeflow:kind") {
+		t.Errorf("kind/kustomization.yaml: %+v: want ../deploy with nodeflow as %s", k, ociimage.FullName("nodeflow:kind"))
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"path"
 	"path/filepath"
 	"sort"
+	"strings"
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -38,6 +39,9 @@ const (
 	LabelSource   = "org.opencontainers.image.source"
 	LabelTitle    = "org.opencontainers.image.title"
 	AnnotationRef = "org.opencontainers.image.ref.name"
+	// AnnotationContainerdName is the full name containerd's import gives
+	// the image (`ctr images import`, `kind load image-archive`).
+	AnnotationContainerdName = "io.containerd.image.name"
 )
 
 // Binary is the nodeflow binary built for one platform.
@@ -162,7 +166,9 @@ func layerTar(bin []byte, t time.Time) ([]byte, error) {
 
 // WriteLayout writes idx as an OCI image layout in dir (created, or
 // replaced), its index named ref (org.opencontainers.image.ref.name), the
-// form `podman load` and skopeo's oci: transport read.
+// form `podman load` and skopeo's oci: transport read, and by ref's full
+// name (io.containerd.image.name, FullName), the name containerd's import
+// takes.
 func WriteLayout(dir string, idx v1.ImageIndex, ref string) error {
 	if err := os.RemoveAll(dir); err != nil {
 		return fmt.Errorf("ociimage: %w", err)
@@ -171,10 +177,27 @@ func WriteLayout(dir string, idx v1.ImageIndex, ref string) error {
 	if err != nil {
 		return fmt.Errorf("ociimage: layout %s: %w", dir, err)
 	}
-	if err := p.AppendIndex(idx, layout.WithAnnotations(map[string]string{AnnotationRef: ref})); err != nil {
+	if err := p.AppendIndex(idx, layout.WithAnnotations(map[string]string{AnnotationRef: ref, AnnotationContainerdName: FullName(ref)})); err != nil {
 		return fmt.Errorf("ociimage: layout %s: %w", dir, err)
 	}
 	return nil
+}
+
+// FullName is ref with the registry and repository path a container
+// runtime fills in for a short name: "nodeflow:v1" is
+// "docker.io/library/nodeflow:v1", "me/nodeflow:v1" is
+// "docker.io/me/nodeflow:v1"; a name whose first part is a host
+// (with a dot or a port, or localhost) is already full.
+func FullName(ref string) string {
+	first, rest, found := strings.Cut(ref, "/")
+	switch {
+	case !found:
+		return "docker.io/library/" + ref
+	case strings.ContainsAny(first, ".:") || first == "localhost":
+		return ref
+	default:
+		return "docker.io/" + first + "/" + rest
+	}
 }
 
 // WriteArchive writes the OCI layout in dir as a tar file (an OCI archive,

@@ -192,7 +192,8 @@ func TestLayoutAndArchive(t *testing.T) {
 		t.Fatal(err)
 	}
 	want, _ := idx.Digest()
-	if len(man.Manifests) != 1 || man.Manifests[0].Digest != want || man.Manifests[0].Annotations[AnnotationRef] != "nodeflow:v0.1.0" {
+	if len(man.Manifests) != 1 || man.Manifests[0].Digest != want || man.Manifests[0].Annotations[AnnotationRef] != "nodeflow:v0.1.0" ||
+		man.Manifests[0].Annotations[AnnotationContainerdName] != "docker.io/library/nodeflow:v0.1.0" {
 		b, _ := json.Marshal(man)
 		t.Errorf("layout index %s, want the image index %s named nodeflow:v0.1.0", b, want)
 	}
@@ -245,5 +246,20 @@ func TestReproducibleFromSource(t *testing.T) {
 	}
 	if digests[0] != digests[1] {
 		t.Errorf("two builds of the same source: %s and %s", digests[0], digests[1])
+	}
+}
+
+func TestFullName(t *testing.T) {
+	for ref, want := range map[string]string{
+		"nodeflow:v1":                 "docker.io/library/nodeflow:v1",
+		"me/nodeflow:v1":              "docker.io/me/nodeflow:v1",
+		"registry.example:5000/nf:v1": "registry.example:5000/nf:v1",
+		"quay.io/me/nodeflow:v1":      "quay.io/me/nodeflow:v1",
+		"localhost/nodeflow:v1":       "localhost/nodeflow:v1",
+		"localhost:5000/nodeflow:v1":  "localhost:5000/nodeflow:v1",
+	} {
+		if got := FullName(ref); got != want {
+			t.Errorf("FullName(%q) = %q, want %q", ref, got, want)
+		}
 	}
 }
