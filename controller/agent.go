@@ -91,6 +91,9 @@ type Agent struct {
 	// heal asks the agent to check and repair its bridges and ports.
 	heal  chan struct{}
 	ready atomic.Bool
+	// waitingFor says what the agent waits for before it can be ready
+	// ("" when nothing), for /readyz.
+	waitingFor atomic.Value
 	// podBridgeRead is set once br0's flows were read and reconciled, so
 	// that the reconciler knows what is installed (namespaceIDsInUse).
 	podBridgeRead atomic.Bool
@@ -235,9 +238,17 @@ func (a *Agent) Run(ctx context.Context) error {
 // setupOVS creates the bridges and ports, moves the node's addresses to
 // breth0, and reads the MACs the flows need.
 func (a *Agent) setupOVS(ctx context.Context) error {
-	db, err := ovsdb.Dial(ctx, a.cfg.DBSocket(), ovsdb.Options{Logger: a.log})
+	db, err := dialOVSDB(ctx, a.cfg.DBSocket(), a.log, func(err error) {
+		// Waiting is alive: the liveness probe must not restart it.
+		a.lastLoop.Store(time.Now().UnixNano())
+		if err == nil {
+			a.waitingFor.Store("")
+		} else {
+			a.waitingFor.Store("waiting for Open vSwitch at " + a.cfg.DBSocket() + ": " + err.Error())
+		}
+	})
 	if err != nil {
-		return fmt.Errorf("controller: ovsdb %s: %w", a.cfg.DBSocket(), err)
+		return fmt.Errorf("controller: %w", err)
 	}
 	a.db = db
 	if l, err := netlink.LinkByName(a.cfg.Uplink); err == nil {
@@ -538,7 +549,11 @@ func (a *Agent) serveHealth(ctx context.Context) {
 	})
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if !a.ready.Load() {
-			http.Error(w, "bridges not reconciled yet", http.StatusServiceUnavailable)
+			why := "bridges not reconciled yet"
+			if msg, _ := a.waitingFor.Load().(string); msg != "" {
+				why = msg
+			}
+			http.Error(w, why, http.StatusServiceUnavailable)
 			return
 		}
 		fmt.Fprintln(w, "ok")
