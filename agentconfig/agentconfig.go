@@ -64,6 +64,7 @@ type AgentConfiguration struct {
 	EgressFirewall     *bool    `json:"egressFirewall,omitempty"`     // --egress-firewall
 	ResolvConf         *string  `json:"resolvConf,omitempty"`         // --resolv-conf
 	HostCheckInterval  *string  `json:"hostCheckInterval,omitempty"`  // --host-check-interval, a Go duration
+	ProcSysNet         *string  `json:"procSysNet,omitempty"`         // --proc-sys-net
 }
 
 // Setting is one flag the file sets.
@@ -220,5 +221,6 @@ func (c *AgentConfiguration) Settings() []Setting {
 	boolean("egress-firewall", "egressFirewall", c.EgressFirewall)
 	str("resolv-conf", "resolvConf", c.ResolvConf)
 	str("host-check-interval", "hostCheckInterval", c.HostCheckInterval)
+	str("proc-sys-net", "procSysNet", c.ProcSysNet)
 	return out
 }

@@ -167,6 +167,8 @@ func RestoreL3Config(log logrus.FieldLogger, dev string, c L3Config) (L3Config, 
 		na := &netlink.Addr{IPNet: a.IPNet}
 		if a.IP.To4() == nil {
 			na.Flags = unix.IFA_F_NODAD
+		} else if na.Broadcast = a.Broadcast; na.Broadcast == nil {
+			na.Broadcast = net.IPv4zero // as it was: none (netlink would make one up)
 		}
 		if err := netlink.AddrReplace(link, na); err != nil {
 			return c, fmt.Errorf("hostnet: restore %s on %s: %w", a.IPNet, dev, err)
@@ -364,7 +366,7 @@ func EnsureHost(p HostPlan) (int, error) {
 			// br0 cannot answer neighbour solicitations: the host answers
 			// the pods' for the router (proxy NDP) and knows the router's
 			// MAC itself.
-			if err := os.WriteFile(filepath.Join("/proc/sys/net/ipv6/conf", p.Mgmt, "proxy_ndp"), []byte("1"), 0o644); err != nil {
+			if err := os.WriteFile(filepath.Join(ProcSysNet, "ipv6/conf", p.Mgmt, "proxy_ndp"), []byte("1"), 0o644); err != nil {
 				return changes, fmt.Errorf("hostnet: host: %s proxy_ndp: %w", p.Mgmt, err)
 			}
 			n, err := ensureNeigh(mp, router, nil, true)
@@ -475,6 +477,13 @@ func QuietUplink(uplink string) error {
 	return nil
 }
 
+// ProcSysNet is where the agent sees the host's /proc/sys/net (its
+// --proc-sys-net): a container without privileges has /proc/sys read-only
+// and mounts the host's /proc/sys/net elsewhere, writable. What the files
+// show follows the network namespace of whoever reads them, so the mount
+// shows the node's own sysctls to an agent on the host's network.
+var ProcSysNet = "/proc/sys/net"
+
 // QuietSysctls are the uplink's sysctls QuietUplink sets, by name, with
 // the values it sets.
 var QuietSysctls = map[string]string{"arp_ignore": "1", "arp_announce": "2", "disable_ipv6": "1"}
@@ -486,7 +495,7 @@ func UplinkSysctlPath(uplink, name string) string {
 	if name == "disable_ipv6" {
 		family = "ipv6"
 	}
-	return filepath.Join("/proc/sys/net", family, "conf", uplink, name)
+	return filepath.Join(ProcSysNet, family, "conf", uplink, name)
 }
 
 // UplinkStateFile is the file, in the CNI data directory, where the agent

@@ -23,6 +23,7 @@ import (
 	"nodeflow/feature/services"
 	"nodeflow/feature/unidle"
 	"nodeflow/flows/reconcile"
+	"nodeflow/hostnet"
 	"nodeflow/openflow"
 )
 
@@ -66,6 +67,8 @@ func agentCommand() *cli.Command {
 			&cli.BoolFlag{Name: "egress-firewall", Value: true, EnvVars: []string{"NODEFLOW_EGRESS_FIREWALL"},
 				Usage: "enforce EgressFirewall (k8s.ovn.org/v1) and EgressNetworkPolicy (network.openshift.io/v1) on br0"},
 			&cli.StringFlag{Name: "resolv-conf", Value: "/etc/resolv.conf", EnvVars: []string{"NODEFLOW_RESOLV_CONF"}, Usage: "resolver configuration `FILE` whose nameservers the egress firewall asks for dnsNames"},
+			&cli.StringFlag{Name: "proc-sys-net", Value: hostnet.ProcSysNet, EnvVars: []string{"NODEFLOW_PROC_SYS_NET"},
+				Usage: "`DIR` where the host's /proc/sys/net is mounted writable (a container without privileges has /proc/sys read-only)"},
 			&cli.DurationFlag{Name: "host-check-interval", Value: 30 * time.Second, EnvVars: []string{"NODEFLOW_HOST_CHECK_INTERVAL"}, Usage: "how often the host side is re-checked"},
 		},
 		Action: runAgent,
@@ -108,6 +111,7 @@ func runAgent(c *cli.Context) error {
 	if err := applyConfigFile(c); err != nil {
 		return fmt.Errorf("agent: %w", err)
 	}
+	hostnet.ProcSysNet = c.String("proc-sys-net")
 	cfg := controller.Config{
 		Kubeconfig: c.String("kubeconfig"), NodeName: c.String("node-name"), Version: version, OVSRundir: c.String("ovs-rundir"),
 		PodBridge: c.String("pod-bridge"), GatewayBridge: c.String("gateway-bridge"), Uplink: c.String("uplink"),

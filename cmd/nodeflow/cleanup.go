@@ -13,6 +13,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"nodeflow/cleanup"
+	"nodeflow/hostnet"
 )
 
 func init() {
@@ -25,7 +26,7 @@ func init() {
 var cleanupFlags = map[string]bool{
 	"config": true, "ovs-rundir": true, "pod-bridge": true, "gateway-bridge": true, "uplink": true,
 	"masquerade-subnet-v4": true, "masquerade-subnet-v6": true, "health-addr": true, "socket": true,
-	"cni-conf-dir": true, "cni-data-dir": true,
+	"cni-conf-dir": true, "cni-data-dir": true, "proc-sys-net": true,
 }
 
 // cleanupCommand is `nodeflow cleanup`: take off the node everything the
@@ -81,6 +82,7 @@ func runCleanup(c *cli.Context) error {
 	if err := applyConfigFile(c); err != nil {
 		return fmt.Errorf("cleanup: %w", err)
 	}
+	hostnet.ProcSysNet = c.String("proc-sys-net")
 	socket, dataDir := cleanup.AgentDefaults(c.String("ovs-rundir"), c.String("socket"), c.String("cni-conf-dir"), c.String("cni-data-dir"))
 	o := cleanup.Options{
 		OVSRundir: c.String("ovs-rundir"), PodBridge: c.String("pod-bridge"), GatewayBridge: c.String("gateway-bridge"),

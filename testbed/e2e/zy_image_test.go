@@ -183,10 +183,7 @@ func daemonSetRun(t *testing.T, ds *appsv1.DaemonSet, c corev1.Container, cm *co
 			t.Fatalf("the DaemonSet's volume %s is of a kind this test does not map", v.Name)
 		}
 	}
-	var args []string
-	if sc := c.SecurityContext; sc != nil && sc.Privileged != nil && *sc.Privileged {
-		args = append(args, "--privileged")
-	}
+	args := securityArgs(c.SecurityContext)
 	for _, vm := range c.VolumeMounts {
 		src, ok := sources[vm.Name]
 		if !ok {
@@ -217,12 +214,44 @@ func daemonSetRun(t *testing.T, ds *appsv1.DaemonSet, c corev1.Container, cm *co
 	return args
 }
 
+// securityArgs are podman's equivalents of a container's security
+// context: the user, privileges, capabilities, no privilege escalation and
+// a read-only root.
+func securityArgs(sc *corev1.SecurityContext) []string {
+	if sc == nil {
+		return nil
+	}
+	var args []string
+	if sc.RunAsUser != nil {
+		args = append(args, "--user", strconv.FormatInt(*sc.RunAsUser, 10))
+	}
+	if sc.Privileged != nil && *sc.Privileged {
+		args = append(args, "--privileged")
+	}
+	if sc.AllowPrivilegeEscalation != nil && !*sc.AllowPrivilegeEscalation {
+		args = append(args, "--security-opt", "no-new-privileges")
+	}
+	if sc.ReadOnlyRootFilesystem != nil && *sc.ReadOnlyRootFilesystem {
+		args = append(args, "--read-only")
+	}
+	if caps := sc.Capabilities; caps != nil {
+		for _, c := range caps.Drop {
+			args = append(args, "--cap-drop", string(c))
+		}
+		for _, c := range caps.Add {
+			args = append(args, "--cap-add", string(c))
+		}
+	}
+	return args
+}
+
 // TestImageAgent runs the agent from nodeflow's image, as the DaemonSet
 // of deploy/agent.yaml runs it, in place of one node's agent: podman
 // loads the image built as `make image` builds it; the init container's
-// command installs the CNI plugin; the agent container runs privileged in
+// command installs the CNI plugin; the agent container runs in
 // the node's network namespace (the node's host network) with the
-// DaemonSet's mounts, environment and arguments, its configuration from
+// DaemonSet's mounts, environment, arguments and security context (not
+// privileged: NET_ADMIN alone, a read-only root), its configuration from
 // the manifest's ConfigMap, and in-cluster credentials: a token of its
 // ServiceAccount where the kubelet mounts it, and the API server's
 // address from the ConfigMap's apiServerHost and apiServerPort, as a
@@ -237,7 +266,7 @@ func TestImageAgent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	image := "localhost/nodeflow:" + version
+	image := ociimage.FullName("nodeflow:" + version)
 	if !strings.Contains(out, image) {
 		t.Fatalf("podman load: no %s in\n%s", image, out)
 	}
@@ -284,6 +313,9 @@ func TestImageAgent(t *testing.T) {
 		"/opt/cni/bin":         cniBin,
 		"/var/lib/cni":         t.TempDir(),
 		"/etc/resolv.conf":     filepath.Join(e.state.Dir, "resolv.conf"),
+		// What it shows follows the reader's network namespace: the node's
+		// own, in the container.
+		"/proc/sys/net": "/proc/sys/net",
 	}
 
 	t.Run("install-cni", func(t *testing.T) {
@@ -307,6 +339,12 @@ func TestImageAgent(t *testing.T) {
 	ags.stop(m.Name)
 	t.Cleanup(func() { ags.ensure(m.Name) })
 
+	// A sysctl the agent sets, put back as the kernel has it: the agent
+	// in its container must write it through the mounted /proc/sys/net.
+	const arpIgnore = "net.ipv4.conf.eth0.arp_ignore"
+	if out, err := exec.Command("ip", "netns", "exec", m.Netns, "sysctl", "-w", arpIgnore+"=0").CombinedOutput(); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
 	c := ds.Spec.Template.Spec.Containers[0]
 	args := append([]string{"run", "--rm", "--name", "nodeflow-agent-" + m.Name, "--network", "ns:/run/netns/" + m.Netns}, ulimits()...)
 	args = append(args, daemonSetRun(t, ds, c, cm, hostPaths, configDir, m.Name)...)
@@ -346,6 +384,9 @@ func TestImageAgent(t *testing.T) {
 		return nil
 	})
 	traffic.settle(t, "the agent in its container")
+	if out, err := exec.Command("ip", "netns", "exec", m.Netns, "sysctl", "-n", arpIgnore).CombinedOutput(); err != nil || strings.TrimSpace(string(out)) != "1" {
+		t.Errorf("%s after the agent in its container started: %s (%v), want 1", arpIgnore, out, err)
+	}
 	checkMetrics(t, m)
 	// A Service created while the container runs works through it.
 	web2 := createService(t, e, ns, &corev1.Service{
