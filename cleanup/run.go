@@ -120,6 +120,6 @@ func Run(ctx context.Context, o Options, log logrus.FieldLogger) (Plan, error) {
 	if err := Apply(ctx, p, db, log); err != nil {
 		return p, err
 	}
-	log.WithField("changes", len(p.Steps)).Info("done: nodeflow is off this node")
+	log.WithField("steps", len(p.Steps)).Info("done: nodeflow is off this node")
 	return p, nil
 }

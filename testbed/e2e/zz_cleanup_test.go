@@ -73,6 +73,15 @@ func TestZZCleanup(t *testing.T) {
 		t.Logf("no agent ran on %s: started one (pid %d)", node, cmd.Process.Pid)
 	}
 	eventually(t, 60*time.Second, "agent on "+node+" ready", func(ctx context.Context) error { return agentReady(ctx, m) })
+	// Pods on the node, which must go before nodeflow does.
+	ns := createNamespace(t, e, "e2e-cleanup")
+	placed := false
+	for _, p := range deployPods(t, e, ns, "cleanup", 2) {
+		placed = placed || p.node == node
+	}
+	if !placed {
+		t.Fatalf("no pod of %s/cleanup on %s", ns, node)
+	}
 	out, err := cleanup()
 	if err == nil || !strings.Contains(out, "an agent is running on this node") {
 		t.Fatalf("cleanup beside a running agent: %v\n%s", err, out)
