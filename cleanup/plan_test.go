@@ -318,24 +318,6 @@ func TestUplinkAddr(t *testing.T) {
 	}
 }
 
-func TestAgentDefaults(t *testing.T) {
-	for _, c := range []struct {
-		rundir, socket, conf, data string
-		wantSocket, wantData       string
-	}{
-		{"/var/run/openvswitch", "", "", "", "/run/nodeflow/nodeflow.sock", "/var/lib/cni/networks"},
-		{"/run/openvswitch", "", "/etc/cni/net.d", "", "/run/nodeflow/nodeflow.sock", "/var/lib/cni/networks"},
-		{"/tmp/ovs", "", "/tmp/node/net.d", "", "/tmp/ovs/nodeflow.sock", "/tmp/node/ipam"},
-		{"/tmp/ovs", "none", "/tmp/node/net.d", "/data", "", "/data"},
-		{"/tmp/ovs", "/x.sock", "", "", "/x.sock", "/var/lib/cni/networks"},
-	} {
-		s, d := AgentDefaults(c.rundir, c.socket, c.conf, c.data)
-		if s != c.wantSocket || d != c.wantData {
-			t.Errorf("AgentDefaults(%q, %q, %q, %q) = %q, %q; want %q, %q", c.rundir, c.socket, c.conf, c.data, s, d, c.wantSocket, c.wantData)
-		}
-	}
-}
-
 // The agent's record, written once, is what cleanup reads back (on lo,
 // whose sysctls anyone can read).
 func TestUplinkRecord(t *testing.T) {

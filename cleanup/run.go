@@ -6,51 +6,14 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/sirupsen/logrus"
-
-	"nodeflow/cni"
-	"nodeflow/flows/reconcile"
 )
 
 // ErrAgentRunning is wrapped by Run's error when an agent answers on the
 // node and Options.Force is not set.
 var ErrAgentRunning = errors.New("an agent is running on this node")
-
-// DefaultRundirs are the OVS run directories of a packaged Open vSwitch;
-// with any other the agent's introspection socket is in the run directory.
-var DefaultRundirs = []string{"/var/run/openvswitch", "/run/openvswitch"}
-
-// AgentDefaults fills in the settings the agent derives when they are not
-// given, as `nodeflow agent` does: the introspection socket (socket; "none"
-// means none, "" the default for ovsRundir) and the CNI data directory
-// (dataDir; "" is cni.DefaultDataDir, or ipam/ beside a confDir outside
-// /etc/cni).
-func AgentDefaults(ovsRundir, socket, confDir, dataDir string) (string, string) {
-	switch socket {
-	case "none":
-		socket = ""
-	case "":
-		socket = reconcile.DefaultSocket
-		isDefault := false
-		for _, d := range DefaultRundirs {
-			isDefault = isDefault || ovsRundir == d
-		}
-		if !isDefault {
-			socket = filepath.Join(ovsRundir, "nodeflow.sock")
-		}
-	}
-	if dataDir == "" {
-		dataDir = cni.DefaultDataDir
-		if confDir != "" && !strings.HasPrefix(confDir, "/etc/cni") {
-			dataDir = filepath.Join(filepath.Dir(confDir), "ipam")
-		}
-	}
-	return socket, dataDir
-}
 
 // AgentRunning says what of a running agent answers on the node: its
 // introspection socket or its health address; "" when neither does.

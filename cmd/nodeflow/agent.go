@@ -118,21 +118,7 @@ func runAgent(c *cli.Context) error {
 		DatapathType: datapathType(c.String("datapath-type")), MTU: c.Int("mtu"), HealthAddr: c.String("health-addr"),
 		IntrospectSocket: c.String("socket"), CNIConfDir: c.String("cni-conf-dir"), CNIDataDir: c.String("cni-data-dir"), HostCheckInterval: c.Duration("host-check-interval"),
 	}
-	switch cfg.IntrospectSocket {
-	case "none":
-		cfg.IntrospectSocket = ""
-	case "":
-		cfg.IntrospectSocket = reconcile.DefaultSocket
-		if cfg.OVSRundir != "/var/run/openvswitch" && cfg.OVSRundir != "/run/openvswitch" {
-			cfg.IntrospectSocket = filepath.Join(cfg.OVSRundir, "nodeflow.sock")
-		}
-	}
-	if cfg.CNIDataDir == "" {
-		cfg.CNIDataDir = cni.DefaultDataDir
-		if cfg.CNIConfDir != "" && !strings.HasPrefix(cfg.CNIConfDir, "/etc/cni") {
-			cfg.CNIDataDir = filepath.Join(filepath.Dir(cfg.CNIConfDir), "ipam")
-		}
-	}
+	cfg.IntrospectSocket, cfg.CNIDataDir = agentPaths(cfg.OVSRundir, cfg.IntrospectSocket, cfg.CNIConfDir, cfg.CNIDataDir)
 	if cfg.NodeName == "" {
 		h, err := os.Hostname()
 		if err != nil {
@@ -218,4 +204,28 @@ func applyConfigFile(c *cli.Context) error {
 		}
 	}
 	return nil
+}
+
+// agentPaths derives what the agent's flags leave to it, for the agent and
+// for cleanup alike: the introspection socket (socket; "none" means none,
+// "" the default, or nodeflow.sock in a run directory that is not a
+// packaged Open vSwitch's) and the CNI data directory (dataDir; ""
+// is cni.DefaultDataDir, or ipam/ beside a confDir outside /etc/cni).
+func agentPaths(ovsRundir, socket, confDir, dataDir string) (string, string) {
+	switch socket {
+	case "none":
+		socket = ""
+	case "":
+		socket = reconcile.DefaultSocket
+		if ovsRundir != "/var/run/openvswitch" && ovsRundir != "/run/openvswitch" {
+			socket = filepath.Join(ovsRundir, "nodeflow.sock")
+		}
+	}
+	if dataDir == "" {
+		dataDir = cni.DefaultDataDir
+		if confDir != "" && !strings.HasPrefix(confDir, "/etc/cni") {
+			dataDir = filepath.Join(filepath.Dir(confDir), "ipam")
+		}
+	}
+	return socket, dataDir
 }

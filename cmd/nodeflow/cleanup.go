@@ -83,7 +83,7 @@ func runCleanup(c *cli.Context) error {
 		return fmt.Errorf("cleanup: %w", err)
 	}
 	hostnet.ProcSysNet = c.String("proc-sys-net")
-	socket, dataDir := cleanup.AgentDefaults(c.String("ovs-rundir"), c.String("socket"), c.String("cni-conf-dir"), c.String("cni-data-dir"))
+	socket, dataDir := agentPaths(c.String("ovs-rundir"), c.String("socket"), c.String("cni-conf-dir"), c.String("cni-data-dir"))
 	o := cleanup.Options{
 		OVSRundir: c.String("ovs-rundir"), PodBridge: c.String("pod-bridge"), GatewayBridge: c.String("gateway-bridge"),
 		Uplink: c.String("uplink"), CNIConfDir: c.String("cni-conf-dir"), CNIDataDir: dataDir, CNIBin: c.String("cni-bin"),

@@ -62,3 +62,21 @@ func TestCleanupConfigFile(t *testing.T) {
 		}
 	}
 }
+
+func TestAgentPaths(t *testing.T) {
+	for _, c := range []struct {
+		rundir, socket, conf, data string
+		wantSocket, wantData       string
+	}{
+		{"/var/run/openvswitch", "", "", "", "/run/nodeflow/nodeflow.sock", "/var/lib/cni/networks"},
+		{"/run/openvswitch", "", "/etc/cni/net.d", "", "/run/nodeflow/nodeflow.sock", "/var/lib/cni/networks"},
+		{"/tmp/ovs", "", "/tmp/node/net.d", "", "/tmp/ovs/nodeflow.sock", "/tmp/node/ipam"},
+		{"/tmp/ovs", "none", "/tmp/node/net.d", "/data", "", "/data"},
+		{"/tmp/ovs", "/x.sock", "", "", "/x.sock", "/var/lib/cni/networks"},
+	} {
+		s, d := agentPaths(c.rundir, c.socket, c.conf, c.data)
+		if s != c.wantSocket || d != c.wantData {
+			t.Errorf("agentPaths(%q, %q, %q, %q) = %q, %q; want %q, %q", c.rundir, c.socket, c.conf, c.data, s, d, c.wantSocket, c.wantData)
+		}
+	}
+}
