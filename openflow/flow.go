@@ -154,8 +154,10 @@ func canonicalMatch(m Match) string {
 	if len(m.Fields) == 0 {
 		return ""
 	}
-	var buf []byte
-	spans := make([][2]int, 0, len(m.Fields)+2)
+	// Room on the stack for the usual match: one allocation, the string.
+	var bufSpace [256]byte
+	var spanSpace [16][2]int
+	buf, spans := bufSpace[:0], spanSpace[:0]
 	var split [4]Field
 	for _, f := range m.Fields {
 		for _, g := range splitRegs(f, split[:0]) {
@@ -169,11 +171,12 @@ func canonicalMatch(m Match) string {
 	if len(spans) > 1 {
 		slices.SortFunc(spans, func(a, b [2]int) int { return bytes.Compare(buf[a[0]:a[1]], buf[b[0]:b[1]]) })
 	}
-	out := make([]byte, 0, len(buf))
+	var out strings.Builder
+	out.Grow(len(buf))
 	for _, sp := range spans {
-		out = append(out, buf[sp[0]:sp[1]]...)
+		out.Write(buf[sp[0]:sp[1]])
 	}
-	return string(out)
+	return out.String()
 }
 
 // splitRegs appends f to out, or, for an xreg or xxreg field, the 32-bit

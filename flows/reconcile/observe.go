@@ -165,16 +165,35 @@ func (s *Store) observe(obs *Observed, fresh bool) (unwanted int) {
 	return unwanted
 }
 
+// compareWireFirst turns on the wire fingerprints' comparison; off, every
+// observed flow is compared as text (the previous design, for
+// BenchmarkAuditCompare).
+var compareWireFirst = true
+
 // observeFlowLocked records that the switch holds f under k, and queues
 // the slot when that is not what is desired. It stores sl. s.mu is held.
 func (s *Store) observeFlowLocked(k openflow.FlowKey, sl *flowSlot, f *openflow.Flow) {
+	var wire uint64
+	if sl.desired != nil && compareWireFirst {
+		// The cheap comparison first: the same encoding is the same flow.
+		var want uint64
+		want, s.scratch = sl.desired.wireFP(s.scratch)
+		wire, s.scratch = wireFingerprint(f, f.Cookie, s.scratch)
+		if wire != 0 && wire == want {
+			s.wireMatches++
+			sl.installed = sl.desired
+			s.flows[k] = *sl
+			return
+		}
+	}
 	sum := fingerprint(f, f.Cookie)
+	s.textCompares++
 	if sl.desired != nil && sl.desired.fp() == sum {
 		sl.installed = sl.desired
 		s.flows[k] = *sl
 		return
 	}
-	sl.installed = &flowEntry{key: k, flow: f, owner: s.byHash[f.Cookie&uint64(plan.OwnerMask)], sum: sum}
+	sl.installed = &flowEntry{key: k, flow: f, owner: s.byHash[f.Cookie&uint64(plan.OwnerMask)], sum: sum, wire: wire}
 	s.markFlow(k, sl)
 }
 

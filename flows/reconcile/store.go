@@ -50,6 +50,21 @@ type Store struct {
 	// backedOff holds the owners failOwner has backed off, for
 	// nextRetry: the few that failed, not every owner.
 	backedOff map[*owner]struct{}
+	// scratch is the wire fingerprints' encoding buffer; wireMatches and
+	// textCompares count the observed flows that the wire fingerprint
+	// settled and those that took the text one (Fingerprints).
+	scratch                   []byte
+	wireMatches, textCompares uint64
+}
+
+// Fingerprints returns how many observed flows were found equal to the
+// desired ones by their encoding alone (wire), and how many needed the
+// comparison of their text (text: different, or encoded otherwise by Open
+// vSwitch), since the store was made.
+func (s *Store) Fingerprints() (wire, text uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.wireMatches, s.textCompares
 }
 
 // owner is one owner's desired state and bookkeeping.
@@ -76,6 +91,22 @@ type flowEntry struct {
 	// sum is the fingerprint, computed when first needed (0 until then):
 	// a flow that only ever gets added never needs it.
 	sum uint64
+	// wire is the wire fingerprint (wireFingerprint), computed when first
+	// needed: an audit compares it first.
+	wire uint64
+}
+
+// wireFP returns the entry's wire fingerprint; buf is scratch space. s.mu
+// must be held.
+func (e *flowEntry) wireFP(buf []byte) (uint64, []byte) {
+	if e.wire == 0 {
+		cookie := uint64(0)
+		if e.owner != nil {
+			cookie = e.owner.cookie
+		}
+		e.wire, buf = wireFingerprint(e.flow, cookie, buf)
+	}
+	return e.wire, buf
 }
 
 // fp returns the entry's fingerprint. s.mu must be held.

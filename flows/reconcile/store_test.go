@@ -3,6 +3,7 @@ package reconcile
 import (
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -589,4 +590,14 @@ func randomState(r *rand.Rand, owner string) State {
 		st.Flows = append(st.Flows, dstFlow(uint8(k%3), 100, k, act))
 	}
 	return st
+}
+
+func TestFNV64a(t *testing.T) {
+	for _, b := range [][]byte{nil, []byte("a"), []byte("nodeflow pipeline=2")} {
+		h := fnv.New64a()
+		h.Write(b)
+		if got, want := fnv64a(b), h.Sum64(); got != want {
+			t.Errorf("fnv64a(%q) = %x, want %x", b, got, want)
+		}
+	}
 }

@@ -55,6 +55,8 @@ type rig struct {
 	stats map[plan.Bridge]map[string]uint64
 	// stops stops the reconcilers.
 	stops []func()
+	// stores are the sample's desired state, by bridge.
+	stores map[plan.Bridge]*reconcile.Store
 }
 
 func quietLogger() logrus.FieldLogger {
@@ -73,7 +75,7 @@ func newRig(t *testing.T) *rig {
 		t.Fatal(err)
 	}
 	sb := ovstest.New(t, ovs.Options{Dummy: true})
-	r := &rig{t: t, sb: sb, cfg: cfg, ifaces: map[string]*iface{}}
+	r := &rig{t: t, sb: sb, cfg: cfg, ifaces: map[string]*iface{}, stores: map[plan.Bridge]*reconcile.Store{}}
 	dir := t.TempDir()
 	pcap := func(name string) string { return filepath.Join(dir, name+"-0.pcap") }
 	bridge := func(name string, extra ...string) []string {
@@ -128,6 +130,7 @@ func newRig(t *testing.T) *rig {
 		if b == plan.Gateway {
 			name = gatewayBridge
 		}
+		r.stores[b] = d.Store(b)
 		r.reconcile(name, d.Store(b))
 	}
 	return r
