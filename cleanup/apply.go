@@ -14,6 +14,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"nodeflow/cni"
 	"nodeflow/hostnet"
 	"nodeflow/ovsdb"
 )
@@ -51,6 +52,11 @@ func apply(ctx context.Context, s Step, db *ovsdb.Client, log logrus.FieldLogger
 			return fmt.Errorf("cleanup: %s: %w", s, err)
 		}
 		log.WithFields(logrus.Fields{"interface": s.Link, "sysctl": s.Sysctl, "from": s.From, "to": s.To}).Info("restored the uplink's sysctl")
+	case SetTxChecksum:
+		if err := cni.SetTxChecksum("", s.Link, s.To == "on"); err != nil {
+			return fmt.Errorf("cleanup: %s: %w", s, err)
+		}
+		log.WithFields(logrus.Fields{"interface": s.Link, "from": s.From, "to": s.To}).Info("restored the uplink's TX checksum offload")
 	case AddAddress:
 		link, err := netlink.LinkByName(s.Link)
 		if err != nil {

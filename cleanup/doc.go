@@ -5,8 +5,9 @@
 //
 // It works in three parts. Inspect reads what is on the node (Facts): the
 // bridges in OVSDB and their external_ids, the node's addresses and routes
-// on the gateway bridge and on the uplink, the uplink's sysctls and the
-// record the agent kept of them (hostnet.UplinkStateFile), nodeflow's
+// on the gateway bridge and on the uplink, the uplink's sysctls and TX
+// checksum offload and the record the agent kept of them
+// (hostnet.UplinkStateFile), nodeflow's
 // nftables tables, the CNI configuration file, the introspection socket,
 // the CNI plugin's IPAM store and binary. Make turns Options and Facts into
 // a Plan (pure: no I/O), an ordered list of Steps and the notes of what is
@@ -17,7 +18,9 @@
 //  1. nodeflow's CNI configuration file goes first, so that no new pod is
 //     wired to a bridge about to go;
 //  2. the uplink's sysctls get their recorded values back (disable_ipv6
-//     first, so that its IPv6 addresses can come back);
+//     first, so that its IPv6 addresses can come back), and so does its
+//     TX checksum offload; without a recorded value the offload is left as
+//     it is, with a warning when it is off;
 //  3. the node's addresses and routes are copied from the gateway bridge
 //     back to the uplink, less nodeflow's masquerade addresses and its own
 //     routes;
@@ -28,7 +31,7 @@
 //     uplink's promiscuous mode goes off if Open vSwitch left it on;
 //  5. nodeflow's nftables tables, the introspection socket, the IPAM store
 //     and the CNI plugin (when no pod holds an address any more, or with
-//     Purge), and last the record of the sysctls.
+//     Purge), and last the record of the uplink.
 //
 // Running it again, or on a node where the agent never ran, finds nothing
 // to do. Run refuses to start while an agent answers on the node, unless

@@ -169,8 +169,8 @@ func promisc(dev string) (bool, error) {
 	return l.Attrs().RawFlags&unix.IFF_PROMISC != 0, nil
 }
 
-// inspectSysctls reads the agent's record of the uplink's sysctls and
-// their current values.
+// inspectSysctls reads the agent's record of the uplink's sysctls and TX
+// checksum offload, and their current values.
 func inspectSysctls(o Options, f *Facts) error {
 	f.SysctlLink = o.Uplink
 	if path := hostnet.UplinkStatePath(o.CNIDataDir); path != "" {
@@ -200,6 +200,9 @@ func inspectSysctls(o Options, f *Facts) error {
 			continue
 		}
 		f.Sysctls[name] = strings.TrimSpace(string(b))
+	}
+	if on, err := cni.TxChecksum("", f.SysctlLink); err == nil {
+		f.TxChecksum = &on
 	}
 	return nil
 }

@@ -134,8 +134,11 @@ type Facts struct {
 	// Sysctls are its current values of hostnet.QuietSysctls' names; a
 	// name is missing when it could not be read.
 	Sysctls map[string]string
-	// StateFile is the agent's record of the uplink's sysctls, State its
-	// content; "" and nil when there is none.
+	// TxChecksum is whether its TX checksum offload is on now; nil when it
+	// could not be read.
+	TxChecksum *bool
+	// StateFile is the agent's record of the uplink's sysctls and TX
+	// checksum offload, State its content; "" and nil when there is none.
 	StateFile string
 	State     *hostnet.UplinkState
 	// NFTables are the families ("ip", "ip6") that hold nodeflow's table.
@@ -160,6 +163,7 @@ type Kind string
 const (
 	RemoveCNIConf   Kind = "remove CNI configuration"
 	SetSysctl       Kind = "restore sysctl"
+	SetTxChecksum   Kind = "restore TX checksum offload"
 	AddAddress      Kind = "give address back"
 	AddRoute        Kind = "give route back"
 	DeleteBridge    Kind = "delete bridge"
@@ -176,10 +180,11 @@ type Step struct {
 	Kind Kind
 	// Path is the file or directory of the Remove kinds.
 	Path string
-	// Link is the interface of SetSysctl, AddAddress, AddRoute and
-	// PromiscOff.
+	// Link is the interface of SetSysctl, SetTxChecksum, AddAddress,
+	// AddRoute and PromiscOff.
 	Link string
-	// Sysctl, From and To: SetSysctl's name and values.
+	// Sysctl, From and To: SetSysctl's name and values. From and To are
+	// SetTxChecksum's states too: "on" or "off".
 	Sysctl, From, To string
 	// Addr is AddAddress's address.
 	Addr netlink.Addr
@@ -196,6 +201,8 @@ func (s Step) String() string {
 	switch s.Kind {
 	case SetSysctl:
 		return fmt.Sprintf("%s %s of %s: %s -> %s", s.Kind, s.Sysctl, s.Link, s.From, s.To)
+	case SetTxChecksum:
+		return fmt.Sprintf("%s of %s: %s -> %s", s.Kind, s.Link, s.From, s.To)
 	case AddAddress:
 		return fmt.Sprintf("%s %s to %s", s.Kind, s.Addr.IPNet, s.Link)
 	case AddRoute:
@@ -274,17 +281,27 @@ func Make(o Options, f Facts) Plan {
 		}
 	}
 
-	// 2. The uplink's sysctls, unless the uplink stays in a bridge.
-	ipv6 := true
+	// 2. The uplink's sysctls and TX checksum offload, unless the uplink
+	// stays in a bridge.
+	ipv6, txKept := true, false
 	if gatewayKept {
 		if f.State != nil {
-			note("the uplink stays in bridge %s: its sysctls and %s are left", o.GatewayBridge, f.StateFile)
+			note("the uplink stays in bridge %s: its sysctls and TX checksum offload, and %s, are left", o.GatewayBridge, f.StateFile)
 		}
 	} else {
 		steps, v6, notes := sysctlSteps(f)
 		p.Steps = append(p.Steps, steps...)
 		p.Notes = append(p.Notes, notes...)
 		ipv6 = v6
+		// nodeflow was on the node: the uplink was, or may still be, in
+		// its gateway bridge.
+		wasHere := f.State != nil || gatewayGoes
+		for name, v := range hostnet.QuietSysctls {
+			wasHere = wasHere || f.Sysctls[name] == v
+		}
+		steps, notes, txKept = txChecksumSteps(f, wasHere)
+		p.Steps = append(p.Steps, steps...)
+		p.Notes = append(p.Notes, notes...)
 	}
 
 	// 3. The node's addresses and routes, back from the gateway bridge.
@@ -331,7 +348,7 @@ func Make(o Options, f Facts) Plan {
 			note("CNI plugin %s left: pods on this node still need it to be torn down (or --purge)", o.CNIBin)
 		}
 	}
-	if f.State != nil && !gatewayKept && len(f.Sysctls) == len(hostnet.QuietSysctls) {
+	if f.State != nil && !gatewayKept && len(f.Sysctls) == len(hostnet.QuietSysctls) && !txKept {
 		p.Steps = append(p.Steps, Step{Kind: RemoveStateFile, Path: f.StateFile})
 	}
 	return p
@@ -381,6 +398,40 @@ func sysctlSteps(f Facts) (steps []Step, ipv6 bool, notes []string) {
 			f.SysctlLink, hostnet.UplinkStateFile, strings.Join(defaulted, ", ")))
 	}
 	return steps, ipv6, notes
+}
+
+// txChecksumSteps gives the uplink the TX checksum offload the agent
+// recorded before it turned it off. Without a recorded value (no record, or
+// one from an agent that did not record it) the offload is left as it is:
+// its original value is unknown, and when it is off and nodeflow was on
+// the node (wasHere) the note says so. keep is set when the recorded value
+// could not be given back, so that the record stays for another run.
+func txChecksumSteps(f Facts, wasHere bool) (steps []Step, notes []string, keep bool) {
+	var want *bool
+	if f.State != nil {
+		want = f.State.TxChecksum
+	}
+	switch {
+	case want == nil:
+		if f.TxChecksum != nil && !*f.TxChecksum && wasHere {
+			notes = append(notes, fmt.Sprintf("no record of the original TX checksum offload of %s (%s): it is off, as nodeflow's userspace datapath "+
+				"sets it, and is left off; its original value is unknown (`ethtool -K %s tx on` turns it on)",
+				f.SysctlLink, hostnet.UplinkStateFile, f.SysctlLink))
+		}
+	case f.TxChecksum == nil:
+		notes = append(notes, fmt.Sprintf("cannot read the TX checksum offload of %s: not restored (recorded: %s); %s left", f.SysctlLink, onOff(*want), f.StateFile))
+		keep = true
+	case *f.TxChecksum != *want:
+		steps = append(steps, Step{Kind: SetTxChecksum, Link: f.SysctlLink, From: onOff(*f.TxChecksum), To: onOff(*want)})
+	}
+	return steps, notes, keep
+}
+
+func onOff(on bool) string {
+	if on {
+		return "on"
+	}
+	return "off"
 }
 
 // l3Steps gives the uplink the node's addresses and routes that are on the

@@ -1,6 +1,9 @@
 package cleanup
 
 import (
+	"bytes"
+	"encoding/json"
+	"maps"
 	"net"
 	"net/netip"
 	"os"
@@ -9,9 +12,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sirupsen/logrus"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"nodeflow/cni"
 	"nodeflow/hostnet"
 )
 
@@ -65,15 +70,19 @@ func agentNode() Facts {
 		UplinkPromisc: true,
 		SysctlLink:    "eth0",
 		Sysctls:       quiet,
+		TxChecksum:    ptr(false),
 		StateFile:     "/var/lib/cni/networks/" + hostnet.UplinkStateFile,
-		State:         &hostnet.UplinkState{Uplink: "eth0", Sysctls: map[string]string{"arp_ignore": "0", "arp_announce": "1", "disable_ipv6": "0"}},
-		NFTables:      []string{"ip", "ip6"},
-		CNIConf:       []ConfFile{{Path: "/etc/cni/net.d/10-nodeflow.conf", Ours: true}},
-		Socket:        "/run/nodeflow/nodeflow.sock",
-		IPAM:          &IPAMStore{Dir: "/var/lib/cni/networks/nodeflow"},
-		CNIBin:        true,
+		State: &hostnet.UplinkState{Uplink: "eth0", Sysctls: map[string]string{"arp_ignore": "0", "arp_announce": "1", "disable_ipv6": "0"},
+			TxChecksum: ptr(true)},
+		NFTables: []string{"ip", "ip6"},
+		CNIConf:  []ConfFile{{Path: "/etc/cni/net.d/10-nodeflow.conf", Ours: true}},
+		Socket:   "/run/nodeflow/nodeflow.sock",
+		IPAM:     &IPAMStore{Dir: "/var/lib/cni/networks/nodeflow"},
+		CNIBin:   true,
 	}
 }
+
+func ptr[T any](v T) *T { return &v }
 
 func stepStrings(p Plan) []string {
 	var out []string
@@ -90,6 +99,7 @@ func TestPlanAgentNode(t *testing.T) {
 		"restore sysctl disable_ipv6 of eth0: 1 -> 0",
 		"restore sysctl arp_ignore of eth0: 1 -> 0",
 		"restore sysctl arp_announce of eth0: 2 -> 1",
+		"restore TX checksum offload of eth0: off -> on",
 		"give address back 172.30.0.11/24 to eth0",
 		"give address back fd00:172:30::11/64 to eth0",
 		"give route back default via 172.30.0.1 to eth0",
@@ -133,9 +143,10 @@ func TestPlanPartlyDone(t *testing.T) {
 	f := agentNode()
 	f.Uplink = &hostnet.L3Config{Addrs: []netlink.Addr{addr("172.30.0.11/24")}, Routes: []netlink.Route{route("", "172.30.0.1")}}
 	f.Sysctls = map[string]string{"arp_ignore": "0", "arp_announce": "1", "disable_ipv6": "0"}
+	f.TxChecksum = ptr(true)
 	got := stepStrings(Make(testOptions, f))
 	for _, s := range got {
-		if strings.Contains(s, "172.30.0.11/24") || strings.Contains(s, "via 172.30.0.1 ") || strings.HasPrefix(s, "restore sysctl") {
+		if strings.Contains(s, "172.30.0.11/24") || strings.Contains(s, "via 172.30.0.1 ") || strings.HasPrefix(s, "restore ") {
 			t.Errorf("step %q: already done", s)
 		}
 	}
@@ -172,6 +183,84 @@ func TestPlanSysctlsWithoutRecord(t *testing.T) {
 	}
 }
 
+// The TX checksum offload gets its recorded value back; without one it is
+// left as it is, with a note when nodeflow was on the node and it is off.
+func TestPlanTxChecksum(t *testing.T) {
+	record := "remove uplink record /var/lib/cni/networks/" + hostnet.UplinkStateFile
+	for _, c := range []struct {
+		name     string
+		recorded *bool // nil: a record without it (an older agent's)
+		noRecord bool
+		now      *bool // nil: cannot be read
+		clean    bool  // nodeflow gone: no bridge, sysctls not nodeflow's
+		step     string
+		note     string
+		record   bool // the record is removed
+	}{
+		{name: "recorded on, now off", recorded: ptr(true), now: ptr(false), step: "restore TX checksum offload of eth0: off -> on", record: true},
+		{name: "recorded off, now on", recorded: ptr(false), now: ptr(true), step: "restore TX checksum offload of eth0: on -> off", record: true},
+		{name: "recorded off, now off", recorded: ptr(false), now: ptr(false), record: true},
+		{name: "recorded on, now on", recorded: ptr(true), now: ptr(true), record: true},
+		{name: "recorded, unreadable", recorded: ptr(true), now: nil, note: "cannot read the TX checksum offload of eth0: not restored (recorded: on)"},
+		{name: "older record, now off", now: ptr(false), note: "its original value is unknown", record: true},
+		{name: "older record, now on", now: ptr(true), record: true},
+		{name: "no record, now off", noRecord: true, now: ptr(false), note: "no record of the original TX checksum offload of eth0"},
+		{name: "no record, now on", noRecord: true, now: ptr(true)},
+		{name: "no record, unreadable", noRecord: true, now: nil},
+		{name: "clean node, now off", noRecord: true, now: ptr(false), clean: true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := agentNode()
+			f.State.TxChecksum, f.TxChecksum = c.recorded, c.now
+			if c.noRecord {
+				f.State, f.StateFile = nil, ""
+			}
+			if c.clean {
+				f.Bridges, f.Gateway, f.UplinkPromisc = nil, nil, false
+				f.Sysctls = maps.Clone(KernelDefaults)
+			}
+			p := Make(testOptions, f)
+			got := stepStrings(p)
+			var tx []string
+			for _, s := range got {
+				if strings.Contains(s, "TX checksum") {
+					tx = append(tx, s)
+				}
+			}
+			if want := []string{c.step}; (c.step == "" && len(tx) > 0) || (c.step != "" && !slices.Equal(tx, want)) {
+				t.Errorf("TX checksum steps %q, want %q", tx, c.step)
+			}
+			if c.step != "" {
+				// With the sysctls, before the addresses and the bridges.
+				i := slices.Index(got, c.step)
+				if i < 1 || !strings.HasPrefix(got[i-1], "restore sysctl") || !strings.HasPrefix(got[i+1], "give address back") {
+					t.Errorf("steps %q: the TX checksum offload not right after the sysctls", got)
+				}
+			}
+			var txNotes []string
+			for _, n := range p.Notes {
+				if strings.Contains(n, "TX checksum") {
+					txNotes = append(txNotes, n)
+				}
+			}
+			if c.note == "" && len(txNotes) > 0 || c.note != "" && (len(txNotes) != 1 || !strings.Contains(txNotes[0], c.note)) {
+				t.Errorf("TX checksum notes %q, want %q", txNotes, c.note)
+			}
+			if removed := slices.Contains(got, record); removed != c.record {
+				t.Errorf("record removed: %v, want %v (steps %q)", removed, c.record, got)
+			}
+		})
+	}
+}
+
+// The step applies as it prints (dry run).
+func TestTxChecksumStepString(t *testing.T) {
+	s := Step{Kind: SetTxChecksum, Link: "eth0", From: "off", To: "on"}
+	if got, want := s.String(), "restore TX checksum offload of eth0: off -> on"; got != want {
+		t.Errorf("String() = %q, want %q", got, want)
+	}
+}
+
 // A recorded disable_ipv6=1: the uplink had no IPv6, and gets none back.
 func TestPlanIPv6DisabledBefore(t *testing.T) {
 	f := agentNode()
@@ -197,7 +286,7 @@ func TestPlanBridgeOwners(t *testing.T) {
 	p := Make(testOptions, f)
 	got := stepStrings(p)
 	for _, s := range got {
-		if strings.Contains(s, "breth0") || strings.Contains(s, "brold") || strings.HasPrefix(s, "give ") || strings.HasPrefix(s, "restore sysctl") || strings.HasPrefix(s, "turn") ||
+		if strings.Contains(s, "breth0") || strings.Contains(s, "brold") || strings.HasPrefix(s, "give ") || strings.HasPrefix(s, "restore ") || strings.HasPrefix(s, "turn") ||
 			strings.HasPrefix(s, "remove uplink record") {
 			t.Errorf("step %q with an operator's gateway bridge", s)
 		}
@@ -205,7 +294,7 @@ func TestPlanBridgeOwners(t *testing.T) {
 	if !slices.Contains(got, "delete bridge br0") {
 		t.Errorf("steps %q: br0 (the CNI plugin's) not deleted", got)
 	}
-	for _, want := range []string{"bridge breth0 was not created by nodeflow", "brold was created by nodeflow", "sysctls and"} {
+	for _, want := range []string{"bridge breth0 was not created by nodeflow", "brold was created by nodeflow", "sysctls and TX checksum offload"} {
 		if !slices.ContainsFunc(p.Notes, func(n string) bool { return strings.Contains(n, want) }) {
 			t.Errorf("notes %q lack %q", p.Notes, want)
 		}
@@ -326,7 +415,7 @@ func TestUplinkRecord(t *testing.T) {
 	}
 	dir := t.TempDir()
 	path := hostnet.UplinkStatePath(dir)
-	wrote, err := hostnet.RecordUplinkSysctls(path, "lo")
+	wrote, err := hostnet.RecordUplinkSysctls(logrus.New(), path, "lo")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -334,12 +423,12 @@ func TestUplinkRecord(t *testing.T) {
 	if err := inspectSysctls(Options{Uplink: "eth9", CNIDataDir: dir}, &f); err != nil {
 		t.Fatal(err)
 	}
-	quiet := true
+	quiet := f.TxChecksum == nil || !*f.TxChecksum
 	for name, v := range hostnet.QuietSysctls {
 		quiet = quiet && f.Sysctls[name] == v
 	}
 	if wrote == quiet {
-		t.Fatalf("recorded %v with lo's sysctls %v (nodeflow's values: %v)", wrote, f.Sysctls, quiet)
+		t.Fatalf("recorded %v with lo's sysctls %v and TX checksum offload %v (nodeflow's values: %v)", wrote, f.Sysctls, f.TxChecksum, quiet)
 	}
 	if !wrote {
 		t.Skip("lo holds nodeflow's values: nothing recorded")
@@ -352,11 +441,18 @@ func TestUplinkRecord(t *testing.T) {
 			t.Errorf("%s: recorded %q, now %q", name, v, f.Sysctls[name])
 		}
 	}
+	if on, err := cni.TxChecksum("", "lo"); err != nil {
+		if f.State.TxChecksum != nil || f.TxChecksum != nil {
+			t.Errorf("lo's TX checksum offload unreadable (%v), but recorded %v, read %v", err, f.State.TxChecksum, f.TxChecksum)
+		}
+	} else if f.State.TxChecksum == nil || *f.State.TxChecksum != on || f.TxChecksum == nil || *f.TxChecksum != on {
+		t.Errorf("lo's TX checksum offload is %v: recorded %v, read %v", on, f.State.TxChecksum, f.TxChecksum)
+	}
 	// A second agent start records nothing: the file holds the originals.
 	if err := os.WriteFile(path, []byte(`{"uplink":"lo","sysctls":{"arp_ignore":"7"}}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if wrote, err := hostnet.RecordUplinkSysctls(path, "lo"); wrote || err != nil {
+	if wrote, err := hostnet.RecordUplinkSysctls(logrus.New(), path, "lo"); wrote || err != nil {
 		t.Errorf("second record: wrote %v, %v", wrote, err)
 	}
 	if b, _ := os.ReadFile(path); !strings.Contains(string(b), `"7"`) {
@@ -365,4 +461,91 @@ func TestUplinkRecord(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, hostnet.UplinkStateFile+".tmp")); err == nil {
 		t.Error("temporary file left")
 	}
+}
+
+// fakeSysctls points hostnet.ProcSysNet at a directory holding the uplink
+// sysctls of link with the values vals, for the test's duration.
+func fakeSysctls(t *testing.T, link string, vals map[string]string) {
+	t.Helper()
+	saved := hostnet.ProcSysNet
+	hostnet.ProcSysNet = t.TempDir()
+	t.Cleanup(func() { hostnet.ProcSysNet = saved })
+	for name, v := range vals {
+		path := hostnet.UplinkSysctlPath(link, name)
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(v+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// The TX checksum offload is among nodeflow's values when it is off (or
+// cannot be read): sysctls at nodeflow's values with the offload on are
+// somebody else's, and are recorded; an offload that cannot be read is left
+// out of the record, with a warning, and the sysctls are recorded.
+func TestRecordUplinkTxChecksum(t *testing.T) {
+	const missing = "nfnone0" // no such interface: its offload cannot be read
+	if _, err := cni.TxChecksum("", missing); err == nil {
+		t.Skipf("an interface %s exists", missing)
+	}
+	read := func(t *testing.T, path string) hostnet.UplinkState {
+		t.Helper()
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var st hostnet.UplinkState
+		if err := json.Unmarshal(b, &st); err != nil {
+			t.Fatalf("%s: %v", b, err)
+		}
+		return st
+	}
+
+	t.Run("quiet sysctls, offload on", func(t *testing.T) {
+		on, err := cni.TxChecksum("", "lo")
+		if err != nil || !on {
+			t.Skipf("lo's TX checksum offload: %v, %v; want on", on, err)
+		}
+		fakeSysctls(t, "lo", hostnet.QuietSysctls)
+		path := hostnet.UplinkStatePath(t.TempDir())
+		wrote, err := hostnet.RecordUplinkSysctls(logrus.New(), path, "lo")
+		if err != nil || !wrote {
+			t.Fatalf("wrote %v, %v; want the record written", wrote, err)
+		}
+		if st := read(t, path); st.TxChecksum == nil || !*st.TxChecksum || !maps.Equal(st.Sysctls, hostnet.QuietSysctls) {
+			t.Errorf("record %+v, want nodeflow's sysctls and the offload on", st)
+		}
+	})
+	t.Run("quiet sysctls, offload unreadable", func(t *testing.T) {
+		fakeSysctls(t, missing, hostnet.QuietSysctls)
+		path := hostnet.UplinkStatePath(t.TempDir())
+		if wrote, err := hostnet.RecordUplinkSysctls(logrus.New(), path, missing); wrote || err != nil {
+			t.Errorf("wrote %v, %v; want nothing: all values may be nodeflow's", wrote, err)
+		}
+		if _, err := os.Stat(path); err == nil {
+			t.Error("record written")
+		}
+	})
+	t.Run("other sysctls, offload unreadable", func(t *testing.T) {
+		fakeSysctls(t, missing, KernelDefaults)
+		path := hostnet.UplinkStatePath(t.TempDir())
+		var logs bytes.Buffer
+		log := logrus.New()
+		log.SetOutput(&logs)
+		wrote, err := hostnet.RecordUplinkSysctls(log, path, missing)
+		if err != nil || !wrote {
+			t.Fatalf("wrote %v, %v; want the record written", wrote, err)
+		}
+		if st := read(t, path); st.TxChecksum != nil || !maps.Equal(st.Sysctls, KernelDefaults) {
+			t.Errorf("record %+v, want the sysctls and no offload", st)
+		}
+		if b, _ := os.ReadFile(path); strings.Contains(string(b), "txChecksum") {
+			t.Errorf("record %s holds txChecksum", b)
+		}
+		if !strings.Contains(logs.String(), "TX checksum offload") || !strings.Contains(logs.String(), "level=warning") {
+			t.Errorf("log %q: no warning about the offload", logs.String())
+		}
+	})
 }

@@ -256,6 +256,16 @@ func (a *Agent) setupOVS(ctx context.Context) error {
 	} else {
 		return fmt.Errorf("controller: uplink %s: %w", a.cfg.Uplink, err)
 	}
+	if a.cfg.DatapathType == "netdev" {
+		// The uplink's sysctls and TX checksum offload as they were before
+		// nodeflow, for `nodeflow cleanup`: before ensureBridges turns the
+		// offload off.
+		if wrote, err := hostnet.RecordUplinkSysctls(a.log, hostnet.UplinkStatePath(a.cfg.CNIDataDir), a.cfg.Uplink); err != nil {
+			a.log.WithError(err).Warn("cannot record the uplink's sysctls and TX checksum offload; nodeflow cleanup will restore the sysctls' kernel defaults and leave the offload as it is")
+		} else if wrote {
+			a.log.WithField("file", hostnet.UplinkStatePath(a.cfg.CNIDataDir)).Info("recorded the uplink's sysctls")
+		}
+	}
 	ports, err := a.ensureBridges(ctx)
 	if err != nil {
 		return err
@@ -279,12 +289,6 @@ func (a *Agent) setupOVS(ctx context.Context) error {
 		hostMAC = a.uplinkMAC
 	}
 	if a.cfg.DatapathType == "netdev" {
-		// The uplink's sysctls as they were before nodeflow, for `nodeflow cleanup`.
-		if wrote, err := hostnet.RecordUplinkSysctls(hostnet.UplinkStatePath(a.cfg.CNIDataDir), a.cfg.Uplink); err != nil {
-			a.log.WithError(err).Warn("cannot record the uplink's sysctls; nodeflow cleanup will restore the kernel's defaults")
-		} else if wrote {
-			a.log.WithField("file", hostnet.UplinkStatePath(a.cfg.CNIDataDir)).Info("recorded the uplink's sysctls")
-		}
 		if err := hostnet.QuietUplink(a.cfg.Uplink); err != nil {
 			return err
 		}

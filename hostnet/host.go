@@ -17,6 +17,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"nodeflow/cni"
 	"nodeflow/conntrack"
 	"nodeflow/flows/node"
 )
@@ -499,8 +500,8 @@ func UplinkSysctlPath(uplink, name string) string {
 }
 
 // UplinkStateFile is the file, in the CNI data directory, where the agent
-// records the uplink's sysctls before QuietUplink first changes them, so
-// that `nodeflow cleanup` can put them back.
+// records the uplink's sysctls and its TX checksum offload before it first
+// changes them, so that `nodeflow cleanup` can put them back.
 const UplinkStateFile = "nodeflow-uplink-sysctls.json"
 
 // UplinkStatePath is UplinkStateFile in the CNI data directory dataDir; ""
@@ -519,17 +520,28 @@ type UplinkState struct {
 	// Sysctls holds the values of QuietSysctls' names before nodeflow
 	// changed them.
 	Sysctls map[string]string `json:"sysctls"`
+	// TxChecksum is whether the uplink's TX checksum offload was on before
+	// nodeflow turned it off (the userspace datapath needs it off); nil
+	// when it could not be read, or in a record of an agent from before
+	// it was recorded: then its original value is unknown.
+	TxChecksum *bool `json:"txChecksum,omitempty"`
 	// Recorded is when the agent recorded them.
 	Recorded time.Time `json:"recorded"`
 }
 
 // RecordUplinkSysctls records the uplink's current values of QuietSysctls
-// in the file at path, and reports whether it wrote it. It writes nothing
-// when path is "", when the file exists (a restarted agent would record
-// nodeflow's own values), or when every value already is the one
-// QuietUplink sets (an agent from before the file existed changed them:
-// the original values are not known).
-func RecordUplinkSysctls(path, uplink string) (bool, error) {
+// and its TX checksum offload in the file at path, and reports whether it
+// wrote it. The agent calls it before it first changes any of them. It
+// writes nothing when path is "", when the file exists (a restarted agent
+// would record nodeflow's own values), or when every value already is
+// nodeflow's: each sysctl the one QuietUplink sets, and the TX checksum
+// offload off or unreadable (an agent from before the file existed changed
+// them: the original values are not known). An offload that is on is not
+// nodeflow's doing, so the values are recorded then even when the sysctls
+// hold nodeflow's: they are somebody else's too. An offload that cannot be
+// read is logged on log and left out of the record (TxChecksum nil): the
+// sysctls are recorded all the same.
+func RecordUplinkSysctls(log logrus.FieldLogger, path, uplink string) (bool, error) {
 	if path == "" {
 		return false, nil
 	}
@@ -548,8 +560,16 @@ func RecordUplinkSysctls(path, uplink string) (bool, error) {
 		st.Sysctls[name] = strings.TrimSpace(string(b))
 		quiet = quiet && st.Sysctls[name] == value
 	}
+	on, txErr := cni.TxChecksum("", uplink)
+	if txErr == nil {
+		st.TxChecksum = &on
+		quiet = quiet && !on
+	}
 	if quiet {
 		return false, nil
+	}
+	if txErr != nil {
+		log.WithError(txErr).WithField("interface", uplink).Warn("cannot read the uplink's TX checksum offload: not recorded; nodeflow cleanup will leave it as it finds it")
 	}
 	b, err := json.MarshalIndent(st, "", "  ")
 	if err != nil {

@@ -19,6 +19,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"nodeflow/cni"
 	"nodeflow/testbed/nsutil"
 )
 
@@ -44,6 +45,9 @@ type NodeSnapshot struct {
 	NFTables string `json:"nftables"`
 	// Sysctls are the uplink's arp_ignore, arp_announce and disable_ipv6.
 	Sysctls map[string]string `json:"sysctls"`
+	// TxChecksum is the uplink's TX checksum offload: "on" or "off" (as
+	// `ethtool -k` shows tx-checksumming).
+	TxChecksum string `json:"txChecksum"`
 	// Bridges are OVS's bridges (`ovs-vsctl list-br`).
 	Bridges []string `json:"bridges"`
 	// CNIConf lists the CNI configuration directory.
@@ -82,8 +86,8 @@ func TakeNodeSnapshot(netns, ovsRundir, confDir, uplink string) (*NodeSnapshot, 
 	return s, nil
 }
 
-// readNetlink reads the links, addresses, routes, neighbours and the
-// uplink's sysctls of the calling thread's namespace.
+// readNetlink reads the links, addresses, routes, neighbours, the uplink's
+// sysctls and its TX checksum offload of the calling thread's namespace.
 func (s *NodeSnapshot) readNetlink(uplink string) error {
 	links, err := netlink.LinkList()
 	if err != nil {
@@ -142,6 +146,14 @@ func (s *NodeSnapshot) readNetlink(uplink string) error {
 			return err
 		}
 		s.Sysctls[p] = strings.TrimSpace(string(b))
+	}
+	on, err := cni.TxChecksum("", uplink)
+	if err != nil {
+		return err
+	}
+	s.TxChecksum = "off"
+	if on {
+		s.TxChecksum = "on"
 	}
 	for _, l := range [][]string{s.Links, s.Addresses, s.Routes, s.Neighbours} {
 		slices.Sort(l)
@@ -271,6 +283,7 @@ func (s *NodeSnapshot) Diff(other *NodeSnapshot) []string {
 		sysB = append(sysB, k+"="+other.Sysctls[k])
 	}
 	lines("sysctl", sysA, sysB)
+	lines("tx checksum offload", []string{s.TxChecksum}, []string{other.TxChecksum})
 	lines("ovs bridge", s.Bridges, other.Bridges)
 	lines("cni conf", s.CNIConf, other.CNIConf)
 	return out
