@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"time"
 
+	"nodeflow/memlimit"
+
 	"github.com/sirupsen/logrus"
 	"github.com/urfave/cli/v2"
 
@@ -146,6 +148,11 @@ func runAgent(c *cli.Context) error {
 	}
 	if cfg.Masquerade, err = conntrack.NewPlan(v4, v6); err != nil {
 		return fmt.Errorf("agent: %w", err)
+	}
+	if n, what := memlimit.Apply(); n > 0 {
+		logrus.WithField("bytes", n).Info(what)
+	} else {
+		logrus.Debug(what)
 	}
 	a, err := controller.New(cfg, logrus.StandardLogger())
 	if err != nil {

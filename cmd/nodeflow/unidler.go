@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"time"
 
+	"nodeflow/memlimit"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -60,6 +62,9 @@ func runUnidler(c *cli.Context) error {
 		return fmt.Errorf("unidler: %w", err)
 	}
 	log := logrus.WithField("component", "unidler")
+	if n, what := memlimit.Apply(); n > 0 {
+		log.WithField("bytes", n).Info(what)
+	}
 	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
