@@ -135,6 +135,9 @@ func TestZZCleanup(t *testing.T) {
 			t.Errorf("recorded %s=%s, but it was %s before the agent started", name, v, want)
 		}
 	}
+	if st.TxChecksum == nil || map[bool]string{true: "on", false: "off"}[*st.TxChecksum] != before.TxChecksum {
+		t.Errorf("recorded TX checksum offload %v, but it was %s before the agent started", st.TxChecksum, before.TxChecksum)
+	}
 
 	out, err = cleanup()
 	t.Logf("nodeflow cleanup:\n%s", out)
