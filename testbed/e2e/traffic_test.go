@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/netip"
 	"strconv"
 	"sync"
@@ -34,8 +35,10 @@ type serviceTraffic struct {
 	mu    sync.Mutex
 	ok    map[string]int
 	fails map[string][]string
-	// dials counts the keep-alive connections' dials by name.
-	dials map[string]*atomic.Int64
+	// dials counts the keep-alive connections' dials by name; redials
+	// holds when each dial after the first happened, and why.
+	dials   map[string]*atomic.Int64
+	redials []string
 }
 
 // serviceUnderTraffic deploys web pods on both nodes and a client pod on
@@ -108,8 +111,13 @@ func startServiceTraffic(t *testing.T, clients []netPod, vips []netip.Addr) *ser
 			name := fmt.Sprintf("%s keep-alive %s", c.node, vip)
 			dials := &atomic.Int64{}
 			s.dials[name] = dials
+			var lastErr atomic.Value
 			tr := &http.Transport{MaxConnsPerHost: 1, IdleConnTimeout: time.Hour, DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-				dials.Add(1)
+				if dials.Add(1) > 1 {
+					s.mu.Lock()
+					s.redials = append(s.redials, fmt.Sprintf("%s: %s dialled again (last error %v)", time.Now().Format("15:04:05.000"), name, lastErr.Load()))
+					s.mu.Unlock()
+				}
 				return nsutil.Dial(ctx, c.netns, network, addr, 3*time.Second)
 			}}
 			t.Cleanup(tr.CloseIdleConnections)
@@ -120,8 +128,14 @@ func startServiceTraffic(t *testing.T, clients []netPod, vips []netip.Addr) *ser
 				if err != nil {
 					return err
 				}
-				resp, err := hc.Do(req)
+				trace := &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) {
+					if !i.Reused && dials.Load() > 1 {
+						lastErr.Store(fmt.Sprintf("a new connection for the request at %s", time.Now().Format("15:04:05.000")))
+					}
+				}}
+				resp, err := hc.Do(req.WithContext(httptrace.WithClientTrace(ctx, trace)))
 				if err != nil {
+					lastErr.Store(err.Error())
 					return err
 				}
 				defer resp.Body.Close()
@@ -185,6 +199,9 @@ func (s *serviceTraffic) finish(t *testing.T, what string) {
 		if n := d.Load(); n != 1 {
 			t.Errorf("%s: %s: the connection was dialled %d times (cut and made again)", what, name, n)
 		}
+	}
+	for _, r := range s.redials {
+		t.Log(r)
 	}
 	t.Logf("%s: %d requests answered in %d streams, %d failed", what, total, len(s.ok), len(s.fails))
 }

@@ -276,6 +276,11 @@ func TestImageAgent(t *testing.T) {
 			len(ds.Spec.Template.Spec.InitContainers), len(ds.Spec.Template.Spec.Containers))
 	}
 	m, _ := e.state.Member("node1")
+	ags := newAgents(t, e)
+	// A test before may have left a node without its agent.
+	for _, n := range []string{"node1", "node2"} {
+		ags.ensure(n)
+	}
 
 	// What the ConfigMap holds, with the API server's address that an
 	// operator sets for a cluster without kube-proxy: here the API
@@ -335,7 +340,6 @@ func TestImageAgent(t *testing.T) {
 	ns := createNamespace(t, e, "e2e-image")
 	clients, vips := serviceUnderTraffic(t, e, ns)
 	traffic := startServiceTraffic(t, clients, vips)
-	ags := newAgents(t, e)
 	ags.stop(m.Name)
 	t.Cleanup(func() { ags.ensure(m.Name) })
 

@@ -130,6 +130,11 @@ func TestUpgradeZeroLoss(t *testing.T) {
 	requireAgent(t, e)
 	rel := lastRelease(t)
 	old := buildRelease(t, rel)
+	ags := newAgents(t, e)
+	// A test before may have left a node without its agent.
+	for _, n := range []string{"node1", "node2"} {
+		ags.ensure(n)
+	}
 	ns := createNamespace(t, e, "e2e-upgrade")
 	clients, vips := serviceUnderTraffic(t, e, ns)
 	var nodes []*testbed.Member
@@ -138,7 +143,6 @@ func TestUpgradeZeroLoss(t *testing.T) {
 			nodes = append(nodes, m)
 		}
 	}
-	ags := newAgents(t, e)
 	current := agentVersion(t, e.state.Nodeflow)
 	t.Cleanup(func() {
 		// Whatever happened, the nodes keep an agent of this build.
@@ -159,6 +163,7 @@ func TestUpgradeZeroLoss(t *testing.T) {
 	roll := func(to string, bin, version string, pipeline int) {
 		for _, m := range nodes {
 			start := time.Now()
+			t.Logf("%s: %s: stopping the agent at %s", m.Name, to, start.Format("15:04:05.000"))
 			ags.stop(m.Name)
 			startLastingAgentBinary(t, e, m, bin)
 			eventually(t, 60*time.Second, m.Name+" agent "+to+" ready", func(ctx context.Context) error {
@@ -171,7 +176,7 @@ func TestUpgradeZeroLoss(t *testing.T) {
 				}
 				return nil
 			})
-			t.Logf("%s: %s, ready with pipeline %d in %s", m.Name, to, pipeline, time.Since(start).Round(time.Millisecond))
+			t.Logf("%s: %s, ready with pipeline %d in %s (at %s)", m.Name, to, pipeline, time.Since(start).Round(time.Millisecond), time.Now().Format("15:04:05.000"))
 			traffic.settle(t, m.Name+" "+to)
 		}
 	}
