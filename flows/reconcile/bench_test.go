@@ -179,10 +179,15 @@ func BenchmarkIncrementalUpdate(b *testing.B) {
 	if n := countFlows(b, sb); n != 1000*per+1 {
 		b.Fatalf("%d flows installed, want %d", n, 1000*per+1)
 	}
-	var at100k []time.Duration
+	// At 100,000: this design and the previous one (every flow compared
+	// by its text), alternately, in the same run.
+	var at100k, text100k []time.Duration
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		at100k = append(at100k, update(500))
+		compareWireFirst = false
+		text100k = append(text100k, update(500))
+		compareWireFirst = true
 	}
 	b.StopTimer()
 
@@ -209,8 +214,15 @@ func BenchmarkIncrementalUpdate(b *testing.B) {
 	ref := median(ofctl)
 	m10, m100 := median(at10k), median(at100k)
 	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+	p99 := func(ds []time.Duration) time.Duration {
+		sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
+		return ds[len(ds)*99/100]
+	}
 	b.ReportMetric(ms(m10), "ms/update@10k")
 	b.ReportMetric(ms(m100), "ms/update@100k")
+	b.ReportMetric(ms(p99(at100k)), "ms-p99/update@100k")
+	b.ReportMetric(ms(median(text100k)), "ms/update-text@100k")
+	b.ReportMetric(ms(p99(text100k)), "ms-p99/update-text@100k")
 	b.ReportMetric(float64(m100)/float64(m10), "ratio-100k/10k")
 	b.ReportMetric(ms(ref), "ms/ovs-ofctl-bundle@100k")
 	b.ReportMetric(float64(m100)/float64(ref), "ratio-vs-ovs-ofctl")

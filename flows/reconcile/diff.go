@@ -278,7 +278,7 @@ func (s *Store) diff(opts DiffOptions) *Diff {
 		}
 		sl.dirty = false
 		c := flowChange{key: k, from: sl.installed, to: sl.desired}
-		step, kind := sl.step(func(d, i *flowEntry) bool { return d.fp() != i.fp() })
+		step, kind := sl.step(s.flowsDiffer)
 		if step == stepEmpty {
 			delete(s.flows, k)
 			continue
@@ -587,7 +587,7 @@ func (s *Store) commitFlow(c flowChange) {
 			return
 		}
 	case sl.desired != sl.installed:
-		if sl.desired == nil || sl.installed == nil || sl.desired.fp() != sl.installed.fp() {
+		if sl.desired == nil || sl.installed == nil || s.flowsDiffer(sl.desired, sl.installed) {
 			s.markFlow(c.key, &sl)
 			return
 		}

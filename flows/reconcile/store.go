@@ -96,6 +96,24 @@ type flowEntry struct {
 	wire uint64
 }
 
+// flowsDiffer reports whether the desired entry d and the installed
+// entry i are different flows: equal wire fingerprints say they are the
+// same, and otherwise the text fingerprints decide. s.mu must be held.
+func (s *Store) flowsDiffer(d, i *flowEntry) bool {
+	if d == i {
+		return false
+	}
+	if compareWireFirst {
+		var wd, wi uint64
+		wd, s.scratch = d.wireFP(s.scratch)
+		wi, s.scratch = i.wireFP(s.scratch)
+		if wd != 0 && wd == wi {
+			return false
+		}
+	}
+	return d.fp() != i.fp()
+}
+
 // wireFP returns the entry's wire fingerprint; buf is scratch space. s.mu
 // must be held.
 func (e *flowEntry) wireFP(buf []byte) (uint64, []byte) {
