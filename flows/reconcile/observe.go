@@ -262,7 +262,11 @@ func (s *Store) observeUpdates(us []openflow.FlowUpdate) monitorResult {
 			if u.Event == openflow.FlowUpdateRemoved && u.Reason == openflow.FlowRemovedReasonGroupDelete {
 				res.audit = true
 			}
-		case openflow.FlowUpdateResumed:
+		case openflow.FlowUpdatePaused, openflow.FlowUpdateResumed:
+			// Paused: the switch drops the updates from here on (a storm
+			// of changes, such as a del-flows of every flow), so read it
+			// whole at once rather than repair update by update first;
+			// resumed: read it again for what changed meanwhile.
 			res.audit = true
 		}
 	}
