@@ -121,7 +121,7 @@ func versionNote(t *testing.T, m *testbed.Member) reconcile.Note {
 // (docs/releases.md, built from its commit) one node at a time, as the
 // DaemonSet's rolling update does, and forward again to this build, under
 // continuous traffic through a dual-stack Service from pods on both nodes:
-// no request may fail and no established connection may be cut. When the
+// no request may fail (a kept-alive connection made again is logged). When the
 // release has another pipeline version, both directions cross it (the
 // version notes on br0 show each). Its file sorts after the other zy_
 // tests: the agents it leaves are this build's, started by the test.
