@@ -185,9 +185,9 @@ func BenchmarkIncrementalUpdate(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		at100k = append(at100k, update(500))
-		compareWireFirst = false
+		s.setTextOnly(true)
 		text100k = append(text100k, update(500))
-		compareWireFirst = true
+		s.setTextOnly(false)
 	}
 	b.StopTimer()
 
@@ -442,9 +442,7 @@ func BenchmarkAuditCompare(b *testing.B) {
 		name := map[bool]string{true: "wire", false: "text"}[wire]
 		b.Run(name, func(b *testing.B) {
 			s, obs := newStore()
-			old := compareWireFirst
-			compareWireFirst = wire
-			defer func() { compareWireFirst = old }()
+			s.setTextOnly(!wire)
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				s.observe(obs, false)

@@ -165,16 +165,11 @@ func (s *Store) observe(obs *Observed, fresh bool) (unwanted int) {
 	return unwanted
 }
 
-// compareWireFirst turns on the wire fingerprints' comparison; off, every
-// observed flow is compared as text (the previous design, for
-// BenchmarkAuditCompare).
-var compareWireFirst = true
-
 // observeFlowLocked records that the switch holds f under k, and queues
 // the slot when that is not what is desired. It stores sl. s.mu is held.
 func (s *Store) observeFlowLocked(k openflow.FlowKey, sl *flowSlot, f *openflow.Flow) {
 	var wire uint64
-	if sl.desired != nil && compareWireFirst {
+	if sl.desired != nil && !s.textOnly {
 		// The cheap comparison first: the same encoding is the same flow.
 		var want uint64
 		want, s.scratch = sl.desired.wireFP(s.scratch)

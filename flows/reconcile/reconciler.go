@@ -434,9 +434,14 @@ func (r *Reconciler) sync(ctx context.Context, c *ofconn.Conn, rep *SyncReport) 
 			return fmt.Errorf("reconcile: %s: read the switch: %w", r.opts.Bridge, err)
 		}
 		if rep.Kind == SyncStartup || r.gen.Load() == 0 {
-			gen := versionGeneration(obs).Next()
+			vf := versionFlow(obs)
+			var prevGen plan.Generation
+			if vf != nil {
+				prevGen = plan.Cookie(vf.Cookie).Generation()
+			}
+			gen := prevGen.Next()
 			r.gen.Store(uint32(gen))
-			if prev, ok := observedNote(obs); ok && prev.Pipeline != plan.PipelineVersion {
+			if prev, ok := noteOf(vf); ok && prev.Pipeline != plan.PipelineVersion {
 				r.log.WithFields(logrus.Fields{"from": prev.Pipeline, "to": plan.PipelineVersion, "fromAgent": prev.Agent}).
 					Info("pipeline upgrade: the bridge's flows are replaced in one bundle")
 			}
@@ -748,26 +753,23 @@ func ParseNote(text string) (n Note, ok bool) {
 	return n, n.Pipeline > 0
 }
 
-// observedNote returns the version note a dump holds, if any.
-func observedNote(obs *Observed) (Note, bool) {
-	for i := range obs.Flows {
-		f := &obs.Flows[i]
-		if f.Table == uint8(plan.VersionTable) && plan.Cookie(f.Cookie).Feature() == plan.FeatureMeta {
-			return ParseNote(VersionNote(f))
-		}
+// noteOf reads the version note flow f (nil: none).
+func noteOf(f *openflow.Flow) (Note, bool) {
+	if f == nil {
+		return Note{}, false
 	}
-	return Note{}, false
+	return ParseNote(VersionNote(f))
 }
 
-// versionGeneration returns the generation in a dump's version note, or 0.
-func versionGeneration(obs *Observed) plan.Generation {
+// versionFlow returns the version note flow of a dump, or nil.
+func versionFlow(obs *Observed) *openflow.Flow {
 	for i := range obs.Flows {
 		f := &obs.Flows[i]
 		if f.Table == uint8(plan.VersionTable) && plan.Cookie(f.Cookie).Feature() == plan.FeatureMeta {
-			return plan.Cookie(f.Cookie).Generation()
+			return f
 		}
 	}
-	return 0
+	return nil
 }
 
 // VersionNote decodes the text of a version note flow's note action, or

@@ -55,6 +55,17 @@ type Store struct {
 	// settled and those that took the text one (Fingerprints).
 	scratch                   []byte
 	wireMatches, textCompares uint64
+	// textOnly compares every flow by its text, as the previous design
+	// did (setTextOnly, for the benchmarks' comparison).
+	textOnly bool
+}
+
+// setTextOnly turns the wire fingerprints' comparison off (on) or back on
+// (off).
+func (s *Store) setTextOnly(on bool) {
+	s.mu.Lock()
+	s.textOnly = on
+	s.mu.Unlock()
 }
 
 // Fingerprints returns how many observed flows were found equal to the
@@ -103,7 +114,7 @@ func (s *Store) flowsDiffer(d, i *flowEntry) bool {
 	if d == i {
 		return false
 	}
-	if compareWireFirst {
+	if !s.textOnly {
 		var wd, wi uint64
 		wd, s.scratch = d.wireFP(s.scratch)
 		wi, s.scratch = i.wireFP(s.scratch)
