@@ -11,8 +11,6 @@ import (
 	"syscall"
 	"time"
 
-	"nodeflow/memlimit"
-
 	"github.com/sirupsen/logrus"
 	"github.com/urfave/cli/v2"
 
@@ -26,6 +24,7 @@ import (
 	"nodeflow/feature/unidle"
 	"nodeflow/flows/reconcile"
 	"nodeflow/hostnet"
+	"nodeflow/memlimit"
 	"nodeflow/openflow"
 )
 

@@ -12,8 +12,6 @@ import (
 	"syscall"
 	"time"
 
-	"nodeflow/memlimit"
-
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -21,6 +19,7 @@ import (
 	"github.com/urfave/cli/v2"
 	"k8s.io/apimachinery/pkg/util/uuid"
 
+	"nodeflow/memlimit"
 	"nodeflow/unidler"
 )
 

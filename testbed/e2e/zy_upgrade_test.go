@@ -3,6 +3,7 @@ package e2e
 import (
 	"bufio"
 	"context"
+	"encoding/hex"
 	"fmt"
 	"os"
 	"os/exec"
@@ -91,24 +92,21 @@ func buildRelease(t *testing.T, r release) string {
 	return bin
 }
 
+// noteRE finds the note action of a dump-flows line, in ofp-print's
+// dotted hex.
+var noteRE = regexp.MustCompile(`note:([0-9a-f.]+)`)
+
 // versionNote reads the version note of m's br0 with ovs-ofctl.
 func versionNote(t *testing.T, m *testbed.Member) reconcile.Note {
 	t.Helper()
-	cmd := exec.Command("ovs-ofctl", "-O", "OpenFlow15", "dump-flows", "br0", fmt.Sprintf("table=%d", plan.VersionTable))
-	cmd.Env = append(os.Environ(), "OVS_RUNDIR="+m.OVSRundir)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("dump-flows: %v\n%s", err, out)
-	}
-	hexNote := regexp.MustCompile(`note:([0-9a-f.]+)`).FindStringSubmatch(string(out))
+	out := ofctl(t, m, "dump-flows", "br0", fmt.Sprintf("table=%d", plan.VersionTable))
+	hexNote := noteRE.FindStringSubmatch(out)
 	if hexNote == nil {
 		t.Fatalf("%s: br0 has no version note:\n%s", m.Name, out)
 	}
-	var b []byte
-	for _, h := range strings.Split(hexNote[1], ".") {
-		var x byte
-		fmt.Sscanf(h, "%02x", &x)
-		b = append(b, x)
+	b, err := hex.DecodeString(strings.ReplaceAll(hexNote[1], ".", ""))
+	if err != nil {
+		t.Fatalf("%s: br0's version note %q: %v", m.Name, hexNote[1], err)
 	}
 	n, ok := reconcile.ParseNote(strings.TrimRight(string(b), "\x00"))
 	if !ok {
