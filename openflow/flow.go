@@ -149,14 +149,16 @@ func (k FlowKey) String() string {
 // OF1.3), and each is normalised as Match.AppendBinary does: an all-ones
 // mask becomes an exact match, value bits outside the mask are cleared and a
 // field with an all-zero mask is left out. The encoded fields are then
-// sorted. A field that does not encode is kept as its raw bytes.
+// sorted in the order AppendBinary writes them (Open vSwitch's), ties
+// (unknown fields) by their bytes, so that a match without xregs has the
+// same bytes as its encoding. A field that does not encode is kept as its raw bytes.
 func canonicalMatch(m Match) string {
 	if len(m.Fields) == 0 {
 		return ""
 	}
 	// Room on the stack for the usual match: one allocation, the string.
 	var bufSpace [256]byte
-	var spanSpace [16][2]int
+	var spanSpace [16][3]int // start, end, rank
 	buf, spans := bufSpace[:0], spanSpace[:0]
 	var split [4]Field
 	for _, f := range m.Fields {
@@ -164,12 +166,21 @@ func canonicalMatch(m Match) string {
 			start := len(buf)
 			buf = canonicalField(buf, g)
 			if len(buf) > start {
-				spans = append(spans, [2]int{start, len(buf)})
+				rank := 0xff
+				if info := mfOf(&g); info != nil {
+					rank = int(mfEncodeRank[info.id])
+				}
+				spans = append(spans, [3]int{start, len(buf), rank})
 			}
 		}
 	}
 	if len(spans) > 1 {
-		slices.SortFunc(spans, func(a, b [2]int) int { return bytes.Compare(buf[a[0]:a[1]], buf[b[0]:b[1]]) })
+		slices.SortFunc(spans, func(a, b [3]int) int {
+			if a[2] != b[2] {
+				return a[2] - b[2]
+			}
+			return bytes.Compare(buf[a[0]:a[1]], buf[b[0]:b[1]])
+		})
 	}
 	var out strings.Builder
 	out.Grow(len(buf))

@@ -429,7 +429,7 @@ func BenchmarkAuditCompare(b *testing.B) {
 		// What a dump gives: the desired flows with their cookies.
 		for _, o := range s.owners {
 			for _, e := range o.flows {
-				f := *e.flow
+				f := *e.value()
 				f.Cookie = o.cookie | 1
 				obs.Flows = append(obs.Flows, f)
 			}

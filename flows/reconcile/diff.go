@@ -315,19 +315,19 @@ func (s *Store) diff(opts DiffOptions) *Diff {
 			}
 		}
 		if c.to != nil {
-			visitInstructions(c.to.flow.Instructions, func(id uint32) {
+			c.to.visitRefs(func(id uint32) {
 				link(id)
 				if gs := s.groups[id]; gs == nil || gs.desired == nil {
-					block(u, fmt.Errorf("flow%s: uses group %d, which no owner wants", c.to.flow.String(), id))
+					block(u, fmt.Errorf("flow%s: uses group %d, which no owner wants", c.to.String(), id))
 				}
 			}, func(id uint32) {
 				if ms := s.meters[id]; ms == nil || ms.desired == nil {
-					block(u, fmt.Errorf("flow%s: uses meter %d, which no owner wants", c.to.flow.String(), id))
+					block(u, fmt.Errorf("flow%s: uses meter %d, which no owner wants", c.to.String(), id))
 				}
 			})
 		}
 		if c.from != nil {
-			visitInstructions(c.from.flow.Instructions, link, func(uint32) {})
+			c.from.visitRefs(link, func(uint32) {})
 		}
 		if c.kind == Delete {
 			u.flowDeletes = append(u.flowDeletes, c)

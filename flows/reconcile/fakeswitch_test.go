@@ -99,6 +99,16 @@ func (sw *fakeSwitch) checkRefs(ins []openflow.Instruction, acts []openflow.Acti
 }
 
 func (sw *fakeSwitch) apply(m openflow.Message, failOn int) error {
+	if pm, ok := m.(*openflow.PackedFlowMod); ok {
+		// What a switch gets: the bytes, decoded.
+		b, err := openflow.Marshal(openflow.Version15, 1, pm)
+		if err != nil {
+			return err
+		}
+		if _, m, err = openflow.Unmarshal(b); err != nil {
+			return err
+		}
+	}
 	switch m := m.(type) {
 	case *openflow.FlowMod:
 		f := openflow.Flow{Table: m.Table, Priority: m.Priority, Cookie: m.Cookie, Match: m.Match,

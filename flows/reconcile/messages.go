@@ -34,12 +34,11 @@ func batchMessages(b *Batch, v openflow.Version, gen plan.Generation) (msgs []op
 		}
 	}
 	for i, c := range b.flowDeletes {
-		msgs = append(msgs, c.from.flow.DeleteStrictMod())
+		msgs = append(msgs, c.from.deleteMod())
 		srcs = append(srcs, src{1, int32(i)})
 	}
 	for i, c := range b.flowUpdates {
-		f := stamped(c.to.flow, c.to.owner.cookie|uint64(gen))
-		msgs = append(msgs, f.AddMod())
+		msgs = append(msgs, c.to.addMod(c.to.owner.cookie|uint64(gen)))
 		srcs = append(srcs, src{2, int32(i)})
 	}
 	for i, c := range b.groupsAfter {
@@ -57,10 +56,10 @@ func batchMessages(b *Batch, v openflow.Version, gen plan.Generation) (msgs []op
 			return fmt.Sprintf("owner %s: %s group %d", ownerName(c.to.owner), c.kind, c.id)
 		case 1:
 			c := b.flowDeletes[s.index]
-			return fmt.Sprintf("owner %s: delete flow (%s)", ownerName(c.from.owner), strings.TrimSpace(c.from.flow.String()))
+			return fmt.Sprintf("owner %s: delete flow (%s)", ownerName(c.from.owner), strings.TrimSpace(c.from.String()))
 		case 2:
 			c := b.flowUpdates[s.index]
-			return fmt.Sprintf("owner %s: %s flow (%s)", ownerName(c.to.owner), c.kind, strings.TrimSpace(c.to.flow.String()))
+			return fmt.Sprintf("owner %s: %s flow (%s)", ownerName(c.to.owner), c.kind, strings.TrimSpace(c.to.String()))
 		default:
 			c := b.groupsAfter[s.index]
 			return fmt.Sprintf("owner %s: delete group %d", ownerName(c.from.owner), c.id)

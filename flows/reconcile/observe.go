@@ -211,7 +211,7 @@ func (s *Store) observeFlowKeyLocked(k openflow.FlowKey, f *openflow.Flow, prese
 	sl, ok := s.flows[k]
 	if present {
 		if fromMonitor && sl.desired != nil {
-			f.Flags, f.Importance = sl.desired.flow.Flags, sl.desired.flow.Importance
+			f.Flags, f.Importance = sl.desired.packed.Flags, sl.desired.packed.Importance
 		}
 		s.observeFlowLocked(k, &sl, f)
 		return sl.dirty

@@ -80,10 +80,12 @@ func (s *Store) Render(w io.Writer, prefix string, gen plan.Generation) error {
 				return err
 			}
 		}
-		fs := make([]openflow.Flow, len(o.state.Flows))
-		for i := range o.state.Flows {
-			fs[i] = stamped(&o.state.Flows[i], cookie)
+		s.mu.Lock()
+		fs := make([]openflow.Flow, len(o.flows))
+		for i := range o.flows {
+			fs[i] = stamped(o.flows[i].value(), cookie)
 		}
+		s.mu.Unlock()
 		for _, line := range sortFlows(fs) {
 			if _, err := fmt.Fprintln(w, line); err != nil {
 				return err
@@ -137,7 +139,7 @@ func (s *Store) Compare(obs *Observed, prefix string, gen plan.Generation) []Dif
 			}
 		case !match(sl.desired.owner):
 		case sl.desired.fp() != fingerprint(f, f.Cookie):
-			w := stamped(sl.desired.flow, sl.desired.owner.cookie|uint64(gen))
+			w := stamped(sl.desired.value(), sl.desired.owner.cookie|uint64(gen))
 			out = append(out, Difference{Kind: Modify, Owner: sl.desired.owner.name, What: "flow", Have: f.String(), Want: w.String()})
 		}
 	}
@@ -145,7 +147,7 @@ func (s *Store) Compare(obs *Observed, prefix string, gen plan.Generation) []Dif
 		if sl.desired == nil || seen[k] || !match(sl.desired.owner) {
 			continue
 		}
-		w := stamped(sl.desired.flow, sl.desired.owner.cookie|uint64(gen))
+		w := stamped(sl.desired.value(), sl.desired.owner.cookie|uint64(gen))
 		out = append(out, Difference{Kind: Add, Owner: sl.desired.owner.name, What: "flow", Want: w.String()})
 	}
 	gseen := map[uint32]bool{}

@@ -13,10 +13,10 @@ func (s *Store) EachFlow(fn func(*openflow.Flow)) {
 	defer s.mu.Unlock()
 	for _, sl := range s.flows {
 		if sl.desired != nil {
-			fn(sl.desired.flow)
+			fn(sl.desired.value())
 		}
 		if sl.installed != nil && sl.installed != sl.desired {
-			fn(sl.installed.flow)
+			fn(sl.installed.value())
 		}
 	}
 }

@@ -49,24 +49,34 @@ func fingerprint(f *openflow.Flow, ownerCookie uint64) uint64 {
 // Equal wire fingerprints mean equal flows; different ones mean nothing,
 // and fingerprint decides. buf is scratch space, returned grown.
 func wireFingerprint(f *openflow.Flow, ownerCookie uint64, buf []byte) (uint64, []byte) {
-	buf = binary.BigEndian.AppendUint64(buf[:0], ownerCookie&uint64(plan.OwnerMask))
-	buf = binary.BigEndian.AppendUint16(buf, f.IdleTimeout)
-	buf = binary.BigEndian.AppendUint16(buf, f.HardTimeout)
-	buf = binary.BigEndian.AppendUint16(buf, uint16(f.Flags))
-	buf = binary.BigEndian.AppendUint16(buf, f.Importance)
-	b, err := openflow.AppendInstructions(buf, openflow.Version15, withoutEmptyApply(f.Instructions))
+	b, err := openflow.AppendInstructions(buf[:0], openflow.Version15, withoutEmptyApply(f.Instructions))
 	if err != nil {
 		// Not encodable: never equal by this measure.
 		return 0, buf
 	}
-	return fnv64a(b) | 1, b
+	return wireSum(ownerCookie, f.IdleTimeout, f.HardTimeout, f.Flags, f.Importance, b), b
 }
 
-// fnv64a is FNV-1a, 64 bits, of b (hash/fnv's, without its allocation).
-func fnv64a(b []byte) uint64 {
-	h := uint64(14695981039346656037)
-	for _, c := range b {
-		h ^= uint64(c)
+// wireSum is the wire fingerprint of a flow's owner bits, timeouts, flags,
+// importance and encoded instructions.
+func wireSum[T []byte | string](ownerCookie uint64, idle, hard uint16, flags openflow.FlowModFlags, importance uint16, ins T) uint64 {
+	var b [16]byte
+	binary.BigEndian.PutUint64(b[0:8], ownerCookie&uint64(plan.OwnerMask))
+	binary.BigEndian.PutUint16(b[8:10], idle)
+	binary.BigEndian.PutUint16(b[10:12], hard)
+	binary.BigEndian.PutUint16(b[12:14], uint16(flags))
+	binary.BigEndian.PutUint16(b[14:16], importance)
+	return fnv64a(ins, fnv64a(b[:], fnvOffset)) | 1
+}
+
+// fnvOffset is FNV-1a's initial value.
+const fnvOffset = 14695981039346656037
+
+// fnv64a continues the FNV-1a hash h (64 bits; fnvOffset to start) over b,
+// as hash/fnv does but without its allocation.
+func fnv64a[T []byte | string](b T, h uint64) uint64 {
+	for i := 0; i < len(b); i++ {
+		h ^= uint64(b[i])
 		h *= 1099511628211
 	}
 	return h
@@ -197,4 +207,30 @@ func flowKey(f *openflow.Flow) openflow.FlowKey {
 		}
 	}
 	return g.Key()
+}
+
+// pack fills e.packed (and its references) from the desired flow f,
+// without empty apply-actions (see withoutEmptyApply); buf is scratch
+// space.
+func (e *flowEntry) pack(f *openflow.Flow, buf *[]byte) error {
+	g := *f
+	g.Instructions = withoutEmptyApply(f.Instructions)
+	p, err := openflow.PackInto(*buf, &g)
+	if err != nil {
+		return err
+	}
+	e.packed = p
+	e.key = p.SharedKey(e.key)
+	visitInstructions(g.Instructions, func(id uint32) { e.addRef(refKey{false, id}) }, func(id uint32) { e.addRef(refKey{true, id}) })
+	return nil
+}
+
+// addRef records one group or meter that e's packed flow uses.
+func (e *flowEntry) addRef(k refKey) {
+	if e.nrefs == 0 {
+		e.ref = k
+	}
+	if e.nrefs < 255 {
+		e.nrefs++
+	}
 }

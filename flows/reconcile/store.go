@@ -96,15 +96,22 @@ type owner struct {
 }
 
 type flowEntry struct {
-	key   openflow.FlowKey
-	flow  *openflow.Flow
-	owner *owner // nil for an observed flow nobody wants
+	key openflow.FlowKey
+	// packed is a desired flow, held in its encoding; flow is an installed
+	// flow as read from the switch. Exactly one of them is set.
+	packed openflow.PackedFlow
+	flow   *openflow.Flow
+	owner  *owner // nil for an observed flow nobody wants
 	// sum is the fingerprint, computed when first needed (0 until then):
 	// a flow that only ever gets added never needs it.
 	sum uint64
 	// wire is the wire fingerprint (wireFingerprint), computed when first
 	// needed: an audit compares it first.
 	wire uint64
+	// ref is the group or meter a packed flow uses when nrefs is 1; a flow
+	// that uses more is decoded to visit them (see visitRefs).
+	ref   refKey
+	nrefs uint8
 }
 
 // flowsDiffer reports whether the desired entry d and the installed
@@ -125,15 +132,25 @@ func (s *Store) flowsDiffer(d, i *flowEntry) bool {
 	return d.fp() != i.fp()
 }
 
+// ownerCookie returns the feature and owner bits of the entry's owner, or
+// 0 for a flow nobody wants.
+func (e *flowEntry) ownerCookie() uint64 {
+	if e.owner != nil {
+		return e.owner.cookie
+	}
+	return 0
+}
+
 // wireFP returns the entry's wire fingerprint; buf is scratch space. s.mu
 // must be held.
 func (e *flowEntry) wireFP(buf []byte) (uint64, []byte) {
 	if e.wire == 0 {
-		cookie := uint64(0)
-		if e.owner != nil {
-			cookie = e.owner.cookie
+		if e.flow == nil {
+			p := &e.packed
+			e.wire = wireSum(e.ownerCookie(), p.IdleTimeout, p.HardTimeout, p.Flags, p.Importance, p.Instructions())
+		} else {
+			e.wire, buf = wireFingerprint(e.flow, e.ownerCookie(), buf)
 		}
-		e.wire, buf = wireFingerprint(e.flow, cookie, buf)
 	}
 	return e.wire, buf
 }
@@ -141,13 +158,60 @@ func (e *flowEntry) wireFP(buf []byte) (uint64, []byte) {
 // fp returns the entry's fingerprint. s.mu must be held.
 func (e *flowEntry) fp() uint64 {
 	if e.sum == 0 {
-		cookie := uint64(0)
-		if e.owner != nil {
-			cookie = e.owner.cookie
-		}
-		e.sum = fingerprint(e.flow, cookie) | 1
+		e.sum = fingerprint(e.value(), e.ownerCookie()) | 1
 	}
 	return e.sum
+}
+
+// value returns the entry's flow as a value: the installed flow itself, or
+// a decoded copy of the packed one (which the caller may keep). Its cookie
+// is the one read from the switch, or 0.
+func (e *flowEntry) value() *openflow.Flow {
+	if e.flow != nil {
+		return e.flow
+	}
+	f, err := e.packed.Unpack()
+	if err != nil {
+		// Packed by prepare from a flow that encoded: cannot happen. Keep
+		// what identifies it.
+		return &openflow.Flow{Table: e.key.Table, Priority: e.key.Priority}
+	}
+	return &f
+}
+
+// String renders the entry's flow as Flow.String does.
+func (e *flowEntry) String() string { return e.value().String() }
+
+// visitRefs calls group and meter with each group and meter the entry's
+// flow uses (see visitInstructions).
+func (e *flowEntry) visitRefs(group, meter func(uint32)) {
+	switch {
+	case e.flow != nil:
+		visitInstructions(e.flow.Instructions, group, meter)
+	case e.nrefs == 0:
+	case e.nrefs == 1 && e.ref.meter:
+		meter(e.ref.id)
+	case e.nrefs == 1:
+		group(e.ref.id)
+	default:
+		visitInstructions(e.value().Instructions, group, meter)
+	}
+}
+
+// addMod returns the flow mod that installs the desired entry with cookie.
+func (e *flowEntry) addMod(cookie uint64) openflow.Message {
+	if e.flow != nil {
+		return stamped(e.flow, cookie).AddMod()
+	}
+	return e.packed.AddMod(cookie)
+}
+
+// deleteMod returns the flow mod that removes the entry's flow.
+func (e *flowEntry) deleteMod() openflow.Message {
+	if e.flow != nil {
+		return e.flow.DeleteStrictMod()
+	}
+	return e.packed.DeleteStrictMod()
 }
 
 type groupEntry struct {
@@ -257,6 +321,9 @@ func (s *Store) Set(name string, st State) error {
 	if err := s.prepare(o); err != nil {
 		return err
 	}
+	// The flows are held packed (see flowEntry); the values are the
+	// caller's to drop.
+	o.state.Flows = nil
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -264,7 +331,7 @@ func (s *Store) Set(name string, st State) error {
 	for i := range o.flows {
 		e := &o.flows[i]
 		if sl, ok := s.flows[e.key]; ok && sl.desired != nil && sl.desired.owner.name != name {
-			return fmt.Errorf("reconcile: owner %s: flow%s: %w: %s", name, e.flow.String(), ErrConflict, sl.desired.owner.name)
+			return fmt.Errorf("reconcile: owner %s: flow%s: %w: %s", name, e.String(), ErrConflict, sl.desired.owner.name)
 		}
 	}
 	for i := range o.groups {
@@ -339,6 +406,7 @@ func (s *Store) prepare(o *owner) error {
 	st := o.state
 	o.flows = make([]flowEntry, len(st.Flows))
 	var seen map[openflow.FlowKey]int
+	var buf []byte
 	if len(st.Flows) > 1 {
 		seen = make(map[openflow.FlowKey]int, len(st.Flows))
 	}
@@ -369,7 +437,11 @@ func (s *Store) prepare(o *owner) error {
 			}
 			seen[k] = i
 		}
-		o.flows[i] = flowEntry{key: k, flow: f, owner: o}
+		e := flowEntry{key: k, owner: o}
+		if err := e.pack(f, &buf); err != nil {
+			return fmt.Errorf("reconcile: owner %s: flow %d (%s): %w: %w", o.name, i, strings.TrimSpace(f.String()), err, ErrInvalid)
+		}
+		o.flows[i] = e
 	}
 	o.groups = make([]groupEntry, len(st.Groups))
 	gseen := map[uint32]bool{}
@@ -419,7 +491,7 @@ func (s *Store) release(o *owner) {
 			sl.desired = nil
 			s.markFlow(e.key, &sl)
 		}
-		s.countRefs(e.flow.Instructions, nil, -1)
+		s.countFlowRefs(e, -1)
 	}
 	for i := range o.groups {
 		e := &o.groups[i]
@@ -447,7 +519,7 @@ func (s *Store) claim(o *owner) {
 		sl := s.flows[e.key]
 		sl.desired = e
 		s.markFlow(e.key, &sl)
-		s.countRefs(e.flow.Instructions, nil, 1)
+		s.countFlowRefs(e, 1)
 	}
 	for i := range o.groups {
 		e := &o.groups[i]
@@ -474,16 +546,23 @@ func (s *Store) claim(o *owner) {
 	}
 }
 
-func (s *Store) countRefs(ins []openflow.Instruction, acts []openflow.Action, d int32) {
-	add := func(k refKey) {
-		if n := s.refs[k] + d; n != 0 {
-			s.refs[k] = n
-		} else {
-			delete(s.refs, k)
-		}
+// countFlowRefs counts the groups and meters e uses d times more. s.mu is
+// held.
+func (s *Store) countFlowRefs(e *flowEntry, d int32) {
+	e.visitRefs(func(id uint32) { s.addRef(refKey{false, id}, d) }, func(id uint32) { s.addRef(refKey{true, id}, d) })
+}
+
+func (s *Store) addRef(k refKey, d int32) {
+	if n := s.refs[k] + d; n != 0 {
+		s.refs[k] = n
+	} else {
+		delete(s.refs, k)
 	}
-	g := func(id uint32) { add(refKey{false, id}) }
-	m := func(id uint32) { add(refKey{true, id}) }
+}
+
+func (s *Store) countRefs(ins []openflow.Instruction, acts []openflow.Action, d int32) {
+	g := func(id uint32) { s.addRef(refKey{false, id}, d) }
+	m := func(id uint32) { s.addRef(refKey{true, id}, d) }
 	visitInstructions(ins, g, m)
 	visitActions(acts, g, m)
 }
@@ -519,7 +598,12 @@ func (s *Store) Get(name string) (State, bool) {
 	if !ok {
 		return State{}, false
 	}
-	return o.state, true
+	st := o.state
+	st.Flows = make([]openflow.Flow, len(o.flows))
+	for i := range o.flows {
+		st.Flows[i] = *o.flows[i].value()
+	}
+	return st, true
 }
 
 // Owners returns the names of the owners whose name starts with prefix,

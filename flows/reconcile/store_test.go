@@ -430,8 +430,8 @@ func dumpDesired(s *Store) string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, o := range s.owners {
-		for i := range o.state.Flows {
-			f := stamped(&o.state.Flows[i], o.cookie)
+		for i := range o.flows {
+			f := stamped(o.flows[i].value(), o.cookie)
 			sw.flows[f.Key()] = f
 		}
 		for _, g := range o.state.Groups {
@@ -534,8 +534,8 @@ func desiredViews(s *Store) map[uint64]string {
 		}
 	}
 	for _, o := range s.owners {
-		for i := range o.state.Flows {
-			f := stamped(&o.state.Flows[i], o.cookie)
+		for i := range o.flows {
+			f := stamped(o.flows[i].value(), o.cookie)
 			lines[o.cookie] = append(lines[o.cookie], f.String())
 			visitInstructions(f.Instructions, func(id uint32) { lines[o.cookie] = append(lines[o.cookie], groups[id]) }, func(uint32) {})
 		}
@@ -596,7 +596,7 @@ func TestFNV64a(t *testing.T) {
 	for _, b := range [][]byte{nil, []byte("a"), []byte("nodeflow pipeline=2")} {
 		h := fnv.New64a()
 		h.Write(b)
-		if got, want := fnv64a(b), h.Sum64(); got != want {
+		if got, want := fnv64a(b, fnvOffset), h.Sum64(); got != want {
 			t.Errorf("fnv64a(%q) = %x, want %x", b, got, want)
 		}
 	}
