@@ -142,37 +142,94 @@ func (k FlowKey) String() string {
 	return fmt.Sprintf("table=%d,priority=%d,match=%s", k.Table, k.Priority, hex.EncodeToString([]byte(k.match)))
 }
 
-// canonicalMatch encodes m so that equal matches give equal strings. Each
-// field is written under its preferred header (so NXM and OXM spellings of
-// one field agree), xreg and xxreg fields become the 32-bit registers they
-// overlay (Open vSwitch sends registers as xregs in OF1.5 and as regs in
-// OF1.3), and each is normalised as Match.AppendBinary does: an all-ones
-// mask becomes an exact match, value bits outside the mask are cleared and a
-// field with an all-zero mask is left out. The encoded fields are then
-// sorted in the order AppendBinary writes them (Open vSwitch's), ties
-// (unknown fields) by their bytes, so that a match without xregs has the
-// same bytes as its encoding. A field that does not encode is kept as its raw bytes.
+// canonicalMatch encodes m so that equal matches give equal strings: as
+// Open vSwitch encodes a match in OpenFlow 1.5, so that a flow read back
+// from it has the key of the flow sent. Each field is written under its
+// preferred header (so NXM and OXM spellings of one field agree), the
+// 32-bit registers (and the xreg and xxreg fields that overlay them) are
+// written as the 64-bit xregs that hold them, as Open vSwitch sends them
+// in OpenFlow 1.5, and each field is normalised as Match.AppendBinary
+// does: an all-ones mask becomes an exact match, value bits outside the
+// mask are cleared and a field with an all-zero mask is left out. The
+// fields are then in the order AppendBinary writes them (Open vSwitch's),
+// ties (unknown fields) by their bytes. A field that does not encode is
+// kept as its raw bytes.
 func canonicalMatch(m Match) string {
 	if len(m.Fields) == 0 {
 		return ""
 	}
 	// Room on the stack for the usual match: one allocation, the string.
 	var bufSpace [256]byte
+	return string(appendCanonical(bufSpace[:0], m.Fields))
+}
+
+// appendCanonical appends the canonical form of a match of fields to dst
+// (see canonicalMatch).
+func appendCanonical(dst []byte, fields []Field) []byte {
+	var bufSpace [256]byte
 	var spanSpace [16][3]int // start, end, rank
 	buf, spans := bufSpace[:0], spanSpace[:0]
+	add := func(g *Field) {
+		start := len(buf)
+		buf = canonicalField(buf, *g)
+		if len(buf) > start {
+			rank := 0xff
+			if info := mfOf(g); info != nil {
+				rank = int(mfEncodeRank[info.id])
+			}
+			spans = append(spans, [3]int{start, len(buf), rank})
+		}
+	}
+	// The 32-bit registers, gathered to be written as the 64-bit xregs
+	// that hold them.
+	var regs [16]struct{ v, m uint32 }
+	var matched uint16 // bit i: reg i is matched
 	var split [4]Field
-	for _, f := range m.Fields {
+	for _, f := range fields {
 		for _, g := range splitRegs(f, split[:0]) {
-			start := len(buf)
-			buf = canonicalField(buf, g)
-			if len(buf) > start {
-				rank := 0xff
-				if info := mfOf(&g); info != nil {
-					rank = int(mfEncodeRank[info.id])
-				}
-				spans = append(spans, [3]int{start, len(buf), rank})
+			info := mfOf(&g)
+			if info == nil || info.id < mfReg0 || info.id >= mfReg0+16 || len(g.Value) != 4 || (g.Mask != nil && len(g.Mask) != 4) {
+				add(&g)
+				continue
+			}
+			i := info.id - mfReg0
+			v, m := binary.BigEndian.Uint32(g.Value), uint32(0xffffffff)
+			if g.Mask != nil {
+				m = binary.BigEndian.Uint32(g.Mask)
+			}
+			switch {
+			case m == 0:
+			case matched&(1<<i) != 0:
+				// Twice (no valid match has that): keep it apart.
+				add(&g)
+			default:
+				regs[i] = struct{ v, m uint32 }{v & m, m}
+				matched |= 1 << i
 			}
 		}
+	}
+	for x := range 8 {
+		if matched>>(2*x)&3 == 0 {
+			continue
+		}
+		// Written here, not by canonicalField: nothing escapes.
+		hi, lo := regs[2*x], regs[2*x+1]
+		id := mfXReg0 + mfID(x)
+		info := mfReg.infos[id]
+		exact := hi.m == 0xffffffff && lo.m == 0xffffffff
+		hdr, n := uint32(info.Class)<<16|uint32(info.Field)<<9|8, 8
+		if !exact {
+			hdr, n = hdr|0x100|16, 16
+		}
+		start := len(buf)
+		buf = binary.BigEndian.AppendUint32(buf, hdr&^0xff|uint32(n))
+		buf = binary.BigEndian.AppendUint32(buf, hi.v)
+		buf = binary.BigEndian.AppendUint32(buf, lo.v)
+		if !exact {
+			buf = binary.BigEndian.AppendUint32(buf, hi.m)
+			buf = binary.BigEndian.AppendUint32(buf, lo.m)
+		}
+		spans = append(spans, [3]int{start, len(buf), int(mfEncodeRank[id])})
 	}
 	if len(spans) > 1 {
 		slices.SortFunc(spans, func(a, b [3]int) int {
@@ -182,12 +239,17 @@ func canonicalMatch(m Match) string {
 			return bytes.Compare(buf[a[0]:a[1]], buf[b[0]:b[1]])
 		})
 	}
-	var out strings.Builder
-	out.Grow(len(buf))
 	for _, sp := range spans {
-		out.Write(buf[sp[0]:sp[1]])
+		dst = append(dst, buf[sp[0]:sp[1]]...)
 	}
-	return out.String()
+	return dst
+}
+
+// Clone returns k with a copy of its match, which shares no memory with
+// anything else (see FlowStatsView.Key).
+func (k FlowKey) Clone() FlowKey {
+	k.match = strings.Clone(k.match)
+	return k
 }
 
 // splitRegs appends f to out, or, for an xreg or xxreg field, the 32-bit
@@ -210,13 +272,15 @@ func splitRegs(f Field, out []Field) []Field {
 		return append(out, f)
 	}
 	for k := 0; k < n; k++ {
-		v, mask := binary.BigEndian.Uint32(f.Value[4*k:]), uint32(0xffffffff)
+		// The registers' bytes are f's: nothing is allocated.
+		var mask []byte
 		if f.Mask != nil {
-			mask = binary.BigEndian.Uint32(f.Mask[4*k:])
+			mask = f.Mask[4*k : 4*k+4 : 4*k+4]
+			if binary.BigEndian.Uint32(mask) == 0 {
+				continue
+			}
 		}
-		if mask != 0 {
-			out = append(out, Reg(base+k, v, mask))
-		}
+		out = append(out, mfField(mfReg0+mfID(base+k), f.Value[4*k:4*k+4:4*k+4], mask))
 	}
 	return out
 }

@@ -432,3 +432,29 @@ func init() {
 	registerType(TypeMultipartRequest, decodeMultipartRequest)
 	registerType(TypeMultipartReply, decodeMultipartReply)
 }
+
+// ViewMultipartReply reads the multipart reply message msg (header
+// included) in place: the result's Body is msg's memory, not a copy. For
+// replies too big to copy twice, read with EachFlowStats.
+func ViewMultipartReply(msg []byte) (*MultipartReply, error) {
+	var h Header
+	if err := h.UnmarshalBinary(msg); err != nil {
+		return nil, err
+	}
+	if h.Type != TypeMultipartReply {
+		return nil, fmt.Errorf("openflow: message type %d, want a multipart reply: %w", h.Type, ErrMalformed)
+	}
+	if int(h.Length) != len(msg) {
+		return nil, fmt.Errorf("openflow multipart reply: length %d, have %d bytes: %w", h.Length, len(msg), ErrMalformed)
+	}
+	body := msg[HeaderLen:]
+	if err := need(body, multipartHeaderLen, "multipart reply"); err != nil {
+		return nil, err
+	}
+	return &MultipartReply{
+		Version: h.Version,
+		Type:    MultipartType(binary.BigEndian.Uint16(body[0:2])),
+		Flags:   MultipartFlags(binary.BigEndian.Uint16(body[2:4])),
+		Body:    body[multipartHeaderLen:],
+	}, nil
+}

@@ -119,73 +119,21 @@ const (
 //	ofp_stats: reserved(2) length(2) OXS fields, padded to 8
 //	instructions
 func unmarshalFlowStats(b []byte, v Version) ([]FlowStats, error) {
-	fixed := flowStats13Len
-	if v >= Version15 {
-		fixed = flowStats15Len
-	}
 	var out []FlowStats
-	for i := 0; len(b) > 0; i++ {
-		if err := need(b, fixed, fmt.Sprintf("flow %d", i)); err != nil {
-			return nil, err
-		}
-		n := int(binary.BigEndian.Uint16(b[0:2]))
-		if n < fixed || n > len(b) {
-			return nil, fmt.Errorf("flow %d: length %d of %d bytes: %w", i, n, len(b), ErrMalformed)
-		}
-		e := b[:n]
-		var s FlowStats
-		if v >= Version15 {
-			s.Table = e[4]
-			s.Priority = binary.BigEndian.Uint16(e[6:8])
-			s.IdleTimeout = binary.BigEndian.Uint16(e[8:10])
-			s.HardTimeout = binary.BigEndian.Uint16(e[10:12])
-			s.Flags = FlowModFlags(binary.BigEndian.Uint16(e[12:14]))
-			s.Importance = binary.BigEndian.Uint16(e[14:16])
-			s.Cookie = binary.BigEndian.Uint64(e[16:24])
-		} else {
-			s.Table = e[2]
-			s.Duration = duration(e[4:12])
-			s.Priority = binary.BigEndian.Uint16(e[12:14])
-			s.IdleTimeout = binary.BigEndian.Uint16(e[14:16])
-			s.HardTimeout = binary.BigEndian.Uint16(e[16:18])
-			s.Flags = FlowModFlags(binary.BigEndian.Uint16(e[18:20]))
-			if v == Version14 {
-				s.Importance = binary.BigEndian.Uint16(e[20:22])
-			}
-			s.Cookie = binary.BigEndian.Uint64(e[24:32])
-			s.PacketCount = binary.BigEndian.Uint64(e[32:40])
-			s.ByteCount = binary.BigEndian.Uint64(e[40:48])
-		}
-		match, mlen, err := UnmarshalMatch(e[fixed:])
+	err := EachFlowStats(b, v, func(i int, s *FlowStatsView) error {
+		fs, err := s.Decode()
 		if err != nil {
-			return nil, fmt.Errorf("flow %d: match: %w", i, err)
+			return fmt.Errorf("flow %d: %w", i, err)
 		}
-		s.Match = match
-		rest := e[fixed+mlen:]
-		if v >= Version15 {
-			k, err := s.unmarshalOXS(rest)
-			if err != nil {
-				return nil, fmt.Errorf("flow %d: stats: %w", i, err)
-			}
-			rest = rest[k:]
-		}
-		if s.Instructions, err = UnmarshalInstructions(rest, v); err != nil {
-			return nil, fmt.Errorf("flow %d: instructions: %w", i, err)
-		}
-		out = append(out, s)
-		b = b[n:]
+		out = append(out, fs)
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
 }
 
-// unmarshalOXS decodes an ofp_stats at the start of b into s and returns
-// its size including padding. Unknown OXS fields are skipped.
-func (s *FlowStats) unmarshalOXS(b []byte) (int, error) {
-	var c oxsCounters
-	n, err := c.unmarshal(b)
-	s.Duration, s.IdleTime, s.PacketCount, s.ByteCount = c.duration, c.idleTime, c.packets, c.bytes
-	return n, err
-}
 
 // oxsCounters are the values of an ofp_stats.
 type oxsCounters struct {

@@ -203,6 +203,19 @@ func mfAppendRaw(b []byte, f *Field) ([]byte, bool, error) {
 // A field in the registry must have its exact width and may carry a mask
 // only if it is maskable; fields not in the registry are kept as raw bytes.
 func UnmarshalOXM(b []byte) (Field, int, error) {
+	f, n, err := viewOXM(b)
+	if err != nil {
+		return f, n, err
+	}
+	f.Value = clone(f.Value)
+	if f.Mask != nil {
+		f.Mask = append([]byte{}, f.Mask...)
+	}
+	return f, n, nil
+}
+
+// viewOXM is UnmarshalOXM with Value and Mask pointing into b.
+func viewOXM(b []byte) (Field, int, error) {
 	if len(b) < mfOXMHeaderLen {
 		return Field{}, 0, fmt.Errorf("oxm header: need %d bytes, have %d: %w", mfOXMHeaderLen, len(b), io.ErrUnexpectedEOF)
 	}
@@ -243,10 +256,9 @@ func UnmarshalOXM(b []byte) (Field, int, error) {
 	}
 	if hasMask {
 		half := len(payload) / 2
-		f.Value = clone(payload[:half])
-		f.Mask = append([]byte{}, payload[half:]...)
+		f.Value, f.Mask = payload[:half:half], payload[half:]
 	} else {
-		f.Value = clone(payload)
+		f.Value = payload
 	}
 	return f, mfOXMHeaderLen + n, nil
 }

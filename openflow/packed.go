@@ -38,10 +38,16 @@ func Pack(f *Flow) (PackedFlow, error) {
 // PackInto is Pack with buf as scratch space for the encoding, which the
 // result does not keep.
 func PackInto(buf []byte, f *Flow) (PackedFlow, error) {
+	// Checked as AppendBinary checks it, and written in the canonical form
+	// (see canonicalMatch): as Open vSwitch writes it in OpenFlow 1.5.
 	b, err := f.Match.AppendBinary(buf[:0])
 	if err != nil {
 		return PackedFlow{}, fmt.Errorf("pack flow: %w", err)
 	}
+	b = append(b[:0], 0, mfMatchTypeOXM, 0, 0)
+	b = appendCanonical(b, f.Match.Fields)
+	binary.BigEndian.PutUint16(b[2:4], uint16(len(b)))
+	b = appendZeros(b, pad8(len(b)))
 	n := len(b)
 	b, err = AppendInstructions(b, packVersion, f.Instructions)
 	if err != nil {
@@ -96,6 +102,22 @@ func (p *PackedFlow) Unpack() (Flow, error) {
 	if err != nil {
 		return Flow{}, fmt.Errorf("unpack flow: %w", err)
 	}
+	// The registers, held as xregs, come back as the 32-bit registers
+	// Open vSwitch prints.
+	var fields []Field
+	if len(m.Fields) > 0 {
+		fields = make([]Field, 0, len(m.Fields)+2)
+	}
+	var split [4]Field
+	for _, f := range m.Fields {
+		for _, g := range splitRegs(f, split[:0]) {
+			if g.Mask != nil && isAllOnes(g.Mask) {
+				g.Mask = nil
+			}
+			fields = append(fields, g)
+		}
+	}
+	m.Fields = fields
 	return Flow{
 		Table:        p.Table,
 		Priority:     p.Priority,
@@ -204,4 +226,13 @@ func (p *PackedFlow) SharedKey(k FlowKey) FlowKey {
 		k.match = f
 	}
 	return k
+}
+
+func isAllOnes(b []byte) bool {
+	for _, c := range b {
+		if c != 0xff {
+			return false
+		}
+	}
+	return true
 }

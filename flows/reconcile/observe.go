@@ -1,6 +1,8 @@
 package reconcile
 
 import (
+	"fmt"
+
 	"nodeflow/flows/plan"
 	"nodeflow/openflow"
 )
@@ -8,9 +10,14 @@ import (
 // Observed is what a switch holds: a full dump of its flows, groups and
 // meters.
 type Observed struct {
-	Flows  []openflow.Flow
-	Groups []openflow.GroupEntry
-	Meters []openflow.MeterEntry
+	// Flows are decoded flows; the flows of flowParts come after them.
+	Flows []openflow.Flow
+	// flowParts are flow stats reply bodies as read (Dump), whose entries
+	// are read in place: a flow is decoded only when its encoding differs
+	// from the desired one's.
+	flowParts []flowPart
+	Groups    []openflow.GroupEntry
+	Meters    []openflow.MeterEntry
 	// GroupIDs, when not nil, says that only these groups were read (one
 	// by one): the others are unknown, not absent.
 	GroupIDs []uint32
@@ -44,12 +51,14 @@ func (s *Store) observe(obs *Observed, fresh bool) (unwanted int) {
 		}
 		k := flowKey(f)
 		sl := s.flows[k]
+		k = stableKey(&sl, k)
 		sl.epoch = ep
 		s.observeFlowLocked(k, &sl, f)
 		if sl.desired == nil {
 			unwanted++
 		}
 	}
+	unwanted += s.observeParts(obs.flowParts, ep)
 	for k, sl := range s.flows {
 		if sl.epoch == ep {
 			continue
@@ -93,8 +102,8 @@ func (s *Store) observe(obs *Observed, fresh bool) (unwanted int) {
 		}
 		// Groups that flows on the switch use: unread, but if nobody
 		// wants them they must go.
-		for i := range obs.Flows {
-			visitInstructions(obs.Flows[i].Instructions, func(id uint32) {
+		for _, ins := range obs.instructions() {
+			visitInstructions(ins, func(id uint32) {
 				if queried[id] {
 					return
 				}
@@ -274,4 +283,174 @@ func (s *Store) observeUpdates(us []openflow.FlowUpdate) monitorResult {
 		}
 	}
 	return res
+}
+
+// flowPart is one flow stats reply body, in the version it was read.
+type flowPart struct {
+	v    openflow.Version
+	body []byte
+}
+
+// stableKey returns the key to store sl under: the one its entries already
+// hold when it has any, so that the store keeps no second copy of a key
+// (and never a key in a dump's memory); otherwise a copy of k.
+func stableKey(sl *flowSlot, k openflow.FlowKey) openflow.FlowKey {
+	switch {
+	case sl.desired != nil:
+		return sl.desired.key
+	case sl.installed != nil:
+		return sl.installed.key
+	}
+	return k.Clone()
+}
+
+// observeParts observes the flows of parts, read in place: a flow whose
+// owner bits, timeouts, flags, importance and instruction bytes are the
+// desired flow's is settled without being decoded; the others are decoded
+// and observed as observeFlowLocked does. An entry that does not decode is
+// left out, as if absent: a desired flow is then sent again. It returns
+// how many flows nobody wants. s.mu is held.
+func (s *Store) observeParts(parts []flowPart, ep uint32) (unwanted int) {
+	var kbuf []byte
+	for _, p := range parts {
+		// The parts' framing was checked when they were read (Dump).
+		_ = openflow.EachFlowStats(p.body, p.v, func(_ int, v *openflow.FlowStatsView) error {
+			if learned(v.Cookie) {
+				return nil
+			}
+			// Open vSwitch writes matches canonically: the key, mostly,
+			// without building it.
+			k := v.RawKey()
+			sl, ok := s.flows[k]
+			if !ok {
+				var err error
+				if k, kbuf, err = v.Key(kbuf); err != nil {
+					s.undecodable++
+					return nil
+				}
+				sl = s.flows[k]
+			}
+			if d := sl.desired; d != nil && !s.textOnly && v.Version == openflow.Version15 {
+				var want uint64
+				want, s.scratch = d.wireFP(s.scratch)
+				if wireSum(v.Cookie, v.IdleTimeout, v.HardTimeout, v.Flags, v.Importance, withoutEmptyApplyBytes(v.Instructions)) == want {
+					s.wireMatches++
+					sl.epoch = ep
+					sl.installed = d
+					s.flows[d.key] = sl
+					return nil
+				}
+			}
+			s.decoded++
+			fs, err := v.Decode()
+			if err != nil {
+				s.undecodable++
+				return nil
+			}
+			k = stableKey(&sl, k)
+			sl.epoch = ep
+			s.observeFlowLocked(k, &sl, &fs.Flow)
+			if sl.desired == nil {
+				unwanted++
+			}
+			return nil
+		})
+	}
+	return unwanted
+}
+
+// withoutEmptyApplyBytes returns encoded instructions without a leading
+// empty apply-actions instruction (see withoutEmptyApply).
+func withoutEmptyApplyBytes(ins []byte) []byte {
+	const applyActions, emptyLen = 4, 8
+	if len(ins) >= emptyLen && ins[0] == 0 && ins[1] == applyActions && ins[2] == 0 && ins[3] == emptyLen {
+		return ins[emptyLen:]
+	}
+	return ins
+}
+
+// readFlowParts takes the parts of a flow stats reply as read from the
+// switch, checks their framing, and keeps their bodies in obs to be read
+// in place.
+func (obs *Observed) readFlowParts(msgs [][]byte) error {
+	for i, m := range msgs {
+		r, err := openflow.ViewMultipartReply(m)
+		if err != nil {
+			return fmt.Errorf("part %d of %d: %w", i+1, len(msgs), err)
+		}
+		if r.Type != openflow.MultipartFlow {
+			return fmt.Errorf("part %d of %d: %s, want a flow stats reply: %w", i+1, len(msgs), r.Type, openflow.ErrMalformed)
+		}
+		if more, last := r.More(), i == len(msgs)-1; more == last {
+			return fmt.Errorf("part %d of %d: more flag %v: %w", i+1, len(msgs), more, openflow.ErrMalformed)
+		}
+		if err := openflow.EachFlowStats(r.Body, r.Version, func(int, *openflow.FlowStatsView) error { return nil }); err != nil {
+			return fmt.Errorf("part %d of %d: %w", i+1, len(msgs), err)
+		}
+		obs.flowParts = append(obs.flowParts, flowPart{v: r.Version, body: r.Body})
+	}
+	return nil
+}
+
+// decodeFlows decodes the flows read in place into obs.Flows, for the
+// callers that want every flow as a value. An entry that does not decode
+// is an error.
+func (obs *Observed) decodeFlows() error {
+	for _, p := range obs.flowParts {
+		err := openflow.EachFlowStats(p.body, p.v, func(i int, v *openflow.FlowStatsView) error {
+			fs, err := v.Decode()
+			if err != nil {
+				return fmt.Errorf("flow %d: %w", i, err)
+			}
+			obs.Flows = append(obs.Flows, fs.Flow)
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+	}
+	obs.flowParts = nil
+	return nil
+}
+
+// instructions returns the instructions of every flow in obs, decoded;
+// entries that do not decode are left out.
+func (obs *Observed) instructions() [][]openflow.Instruction {
+	out := make([][]openflow.Instruction, 0, len(obs.Flows))
+	for i := range obs.Flows {
+		out = append(out, obs.Flows[i].Instructions)
+	}
+	for _, p := range obs.flowParts {
+		_ = openflow.EachFlowStats(p.body, p.v, func(_ int, v *openflow.FlowStatsView) error {
+			if ins, err := openflow.UnmarshalInstructions(v.Instructions, v.Version); err == nil {
+				out = append(out, ins)
+			}
+			return nil
+		})
+	}
+	return out
+}
+
+// versionFlow returns the version note flow of a dump, or nil.
+func versionFlow(obs *Observed) *openflow.Flow {
+	isNote := func(table uint8, cookie uint64) bool {
+		return table == uint8(plan.VersionTable) && plan.Cookie(cookie).Feature() == plan.FeatureMeta
+	}
+	for i := range obs.Flows {
+		if f := &obs.Flows[i]; isNote(f.Table, f.Cookie) {
+			return f
+		}
+	}
+	var note *openflow.Flow
+	for _, p := range obs.flowParts {
+		_ = openflow.EachFlowStats(p.body, p.v, func(_ int, v *openflow.FlowStatsView) error {
+			if note == nil && isNote(v.Table, v.Cookie) {
+				if fs, err := v.Decode(); err == nil {
+					note = &fs.Flow
+				}
+			}
+			return nil
+		})
+	}
+	return note
 }

@@ -584,15 +584,13 @@ var errDumpGroups = errors.New("dump groups")
 // Dump reads the flows, groups and meters of the switch on c.
 func Dump(ctx context.Context, c *ofconn.Conn, opts DumpOptions) (*Observed, error) {
 	obs := &Observed{}
-	fr, err := c.MultipartReply(ctx, openflow.NewFlowStatsRequest())
+	parts, err := c.MultipartRaw(ctx, openflow.NewFlowStatsRequest())
 	if err != nil {
 		return nil, fmt.Errorf("dump flows: %w", err)
 	}
-	stats, err := fr.FlowStats()
-	if err != nil {
+	if err := obs.readFlowParts(parts); err != nil {
 		return nil, fmt.Errorf("dump flows: %w", err)
 	}
-	obs.Flows = openflow.FlowsFromStats(stats)
 	if opts.GroupIDs == nil {
 		gr, err := c.MultipartReply(ctx, &openflow.GroupDescRequest{GroupID: openflow.GroupAll})
 		if err != nil {
@@ -679,6 +677,9 @@ func (r *Reconciler) Compare(ctx context.Context, prefix string) ([]Difference, 
 		return nil, fmt.Errorf("reconcile: %s: not connected", r.opts.Bridge)
 	}
 	obs, err := r.dump(ctx, c)
+	if err == nil {
+		err = obs.decodeFlows()
+	}
 	if err != nil {
 		return nil, fmt.Errorf("reconcile: %s: %w", r.opts.Bridge, err)
 	}
@@ -759,17 +760,6 @@ func noteOf(f *openflow.Flow) (Note, bool) {
 		return Note{}, false
 	}
 	return ParseNote(VersionNote(f))
-}
-
-// versionFlow returns the version note flow of a dump, or nil.
-func versionFlow(obs *Observed) *openflow.Flow {
-	for i := range obs.Flows {
-		f := &obs.Flows[i]
-		if f.Table == uint8(plan.VersionTable) && plan.Cookie(f.Cookie).Feature() == plan.FeatureMeta {
-			return f
-		}
-	}
-	return nil
 }
 
 // VersionNote decodes the text of a version note flow's note action, or

@@ -166,48 +166,11 @@ func visitInstructions(ins []openflow.Instruction, group, meter func(uint32)) {
 	}
 }
 
-// oxmClassPktRegs is OXM_OF_PKT_REGS, the OpenFlow 1.5 class of the 64-bit
-// packet registers xreg0-xreg7.
-const oxmClassPktRegs = 0x8001
-
-// flowKey returns f's identity on table, priority and match. Open vSwitch
-// reports 32-bit register matches in OpenFlow 1.5 as matches on the 64-bit
-// packet registers that hold them (reg4=0x1f90/0xffff comes back as
-// xreg2=0x1f9000000000/0xffff00000000), so those are split back into
-// 32-bit registers first, and a flow has the same key whichever way it was
-// written.
-func flowKey(f *openflow.Flow) openflow.FlowKey {
-	split := false
-	for i := range f.Match.Fields {
-		if f.Match.Fields[i].Class == oxmClassPktRegs {
-			split = true
-			break
-		}
-	}
-	if !split {
-		return f.Key()
-	}
-	g := *f
-	g.Match.Fields = make([]openflow.Field, 0, len(f.Match.Fields)+2)
-	for _, x := range f.Match.Fields {
-		if x.Class != oxmClassPktRegs || len(x.Value) != 8 || x.Field > 7 {
-			g.Match.Fields = append(g.Match.Fields, x)
-			continue
-		}
-		mask := x.Mask
-		if mask == nil {
-			mask = []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
-		}
-		for half := 0; half < 2; half++ {
-			v := binary.BigEndian.Uint32(x.Value[4*half:])
-			m := binary.BigEndian.Uint32(mask[4*half:])
-			if m != 0 {
-				g.Match.Fields = append(g.Match.Fields, openflow.Reg(2*int(x.Field)+half, v, m))
-			}
-		}
-	}
-	return g.Key()
-}
+// flowKey returns f's identity on table, priority and match: Flow.Key,
+// which gives a register match the same key whether it is written as
+// 32-bit registers or as the 64-bit xregs Open vSwitch reports in OpenFlow
+// 1.5.
+func flowKey(f *openflow.Flow) openflow.FlowKey { return f.Key() }
 
 // pack fills e.packed (and its references) from the desired flow f,
 // without empty apply-actions (see withoutEmptyApply); buf is scratch

@@ -55,6 +55,9 @@ type Store struct {
 	// settled and those that took the text one (Fingerprints).
 	scratch                   []byte
 	wireMatches, textCompares uint64
+	// decoded counts the flows of dumps that were decoded (not settled in
+	// place); undecodable those left out because they did not decode.
+	decoded, undecodable uint64
 	// textOnly compares every flow by its text, as the previous design
 	// did (setTextOnly, for the benchmarks' comparison).
 	textOnly bool
@@ -69,13 +72,14 @@ func (s *Store) setTextOnly(on bool) {
 }
 
 // Fingerprints returns how many observed flows were found equal to the
-// desired ones by their encoding alone (wire), and how many needed the
+// desired ones by their encoding alone (wire), how many needed the
 // comparison of their text (text: different, or encoded otherwise by Open
-// vSwitch), since the store was made.
-func (s *Store) Fingerprints() (wire, text uint64) {
+// vSwitch), and how many of those read in place from a dump had to be
+// decoded (decoded), since the store was made.
+func (s *Store) Fingerprints() (wire, text, decoded uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.wireMatches, s.textCompares
+	return s.wireMatches, s.textCompares, s.decoded
 }
 
 // owner is one owner's desired state and bookkeeping.
