@@ -76,3 +76,38 @@ func TestFlowStatsViewMalformed(t *testing.T) {
 		t.Errorf("callback error: %v after %d calls", err, calls)
 	}
 }
+
+// FuzzFlowStatsView reads flow stats bodies in place: it never panics,
+// it accepts what the decoder accepts, and an entry that decodes has a Key
+// equal to its decoded flow's.
+func FuzzFlowStatsView(f *testing.F) {
+	for _, b := range otSeedOf(f, TypeMultipartReply) {
+		if r, err := ViewMultipartReply(b); err == nil && r.Type == MultipartFlow {
+			f.Add(byte(r.Version), r.Body)
+		}
+	}
+	f.Fuzz(func(t *testing.T, v byte, body []byte) {
+		ver := Version(v)
+		_, decErr := unmarshalFlowStats(body, ver)
+		var buf []byte
+		walkErr := EachFlowStats(body, ver, func(i int, s *FlowStatsView) error {
+			_ = s.RawKey()
+			k, b, kerr := s.Key(buf)
+			buf = b
+			fs, err := s.Decode()
+			if err != nil {
+				return err
+			}
+			if kerr != nil {
+				t.Fatalf("entry %d decodes but has no key: %v", i, kerr)
+			}
+			if want := fs.Key(); k != want {
+				t.Fatalf("entry %d: key %v, decoded flow's %v", i, k, want)
+			}
+			return nil
+		})
+		if (walkErr == nil) != (decErr == nil) {
+			t.Fatalf("in place: %v; decoded: %v", walkErr, decErr)
+		}
+	})
+}
