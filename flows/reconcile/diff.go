@@ -238,19 +238,17 @@ func (s *Store) diff(opts DiffOptions) *Diff {
 		} else {
 			u.groupsBefore = append(u.groupsBefore, c)
 			// Buckets may chain to other groups and use meters.
-			for _, b := range c.to.group.Buckets {
-				visitActions(b.Actions, func(ref uint32) {
-					if rs := s.groups[ref]; rs == nil || rs.desired == nil {
-						block(u, fmt.Errorf("group %d: bucket uses group %d, which no owner wants", id, ref))
+			for _, ref := range c.to.refs {
+				if ref.meter {
+					if rs := s.meters[ref.id]; rs == nil || rs.desired == nil {
+						block(u, fmt.Errorf("group %d: bucket uses meter %d, which no owner wants", id, ref.id))
 					}
-				}, func(ref uint32) {
-					if rs := s.meters[ref]; rs == nil || rs.desired == nil {
-						block(u, fmt.Errorf("group %d: bucket uses meter %d, which no owner wants", id, ref))
-					}
-				})
+				} else if rs := s.groups[ref.id]; rs == nil || rs.desired == nil {
+					block(u, fmt.Errorf("group %d: bucket uses group %d, which no owner wants", id, ref.id))
+				}
 			}
 		}
-		u.size += 1 + len(c.groupBuckets())/256
+		u.size += 1 + c.groupBuckets()/256
 		gch[id] = true
 	})
 
@@ -466,11 +464,12 @@ func isMeta(c flowChange) bool {
 	return c.to != nil && c.to.owner != nil && c.to.owner.feature == plan.FeatureMeta
 }
 
-func (c groupChange) groupBuckets() []openflow.Bucket {
+// groupBuckets returns how many buckets the change sends.
+func (c groupChange) groupBuckets() int {
 	if c.to != nil {
-		return c.to.group.Buckets
+		return c.to.buckets
 	}
-	return nil
+	return 0
 }
 
 func (st *DiffStats) countFlow(k ChangeKind) {

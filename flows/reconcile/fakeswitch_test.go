@@ -99,9 +99,10 @@ func (sw *fakeSwitch) checkRefs(ins []openflow.Instruction, acts []openflow.Acti
 }
 
 func (sw *fakeSwitch) apply(m openflow.Message, failOn int) error {
-	if pm, ok := m.(*openflow.PackedFlowMod); ok {
+	switch m.(type) {
+	case *openflow.PackedFlowMod, *openflow.PackedGroupMod:
 		// What a switch gets: the bytes, decoded.
-		b, err := openflow.Marshal(openflow.Version15, 1, pm)
+		b, err := openflow.Marshal(openflow.Version15, 1, m)
 		if err != nil {
 			return err
 		}

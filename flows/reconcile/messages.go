@@ -24,7 +24,7 @@ func batchMessages(b *Batch, v openflow.Version, gen plan.Generation) (msgs []op
 	srcs := make([]src, 0, b.Len())
 	msgs = make([]openflow.Message, 0, b.Len())
 	for i, c := range b.groupsBefore {
-		mods, err := c.to.group.Mods(openflow.GroupAddOrModify, v, 0)
+		mods, err := c.to.mods(v)
 		if err != nil {
 			return nil, nil, fmt.Errorf("reconcile: owner %s: group %d: %w", ownerName(c.to.owner), c.id, err)
 		}
@@ -42,7 +42,7 @@ func batchMessages(b *Batch, v openflow.Version, gen plan.Generation) (msgs []op
 		srcs = append(srcs, src{2, int32(i)})
 	}
 	for i, c := range b.groupsAfter {
-		msgs = append(msgs, c.from.group.DeleteMod())
+		msgs = append(msgs, c.from.deleteMod())
 		srcs = append(srcs, src{3, int32(i)})
 	}
 	origin = func(i int) string {
@@ -73,7 +73,7 @@ func batchMessages(b *Batch, v openflow.Version, gen plan.Generation) (msgs []op
 func ownerOfMessage(b *Batch, v openflow.Version, i int) string {
 	n := 0
 	for _, c := range b.groupsBefore {
-		mods, err := c.to.group.Mods(openflow.GroupAddOrModify, v, 0)
+		mods, err := c.to.mods(v)
 		if err != nil {
 			return ownerName(c.to.owner)
 		}

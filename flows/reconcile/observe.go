@@ -87,7 +87,7 @@ func (s *Store) observe(obs *Observed, fresh bool) (unwanted int) {
 		if sl.desired != nil && sl.desired.sum == sum {
 			sl.installed = sl.desired
 		} else {
-			sl.installed = &groupEntry{group: g, sum: sum}
+			sl.installed = &groupEntry{id: g.ID, group: g, sum: sum, buckets: len(g.Buckets)}
 			s.markGroup(g.ID, sl)
 			if sl.desired == nil {
 				unwanted++
@@ -114,7 +114,7 @@ func (s *Store) observe(obs *Observed, fresh bool) (unwanted int) {
 				}
 				if sl.desired == nil && sl.epoch != ep {
 					sl.epoch = ep
-					sl.installed = &groupEntry{group: &openflow.GroupEntry{ID: id}}
+					sl.installed = &groupEntry{id: id, group: &openflow.GroupEntry{ID: id}}
 					s.markGroup(id, sl)
 					unwanted++
 				}

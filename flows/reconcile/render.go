@@ -66,7 +66,12 @@ func (s *Store) Render(w io.Writer, prefix string, gen plan.Generation) error {
 		if _, err := fmt.Fprintf(w, "# owner %s (feature %s, cookie %#x)\n", o.name, o.feature, cookie); err != nil {
 			return err
 		}
-		gs := append([]openflow.GroupEntry(nil), o.state.Groups...)
+		s.mu.Lock()
+		gs := make([]openflow.GroupEntry, len(o.groups))
+		for i := range o.groups {
+			gs[i] = *o.groups[i].value()
+		}
+		s.mu.Unlock()
 		sort.Slice(gs, func(i, j int) bool { return gs[i].ID < gs[j].ID })
 		for _, g := range gs {
 			if _, err := fmt.Fprintf(w, " %s\n", g.String()); err != nil {
@@ -162,7 +167,7 @@ func (s *Store) Compare(obs *Observed, prefix string, gen plan.Generation) []Dif
 			}
 		case !match(sl.desired.owner):
 		case sl.desired.sum != stringSum(g.String()):
-			out = append(out, Difference{Kind: Modify, Owner: sl.desired.owner.name, What: "group", Have: " " + g.String(), Want: " " + sl.desired.group.String()})
+			out = append(out, Difference{Kind: Modify, Owner: sl.desired.owner.name, What: "group", Have: " " + g.String(), Want: " " + sl.desired.String()})
 		}
 	}
 	var queried map[uint32]bool
@@ -180,7 +185,7 @@ func (s *Store) Compare(obs *Observed, prefix string, gen plan.Generation) []Dif
 			// Too big to read back: unknown, not missing.
 			continue
 		}
-		out = append(out, Difference{Kind: Add, Owner: sl.desired.owner.name, What: "group", Want: " " + sl.desired.group.String()})
+		out = append(out, Difference{Kind: Add, Owner: sl.desired.owner.name, What: "group", Want: " " + sl.desired.String()})
 	}
 	mseen := map[uint32]bool{}
 	for i := range obs.Meters {

@@ -219,12 +219,82 @@ func (e *flowEntry) deleteMod() openflow.Message {
 }
 
 type groupEntry struct {
-	group *openflow.GroupEntry
-	owner *owner
-	sum   uint64
+	id uint32
+	// packed is a desired group, held in its encoding; group is an
+	// installed group as read from the switch, or a desired group too big
+	// for one message (see openflow.PackGroup). Exactly one is set.
+	packed openflow.PackedGroup
+	group  *openflow.GroupEntry
+	owner  *owner
+	sum    uint64
+	// refs are the groups and meters the desired group's buckets use.
+	refs []refKey
+	// buckets is how many buckets the group has.
+	buckets int
 	// large marks a group whose description cannot be read back (see
 	// groupReadLimit).
 	large bool
+}
+
+// newGroupEntry returns the entry of the desired group g of owner o.
+func newGroupEntry(g *openflow.GroupEntry, o *owner) (groupEntry, error) {
+	e := groupEntry{id: g.ID, owner: o, sum: stringSum(g.String()), large: tooBigToRead(g), buckets: len(g.Buckets)}
+	p, err := openflow.PackGroup(g)
+	switch {
+	case err == nil:
+		e.packed = p
+	case errors.Is(err, openflow.ErrTooLong):
+		e.group = g
+	default:
+		return e, err
+	}
+	for _, b := range g.Buckets {
+		visitActions(b.Actions, func(id uint32) { e.refs = append(e.refs, refKey{false, id}) }, func(id uint32) { e.refs = append(e.refs, refKey{true, id}) })
+	}
+	return e, nil
+}
+
+// value returns the entry's group as a value: the held one, or a decoded
+// copy of the packed one.
+func (e *groupEntry) value() *openflow.GroupEntry {
+	if e.group != nil {
+		return e.group
+	}
+	g, err := e.packed.Unpack()
+	if err != nil {
+		// Packed from a group that encoded: cannot happen.
+		return &openflow.GroupEntry{ID: e.id}
+	}
+	return &g
+}
+
+// String renders the entry's group as GroupEntry.String does.
+func (e *groupEntry) String() string { return e.value().String() }
+
+// mods returns the messages that add or modify the desired group.
+func (e *groupEntry) mods(v openflow.Version) ([]openflow.Message, error) {
+	if e.group == nil {
+		return e.packed.Mods(openflow.GroupAddOrModify, v, 0)
+	}
+	mods, err := e.group.Mods(openflow.GroupAddOrModify, v, 0)
+	out := make([]openflow.Message, len(mods))
+	for i, m := range mods {
+		out[i] = m
+	}
+	return out, err
+}
+
+// deleteMod returns the message that deletes the group.
+func (e *groupEntry) deleteMod() openflow.Message {
+	return openflow.GroupEntry{ID: e.id}.DeleteMod()
+}
+
+// countGroupRefs counts the groups and meters e's buckets use d times
+// more. s.mu is held.
+func (s *Store) countGroupRefs(e *groupEntry, d int32) {
+	for _, k := range e.refs {
+		s.addRef(k, d)
+	}
 }
 
 type meterEntry struct {
@@ -325,9 +395,9 @@ func (s *Store) Set(name string, st State) error {
 	if err := s.prepare(o); err != nil {
 		return err
 	}
-	// The flows are held packed (see flowEntry); the values are the
-	// caller's to drop.
-	o.state.Flows = nil
+	// The flows and groups are held packed (see flowEntry, groupEntry);
+	// the values are the caller's to drop.
+	o.state.Flows, o.state.Groups = nil, nil
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -340,8 +410,8 @@ func (s *Store) Set(name string, st State) error {
 	}
 	for i := range o.groups {
 		e := &o.groups[i]
-		if sl, ok := s.groups[e.group.ID]; ok && sl.desired != nil && sl.desired.owner.name != name {
-			return fmt.Errorf("reconcile: owner %s: group %d: %w: %s", name, e.group.ID, ErrConflict, sl.desired.owner.name)
+		if sl, ok := s.groups[e.id]; ok && sl.desired != nil && sl.desired.owner.name != name {
+			return fmt.Errorf("reconcile: owner %s: group %d: %w: %s", name, e.id, ErrConflict, sl.desired.owner.name)
 		}
 	}
 	for i := range o.meters {
@@ -468,7 +538,11 @@ func (s *Store) prepare(o *owner) error {
 				return fmt.Errorf("reconcile: owner %s: group %d: bucket %d: weight 0 in a select group is never chosen: %w", o.name, g.ID, j, ErrInvalid)
 			}
 		}
-		o.groups[i] = groupEntry{group: g, owner: o, sum: stringSum(g.String()), large: tooBigToRead(g)}
+		e, err := newGroupEntry(g, o)
+		if err != nil {
+			return fmt.Errorf("reconcile: owner %s: group %d: %w: %w", o.name, g.ID, err, ErrInvalid)
+		}
+		o.groups[i] = e
 	}
 	o.meters = make([]meterEntry, len(st.Meters))
 	mseen := map[uint32]bool{}
@@ -499,13 +573,11 @@ func (s *Store) release(o *owner) {
 	}
 	for i := range o.groups {
 		e := &o.groups[i]
-		if sl := s.groups[e.group.ID]; sl != nil && sl.desired == e {
+		if sl := s.groups[e.id]; sl != nil && sl.desired == e {
 			sl.desired = nil
-			s.markGroup(e.group.ID, sl)
+			s.markGroup(e.id, sl)
 		}
-		for _, b := range e.group.Buckets {
-			s.countRefs(nil, b.Actions, -1)
-		}
+		s.countGroupRefs(e, -1)
 	}
 	for i := range o.meters {
 		e := &o.meters[i]
@@ -527,16 +599,14 @@ func (s *Store) claim(o *owner) {
 	}
 	for i := range o.groups {
 		e := &o.groups[i]
-		sl := s.groups[e.group.ID]
+		sl := s.groups[e.id]
 		if sl == nil {
 			sl = &groupSlot{}
-			s.groups[e.group.ID] = sl
+			s.groups[e.id] = sl
 		}
 		sl.desired = e
-		s.markGroup(e.group.ID, sl)
-		for _, b := range e.group.Buckets {
-			s.countRefs(nil, b.Actions, 1)
-		}
+		s.markGroup(e.id, sl)
+		s.countGroupRefs(e, 1)
 	}
 	for i := range o.meters {
 		e := &o.meters[i]
@@ -562,13 +632,6 @@ func (s *Store) addRef(k refKey, d int32) {
 	} else {
 		delete(s.refs, k)
 	}
-}
-
-func (s *Store) countRefs(ins []openflow.Instruction, acts []openflow.Action, d int32) {
-	g := func(id uint32) { s.addRef(refKey{false, id}, d) }
-	m := func(id uint32) { s.addRef(refKey{true, id}, d) }
-	visitInstructions(ins, g, m)
-	visitActions(acts, g, m)
 }
 
 // markFlow stores sl under k and queues it for the next diff.
@@ -606,6 +669,12 @@ func (s *Store) Get(name string) (State, bool) {
 	st.Flows = make([]openflow.Flow, len(o.flows))
 	for i := range o.flows {
 		st.Flows[i] = *o.flows[i].value()
+	}
+	if len(o.groups) > 0 {
+		st.Groups = make([]openflow.GroupEntry, len(o.groups))
+		for i := range o.groups {
+			st.Groups[i] = *o.groups[i].value()
+		}
 	}
 	return st, true
 }

@@ -186,7 +186,7 @@ func TestGroupsBeforeFlowsAndDeletedAfter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := msgs[0].(*openflow.GroupMod); !ok {
+	if _, ok := msgs[0].(*openflow.PackedGroupMod); !ok {
 		t.Fatalf("first message is %T, want the group", msgs[0])
 	}
 	// Let the fake switch apply it (it rejects flows using missing groups).
@@ -434,8 +434,8 @@ func dumpDesired(s *Store) string {
 			f := stamped(o.flows[i].value(), o.cookie)
 			sw.flows[f.Key()] = f
 		}
-		for _, g := range o.state.Groups {
-			sw.groups[g.ID] = g
+		for i := range o.groups {
+			sw.groups[o.groups[i].id] = *o.groups[i].value()
 		}
 		for _, m := range o.state.Meters {
 			sw.meters[m.ID] = m
@@ -529,8 +529,8 @@ func desiredViews(s *Store) map[uint64]string {
 	lines := map[uint64][]string{}
 	groups := map[uint32]string{}
 	for _, o := range s.owners {
-		for _, g := range o.state.Groups {
-			groups[g.ID] = g.String()
+		for i := range o.groups {
+			groups[o.groups[i].id] = o.groups[i].String()
 		}
 	}
 	for _, o := range s.owners {
