@@ -134,7 +134,6 @@ func unmarshalFlowStats(b []byte, v Version) ([]FlowStats, error) {
 	return out, nil
 }
 
-
 // oxsCounters are the values of an ofp_stats.
 type oxsCounters struct {
 	duration, idleTime time.Duration
