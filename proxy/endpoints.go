@@ -163,6 +163,20 @@ func processSlice(s *discovery.EndpointSlice) (*sliceInfo, []error) {
 
 // sortEndpoints sorts l and drops duplicates of the same address and port,
 // keeping the first (by conditions, a ready one wins).
+// sortedShared returns l sorted as sortEndpoints sorts it: l itself, sorted
+// in place and capped so that appending to it copies, when it has no
+// duplicates; otherwise a sorted copy without them. l keeps its length
+// either way (the tracker keeps it for later merges).
+func sortedShared(l []Endpoint) []Endpoint {
+	slices.SortStableFunc(l, compareEndpoints)
+	for i := 1; i < len(l); i++ {
+		if compareEndpoints(l[i-1], l[i]) == 0 {
+			return sortEndpoints(slices.Clone(l))
+		}
+	}
+	return l[:len(l):len(l)]
+}
+
 func sortEndpoints(l []Endpoint) []Endpoint {
 	slices.SortStableFunc(l, func(a, b Endpoint) int {
 		if c := compareEndpoints(a, b); c != 0 {
@@ -191,9 +205,14 @@ func sortEndpoints(l []Endpoint) []Endpoint {
 //     endpoints on this node only; with none there, that traffic has no
 //     endpoints (it is dropped, not sent to another node).
 //
-// Both results are sorted by address and port.
+// Both results are sorted by address and port, and may be eps itself:
+// read them, do not change them.
 func Categorize(p *ServicePort, eps []Endpoint, nodeName string) (internal, external []Endpoint) {
 	pick := func(local bool) []Endpoint {
+		if !local && allReady(eps) {
+			// Shared with the tracker, not copied.
+			return eps
+		}
 		var ready, terminating []Endpoint
 		for _, e := range eps {
 			if local && e.NodeName != nodeName {
@@ -220,6 +239,16 @@ func Categorize(p *ServicePort, eps []Endpoint, nodeName string) (internal, exte
 		external = pick(true)
 	}
 	return internal, external
+}
+
+// allReady reports whether every endpoint of eps is ready.
+func allReady(eps []Endpoint) bool {
+	for i := range eps {
+		if !eps[i].Ready {
+			return false
+		}
+	}
+	return len(eps) > 0
 }
 
 // HasEndpoints reports whether any endpoint exists at all for the port,

@@ -402,13 +402,23 @@ func (t *EndpointsTracker) Update() ChangeSet {
 	clear(t.pending)
 	for svc := range affected {
 		merged := map[ServicePortName][]Endpoint{}
-		for _, info := range t.slices[svc] {
-			for name, eps := range info.ports {
-				merged[name] = append(merged[name], eps...)
+		if infos := t.slices[svc]; len(infos) == 1 {
+			// One slice, the usual case: its lists are the Service's,
+			// sorted in place, without a copy.
+			for _, info := range infos {
+				for name, eps := range info.ports {
+					merged[name] = sortedShared(eps)
+				}
 			}
-		}
-		for name, eps := range merged {
-			merged[name] = sortEndpoints(eps)
+		} else {
+			for _, info := range infos {
+				for name, eps := range info.ports {
+					merged[name] = append(merged[name], eps...)
+				}
+			}
+			for name, eps := range merged {
+				merged[name] = sortEndpoints(eps)
+			}
 		}
 		for _, name := range t.portsOf[svc] {
 			if eps, ok := merged[name]; !ok || !slices.Equal(t.endpoints[name], eps) {

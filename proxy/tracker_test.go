@@ -195,6 +195,33 @@ func TestEndpointsTracker(t *testing.T) {
 	if len(tr.Endpoints(web)) != 0 || len(tr.Endpoints(api)) != 2 {
 		t.Fatalf("after move: web %v api %v", tr.Endpoints(web), tr.Endpoints(api))
 	}
+	// A Service of one slice shares the slice's (sorted) list; one with a
+	// duplicate gets a copy without it, and the slice's own list stays
+	// whole for later merges with other slices.
+	ips := func(eps []Endpoint) (out []string) {
+		for _, e := range eps {
+			out = append(out, e.IP.String())
+		}
+		return out
+	}
+	s3 := slice("default", "web-c", "web", discovery.AddressTypeIPv4, "http", 8080,
+		epSpec{ip: "10.128.0.9"}, epSpec{ip: "10.128.0.7"}, epSpec{ip: "10.128.0.9"})
+	tr.Record(nil, s3)
+	tr.Update()
+	if got := ips(tr.Endpoints(web)); !reflect.DeepEqual(got, []string{"10.128.0.7", "10.128.0.9"}) {
+		t.Fatalf("one slice with a duplicate: %v", got)
+	}
+	s4 := slice("default", "web-d", "web", discovery.AddressTypeIPv4, "http", 8080, epSpec{ip: "10.128.0.8"})
+	tr.Record(nil, s4)
+	tr.Update()
+	if got := ips(tr.Endpoints(web)); !reflect.DeepEqual(got, []string{"10.128.0.7", "10.128.0.8", "10.128.0.9"}) {
+		t.Fatalf("two slices: %v", got)
+	}
+	tr.Record(s4, nil)
+	tr.Update()
+	if got := ips(tr.Endpoints(web)); !reflect.DeepEqual(got, []string{"10.128.0.7", "10.128.0.9"}) {
+		t.Fatalf("back to one slice: %v", got)
+	}
 	if errs := sink.take(); len(errs) != 0 {
 		t.Fatalf("unexpected errors: %v", errs)
 	}

@@ -329,6 +329,11 @@ func sameNode(x, y service.Node) bool {
 // those for internal and external traffic.
 func usedEndpoints(port *proxy.ServicePort, eps []proxy.Endpoint, nodeName string) []proxy.Endpoint {
 	in, ex := proxy.Categorize(port, eps, nodeName)
+	if len(in) == len(ex) && (len(in) == 0 || &in[0] == &ex[0]) {
+		// The same endpoints for both (the usual case), in the tracker's
+		// order (sorted, without duplicates): no copy.
+		return in
+	}
 	all := slices.Concat(in, ex)
 	slices.SortFunc(all, func(x, y proxy.Endpoint) int {
 		if c := x.IP.Compare(y.IP); c != 0 {
