@@ -218,14 +218,11 @@ func (m *PackedFlowMod) String() string {
 	return fm.String()
 }
 
-// SharedKey returns k with its match held in p's memory when the two
-// encode the match the same way, so that a store holding both keeps one
-// copy. k must be the key of the flow p was packed from.
-func (p *PackedFlow) SharedKey(k FlowKey) FlowKey {
-	if f := p.MatchFields(); f == k.match {
-		k.match = f
-	}
-	return k
+// Key returns the key of p's flow, as Flow.Key gives it for the flow p
+// was packed from, with its match in p's memory: p holds its match in the
+// canonical form a key has.
+func (p *PackedFlow) Key() FlowKey {
+	return FlowKey{Table: p.Table, Priority: p.Priority, match: p.MatchFields()}
 }
 
 func isAllOnes(b []byte) bool {

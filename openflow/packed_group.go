@@ -32,6 +32,11 @@ func PackGroup(g *GroupEntry) (PackedGroup, error) {
 	return PackedGroup{wire: string(b[2:]), ID: g.ID, Type: g.Type, Buckets: int32(len(g.Buckets))}, nil
 }
 
+// Equal reports whether p and q hold the same group, byte for byte.
+func (p *PackedGroup) Equal(q *PackedGroup) bool {
+	return p.ID == q.ID && p.Type == q.Type && p.wire == q.wire
+}
+
 // IsZero reports whether p is the zero PackedGroup, which holds no group.
 func (p *PackedGroup) IsZero() bool { return p.wire == "" }
 

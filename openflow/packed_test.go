@@ -43,12 +43,11 @@ func TestPackedRoundTrip(t *testing.T) {
 		if p.Instructions() != string(ins) {
 			t.Errorf("%s: instructions %x, want %x", f, p.Instructions(), ins)
 		}
-		k := f.Key()
-		shared := p.SharedKey(k)
-		if shared != k {
-			t.Errorf("%s: shared key %v differs from %v", f, shared, k)
+		k := p.Key()
+		if want := f.Key(); k != want {
+			t.Errorf("%s: packed key %v differs from the flow's %v", f, k, want)
 		}
-		if len(k.match) > 0 && unsafe.StringData(shared.match) != unsafe.StringData(p.MatchFields()) {
+		if len(k.match) > 0 && unsafe.StringData(k.match) != unsafe.StringData(p.MatchFields()) {
 			t.Errorf("%s: key %x is not held in the packed match %x", f, k.match, p.MatchFields())
 		}
 	}

@@ -456,7 +456,7 @@ func changeOwner[E any, P idEntry[E]](to, from P) *owner {
 }
 
 func (e *groupEntry) ownedBy() *owner     { return e.owner }
-func (e *groupEntry) fingerprint() uint64 { return e.sum }
+func (e *groupEntry) fingerprint() uint64 { return e.fp() }
 func (e *meterEntry) ownedBy() *owner     { return e.owner }
 func (e *meterEntry) fingerprint() uint64 { return e.sum }
 

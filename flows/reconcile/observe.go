@@ -83,11 +83,10 @@ func (s *Store) observe(obs *Observed, fresh bool) (unwanted int) {
 			s.groups[g.ID] = sl
 		}
 		sl.epoch = ep
-		sum := stringSum(g.String())
-		if sl.desired != nil && sl.desired.sum == sum {
+		if sl.desired != nil && sl.desired.sameAs(g) {
 			sl.installed = sl.desired
 		} else {
-			sl.installed = &groupEntry{id: g.ID, group: g, sum: sum, buckets: len(g.Buckets)}
+			sl.installed = &groupEntry{id: g.ID, group: g, buckets: len(g.Buckets)}
 			s.markGroup(g.ID, sl)
 			if sl.desired == nil {
 				unwanted++

@@ -166,7 +166,7 @@ func (s *Store) Compare(obs *Observed, prefix string, gen plan.Generation) []Dif
 				out = append(out, Difference{Kind: Delete, What: "group", Have: " " + g.String()})
 			}
 		case !match(sl.desired.owner):
-		case sl.desired.sum != stringSum(g.String()):
+		case !sl.desired.sameAs(g):
 			out = append(out, Difference{Kind: Modify, Owner: sl.desired.owner.name, What: "group", Have: " " + g.String(), Want: " " + sl.desired.String()})
 		}
 	}

@@ -183,7 +183,7 @@ func (e *flowEntry) pack(f *openflow.Flow, buf *[]byte) error {
 		return err
 	}
 	e.packed = p
-	e.key = p.SharedKey(e.key)
+	e.key = p.Key()
 	visitInstructions(g.Instructions, func(id uint32) { e.addRef(refKey{false, id}) }, func(id uint32) { e.addRef(refKey{true, id}) })
 	return nil
 }

@@ -238,7 +238,7 @@ type groupEntry struct {
 
 // newGroupEntry returns the entry of the desired group g of owner o.
 func newGroupEntry(g *openflow.GroupEntry, o *owner) (groupEntry, error) {
-	e := groupEntry{id: g.ID, owner: o, sum: stringSum(g.String()), large: tooBigToRead(g), buckets: len(g.Buckets)}
+	e := groupEntry{id: g.ID, owner: o, large: tooBigToRead(g), buckets: len(g.Buckets)}
 	p, err := openflow.PackGroup(g)
 	switch {
 	case err == nil:
@@ -270,6 +270,27 @@ func (e *groupEntry) value() *openflow.GroupEntry {
 
 // String renders the entry's group as GroupEntry.String does.
 func (e *groupEntry) String() string { return e.value().String() }
+
+// fp returns the fingerprint of the group's text, computed when first
+// needed. s.mu must be held.
+func (e *groupEntry) fp() uint64 {
+	if e.sum == 0 {
+		e.sum = stringSum(e.String()) | 1
+	}
+	return e.sum
+}
+
+// sameAs reports whether the desired entry e and the group g read from
+// the switch are the same group: by their encoding first, then by their
+// text.
+func (e *groupEntry) sameAs(g *openflow.GroupEntry) bool {
+	if e.group == nil {
+		if p, err := openflow.PackGroup(g); err == nil && p.Equal(&e.packed) {
+			return true
+		}
+	}
+	return e.fp() == stringSum(g.String())|1
+}
 
 // mods returns the messages that add or modify the desired group.
 func (e *groupEntry) mods(v openflow.Version) ([]openflow.Message, error) {
@@ -504,16 +525,15 @@ func (s *Store) prepare(o *owner) error {
 				return fmt.Errorf("reconcile: owner %s: flow %d (%s): feature %s may not write to %s: %w", o.name, i, strings.TrimSpace(f.String()), o.feature, t, ErrInvalid)
 			}
 		}
-		k := flowKey(f)
-		if seen != nil {
-			if j, dup := seen[k]; dup {
-				return fmt.Errorf("reconcile: owner %s: flows %d and %d have the same table, priority and match (%s): %w", o.name, j, i, strings.TrimSpace(f.String()), ErrInvalid)
-			}
-			seen[k] = i
-		}
-		e := flowEntry{key: k, owner: o}
+		e := flowEntry{owner: o}
 		if err := e.pack(f, &buf); err != nil {
 			return fmt.Errorf("reconcile: owner %s: flow %d (%s): %w: %w", o.name, i, strings.TrimSpace(f.String()), err, ErrInvalid)
+		}
+		if seen != nil {
+			if j, dup := seen[e.key]; dup {
+				return fmt.Errorf("reconcile: owner %s: flows %d and %d have the same table, priority and match (%s): %w", o.name, j, i, strings.TrimSpace(f.String()), ErrInvalid)
+			}
+			seen[e.key] = i
 		}
 		o.flows[i] = e
 	}

@@ -141,6 +141,7 @@ func runServicesScale(b *testing.B, e *env) map[string]float64 {
 	})
 	programmed := time.Since(start)
 	rss1 := mustRSS(b, agentPID)
+	saveProfile(b, m, "created-heap.prof", "heap")()
 	res["s-nodeflow-cpu-create"] = ticksToMs(cpuTicks(b, agentPID, false)-cpuCreate) / 1000
 	flows := countFlows(b, m)
 	b.Logf("nodeflow: all %d services in OVS %s after the first create (%s after the last); agent CPU %.1f s; RSS %d KiB (+%d), br0 %d flows",
@@ -163,6 +164,7 @@ func runServicesScale(b *testing.B, e *env) map[string]float64 {
 	}
 	restart := time.Now()
 	agentPID = startAgent(b, e, m).Process.Pid
+	coldProfile := saveProfile(b, m, "cold-cpu.prof", "profile?seconds=10")
 	eventually(b, 2*time.Minute, "agent ready", func(ctx context.Context) error { return agentReady(ctx, m) })
 	ready := time.Since(restart)
 	eventually(b, 30*time.Minute, "every group and bucket in br0 after a cold start", func(ctx context.Context) error {
@@ -174,6 +176,8 @@ func runServicesScale(b *testing.B, e *env) map[string]float64 {
 	})
 	cold := time.Since(restart)
 	rssCold := mustRSS(b, agentPID)
+	coldProfile()
+	saveProfile(b, m, "cold-heap.prof", "heap")()
 	res["s-nodeflow-cpu-cold-start"] = ticksToMs(cpuTicks(b, agentPID, false)) / 1000
 	b.Logf("nodeflow: cold start with %d services: ready %s, all groups in OVS %s after process start; CPU %.1f s; RSS %d KiB",
 		n, ready.Round(time.Millisecond), cold.Round(time.Millisecond), res["s-nodeflow-cpu-cold-start"], rssCold)
@@ -1031,4 +1035,46 @@ func relay(l net.Listener, target string) {
 			<-done
 		}()
 	}
+}
+
+// saveProfile fetches the agent's /debug/pprof/<what> in the background
+// into file name of the directory NODEFLOW_BENCH_PPROF names (nothing when
+// it is unset), for `go tool pprof`; the returned func waits for it.
+func saveProfile(b testing.TB, m *testbed.Member, name, what string) (wait func()) {
+	b.Helper()
+	dir := os.Getenv("NODEFLOW_BENCH_PPROF")
+	if dir == "" {
+		return func() {}
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tr := &http.Transport{DialContext: func(ctx context.Context, network, a string) (net.Conn, error) {
+			return nsutil.Dial(ctx, m.Netns, network, a, 5*time.Second)
+		}}
+		defer tr.CloseIdleConnections()
+		url := "http://" + agentHealthAddr + "/debug/pprof/" + what
+		var resp *http.Response
+		var err error
+		// The agent may not listen yet.
+		for deadline := time.Now().Add(10 * time.Second); ; {
+			if resp, err = (&http.Client{Transport: tr, Timeout: time.Minute}).Get(url); err == nil || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if err != nil {
+			b.Logf("profile %s: %v", what, err)
+			return
+		}
+		defer resp.Body.Close()
+		data, err := io.ReadAll(resp.Body)
+		if err == nil {
+			err = os.WriteFile(filepath.Join(dir, name), data, 0o644)
+		}
+		if err != nil {
+			b.Logf("profile %s: %v", what, err)
+		}
+	}()
+	return func() { <-done }
 }
