@@ -76,6 +76,16 @@ func (r *Runner) Run() {
 	}
 }
 
+// SyncedFull records a full sync of the runner's function that succeeded
+// outside Loop, started at start (the one a feature runs before its loop
+// starts): Loop's first sync then applies only what changed since, instead
+// of doing everything again.
+func (r *Runner) SyncedFull(start time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.needFull, r.lastRun, r.lastErr = false, start, nil
+}
+
 // LastError returns the error of the last sync, nil if it succeeded.
 func (r *Runner) LastError() error {
 	r.mu.Lock()

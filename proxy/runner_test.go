@@ -109,3 +109,26 @@ func TestRunnerTimeline(t *testing.T) {
 	expect(37*time.Second, true)
 	expectNone()
 }
+
+// TestRunnerSyncedFull checks that after a full sync run outside the loop
+// (a feature's start-up sync), the loop's first sync is not full again.
+func TestRunnerSyncedFull(t *testing.T) {
+	calls := make(chan bool, 4)
+	r := NewRunner(func(_ context.Context, full bool) error {
+		calls <- full
+		return nil
+	}, RunnerOptions{MinInterval: time.Second})
+	r.SyncedFull(time.Now())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { r.Loop(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	select {
+	case full := <-calls:
+		if full {
+			t.Fatal("the loop's first sync is full after SyncedFull")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no first sync")
+	}
+}

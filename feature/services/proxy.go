@@ -174,9 +174,13 @@ func (p *Proxy) Sync(ctx context.Context) error {
 	} else {
 		p.installed = installed
 	}
+	start := time.Now()
 	if err := p.sync(ctx, true); err != nil {
 		p.log.WithError(err).Warn("first service sync")
+		return nil
 	}
+	// The loop's first sync need not build every port again.
+	p.runner.SyncedFull(start)
 	return nil
 }
 

@@ -418,11 +418,14 @@ func (s *Store) diff(opts DiffOptions) *Diff {
 	return d
 }
 
-// idEntry is a group or meter entry: it has an owner and a fingerprint.
+// idEntry is a group or meter entry: it has an owner, and can tell whether
+// another entry of its kind differs from it.
 type idEntry[E any] interface {
 	*E
 	ownedBy() *owner
-	fingerprint() uint64
+	// differs reports whether the entry and other describe different
+	// groups (meters).
+	differs(other *E) bool
 }
 
 // takeChanges passes each change that the dirty slots among ids in m ask
@@ -436,7 +439,7 @@ func takeChanges[E any, P idEntry[E]](m map[uint32]*slot[E], ids []uint32, chang
 		}
 		sl.dirty = false
 		from, to := P(sl.installed), P(sl.desired)
-		step, kind := sl.step(func(d, i *E) bool { return P(d).fingerprint() != P(i).fingerprint() })
+		step, kind := sl.step(func(d, i *E) bool { return P(d).differs(i) })
 		switch step {
 		case stepEmpty:
 			delete(m, id)
@@ -456,9 +459,20 @@ func changeOwner[E any, P idEntry[E]](to, from P) *owner {
 }
 
 func (e *groupEntry) ownedBy() *owner     { return e.owner }
-func (e *groupEntry) fingerprint() uint64 { return e.fp() }
+func (e *groupEntry) differs(o *groupEntry) bool {
+	if e == o {
+		return false
+	}
+	if e.group == nil && o.group == nil {
+		// Both packed: the same bytes are the same group.
+		if e.packed.Equal(&o.packed) {
+			return false
+		}
+	}
+	return e.fp() != o.fp()
+}
 func (e *meterEntry) ownedBy() *owner     { return e.owner }
-func (e *meterEntry) fingerprint() uint64 { return e.sum }
+func (e *meterEntry) differs(o *meterEntry) bool { return e.sum != o.sum }
 
 func isMeta(c flowChange) bool {
 	return c.to != nil && c.to.owner != nil && c.to.owner.feature == plan.FeatureMeta
@@ -619,7 +633,7 @@ func commitIDSlot[E any, P idEntry[E]](m map[uint32]*slot[E], id uint32, to P, m
 			delete(m, id)
 		}
 	case sl.desired != sl.installed:
-		if sl.desired == nil || sl.installed == nil || P(sl.desired).fingerprint() != P(sl.installed).fingerprint() {
+		if sl.desired == nil || sl.installed == nil || P(sl.desired).differs(sl.installed) {
 			mark(id, sl)
 		} else {
 			sl.installed = sl.desired
