@@ -458,7 +458,7 @@ func changeOwner[E any, P idEntry[E]](to, from P) *owner {
 	return from.ownedBy()
 }
 
-func (e *groupEntry) ownedBy() *owner     { return e.owner }
+func (e *groupEntry) ownedBy() *owner { return e.owner }
 func (e *groupEntry) differs(o *groupEntry) bool {
 	if e == o {
 		return false
@@ -471,7 +471,7 @@ func (e *groupEntry) differs(o *groupEntry) bool {
 	}
 	return e.fp() != o.fp()
 }
-func (e *meterEntry) ownedBy() *owner     { return e.owner }
+func (e *meterEntry) ownedBy() *owner            { return e.owner }
 func (e *meterEntry) differs(o *meterEntry) bool { return e.sum != o.sum }
 
 func isMeta(c flowChange) bool {
