@@ -15,7 +15,6 @@ import (
 	"github.com/vishvananda/netlink"
 	corev1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
 
@@ -203,13 +202,13 @@ func (p *Proxy) watch(h feature.Host) error {
 	f := h.Informers()
 	p.svcInf = f.Core().V1().Services().Informer()
 	p.sliceInf = f.Discovery().V1().EndpointSlices().Informer()
-	// The caches hold every Service and EndpointSlice of the cluster:
-	// without their managed fields (server-side apply bookkeeping, often
-	// larger than the object itself), which the proxy never reads.
-	for _, inf := range []cache.SharedIndexInformer{p.svcInf, p.sliceInf} {
-		if err := inf.SetTransform(stripManagedFields); err != nil {
-			return fmt.Errorf("services: services: %w", err)
-		}
+	// The caches hold every Service and EndpointSlice of the cluster,
+	// without what no feature reads.
+	if err := p.svcInf.SetTransform(stripManagedFields); err != nil {
+		return fmt.Errorf("services: services: %w", err)
+	}
+	if err := p.sliceInf.SetTransform(slimEndpointSlice); err != nil {
+		return fmt.Errorf("services: endpointslices: %w", err)
 	}
 	svc := func(obj any) *corev1.Service {
 		if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
@@ -262,14 +261,6 @@ func (p *Proxy) watch(h feature.Host) error {
 	return nil
 }
 
-// stripManagedFields is the informers' transform: it drops an object's
-// managed fields before the cache stores it.
-func stripManagedFields(obj any) (any, error) {
-	if m, err := meta.Accessor(obj); err == nil {
-		m.SetManagedFields(nil)
-	}
-	return obj, nil
-}
 
 // nodeModel is what the builders need to know about this node.
 func (p *Proxy) nodeModel() service.Node {
