@@ -261,7 +261,6 @@ func (p *Proxy) watch(h feature.Host) error {
 	return nil
 }
 
-
 // nodeModel is what the builders need to know about this node.
 func (p *Proxy) nodeModel() service.Node {
 	a := p.h.Node()
