@@ -81,6 +81,12 @@ func startAgent(t testing.TB, e *env, m *testbed.Member) *exec.Cmd {
 			<-done
 		}
 		logf.Close()
+		if dir := os.Getenv("NODEFLOW_BENCH_PPROF"); dir != "" {
+			// Kept with the profiles, for the timeline of a start.
+			if b, err := os.ReadFile(logf.Name()); err == nil {
+				_ = os.WriteFile(filepath.Join(dir, filepath.Base(logf.Name())), b, 0o644)
+			}
+		}
 		if t.Failed() {
 			b, _ := os.ReadFile(logf.Name())
 			t.Logf("agent log:\n%s", b)
