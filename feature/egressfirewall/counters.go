@@ -14,23 +14,38 @@ import (
 // The denied packets per namespace come from the switch's own counters:
 // every Deny verdict is a flow without actions, so its n_packets counts
 // the packets it dropped. runCounters reads table 50's flow statistics
-// every CounterInterval over a connection of its own and adds each deny
+// every CounterInterval over a connection of its own (opened once) and adds each deny
 // flow's growth to nodeflow_egress_firewall_denied_packets_total of its
 // namespace (a flow replaced by a new one starts again from zero, and its
 // whole count is new).
 
-// runCounters reads the counters until ctx ends.
+// runCounters reads the counters until ctx ends, over one connection
+// that it keeps (and that reconnects by itself).
 func (f *Firewall) runCounters(ctx context.Context) {
 	last := map[denyKey]uint64{}
 	t := time.NewTicker(f.opts.CounterInterval)
 	defer t.Stop()
+	var c *ofconn.Conn
+	defer func() {
+		if c != nil {
+			c.Close()
+		}
+	}()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
-		stats, err := f.readStats(ctx)
+		if c == nil {
+			var err error
+			if c, err = f.dialCounters(ctx); err != nil {
+				f.m.counterReads.WithLabelValues("error").Inc()
+				f.log.WithError(err).Debug("cannot connect to read table 50's counters")
+				continue
+			}
+		}
+		stats, err := f.readStats(ctx, c)
 		if err != nil {
 			f.m.counterReads.WithLabelValues("error").Inc()
 			f.log.WithError(err).Debug("cannot read table 50's counters")
@@ -39,6 +54,17 @@ func (f *Firewall) runCounters(ctx context.Context) {
 		f.m.counterReads.WithLabelValues("ok").Inc()
 		f.addDenied(stats, last)
 	}
+}
+
+// dialCounters opens the connection the counters are read over.
+func (f *Firewall) dialCounters(ctx context.Context) (*ofconn.Conn, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	c, err := ofconn.Dial(ctx, f.opts.MgmtSocket(f.h.Node().PodBridge), ofconn.Options{Logger: f.log})
+	if err != nil {
+		return nil, fmt.Errorf("egressfirewall: counters: %w", err)
+	}
+	return c, nil
 }
 
 // denyKey identifies one deny flow across reads.
@@ -88,16 +114,11 @@ func (f *Firewall) addDenied(stats []openflow.FlowStats, last map[denyKey]uint64
 	}
 }
 
-// readStats reads table 50's egress firewall flows with their counters.
-func (f *Firewall) readStats(ctx context.Context) ([]openflow.FlowStats, error) {
+// readStats reads table 50's egress firewall flows with their counters
+// over c.
+func (f *Firewall) readStats(ctx context.Context, c *ofconn.Conn) ([]openflow.FlowStats, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	socket := f.opts.MgmtSocket(f.h.Node().PodBridge)
-	c, err := ofconn.Dial(ctx, socket, ofconn.Options{Logger: f.log})
-	if err != nil {
-		return nil, fmt.Errorf("egressfirewall: counters: %w", err)
-	}
-	defer c.Close()
 	req := openflow.NewFlowStatsRequest()
 	req.Table = uint8(plan.PodEgressFirewall)
 	req.Cookie = uint64(plan.FeatureEgressFirewall) << 56
