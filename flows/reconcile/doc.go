@@ -12,6 +12,11 @@
 // never sees a state that drops traffic: a service's group and its flows
 // always travel together.
 //
+// Flows and groups are held in their OpenFlow 1.5 encoding (see
+// openflow.PackedFlow): a fraction of the memory of Go values, sent as
+// copies of their bytes, and compared with a dump in the dump's own memory
+// (openflow.EachFlowStats), decoding only the flows that differ.
+//
 // A Reconciler is the imperative shell around one Store and one OpenFlow
 // connection to one bridge. It reads the switch at start-up and keeps what
 // already matches, replacing the rest in one atomic bundle; it replays the
