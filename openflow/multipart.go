@@ -118,6 +118,17 @@ func decodeMultipartRequest(h Header, body []byte) (Message, error) {
 }
 
 func decodeMultipartReply(h Header, body []byte) (Message, error) {
+	r, err := viewMultipartBody(h, body)
+	if err != nil {
+		return nil, err
+	}
+	r.Body = clone(r.Body)
+	return r, nil
+}
+
+// viewMultipartBody reads the multipart reply body (after the header h)
+// in place: the result's Body is body's memory.
+func viewMultipartBody(h Header, body []byte) (*MultipartReply, error) {
 	if err := need(body, multipartHeaderLen, "multipart reply"); err != nil {
 		return nil, err
 	}
@@ -125,7 +136,7 @@ func decodeMultipartReply(h Header, body []byte) (Message, error) {
 		Version: h.Version,
 		Type:    MultipartType(binary.BigEndian.Uint16(body[0:2])),
 		Flags:   MultipartFlags(binary.BigEndian.Uint16(body[2:4])),
-		Body:    clone(body[multipartHeaderLen:]),
+		Body:    body[multipartHeaderLen:],
 	}, nil
 }
 
@@ -447,14 +458,5 @@ func ViewMultipartReply(msg []byte) (*MultipartReply, error) {
 	if int(h.Length) != len(msg) {
 		return nil, fmt.Errorf("openflow multipart reply: length %d, have %d bytes: %w", h.Length, len(msg), ErrMalformed)
 	}
-	body := msg[HeaderLen:]
-	if err := need(body, multipartHeaderLen, "multipart reply"); err != nil {
-		return nil, err
-	}
-	return &MultipartReply{
-		Version: h.Version,
-		Type:    MultipartType(binary.BigEndian.Uint16(body[0:2])),
-		Flags:   MultipartFlags(binary.BigEndian.Uint16(body[2:4])),
-		Body:    body[multipartHeaderLen:],
-	}, nil
+	return viewMultipartBody(h, msg[HeaderLen:])
 }
