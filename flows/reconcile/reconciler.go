@@ -112,6 +112,7 @@ type Reconciler struct {
 	gen  atomic.Uint32 // plan.Generation; 0 until the first full sync
 
 	monitorDropped atomic.Uint64 // flow monitor messages the connection dropped
+	undecodable    uint64        // dumped flows that did not decode, as last logged (the sync loop's)
 	groupsByID     atomic.Bool   // read groups one by one (see dump)
 
 	wake    chan struct{} // repairs queued by the flow monitor
@@ -450,6 +451,11 @@ func (r *Reconciler) sync(ctx context.Context, c *ofconn.Conn, rep *SyncReport) 
 			}
 		}
 		rep.Unwanted = r.store.observe(obs, rep.Kind != SyncAudit)
+		if n := r.store.undecodableFlows(); n > r.undecodable {
+			// Left out as if absent: a desired one is sent again.
+			r.log.WithField("flows", n-r.undecodable).Warn("flows read from the switch did not decode; treated as absent")
+			r.undecodable = n
+		}
 		maxBundle = 0 // one atomic bundle
 	}
 	d := r.store.diff(DiffOptions{MaxBundle: maxBundle, Now: r.clock().Now()})

@@ -82,6 +82,14 @@ func (s *Store) Fingerprints() (wire, text, decoded uint64) {
 	return s.wireMatches, s.textCompares, s.decoded
 }
 
+// undecodableFlows returns how many flows read from dumps were left out
+// because they did not decode, since the store was made.
+func (s *Store) undecodableFlows() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.undecodable
+}
+
 // owner is one owner's desired state and bookkeeping.
 type owner struct {
 	name    string
