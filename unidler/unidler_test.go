@@ -282,24 +282,36 @@ func TestUnidleDeploymentConfig(t *testing.T) {
 	}
 }
 
+// One NeedPods event is one object that the API server serves through
+// both Event APIs (the same uid; core's count is events.k8s.io's
+// deprecatedCount): seen through both, it counts and wakes once.
 func TestUnidleEventsAPI(t *testing.T) {
 	e := start(t, Options{}, idledService("web", webTargets), idledDeployment("web"), readySlice("web", true))
 	at := idledAt.Add(2 * time.Second)
-	e.emit(&eventsv1.Event{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web.2"}, EventTime: metav1.NewMicroTime(at),
-		Regarding: v1.ObjectReference{Kind: "Service", Namespace: ns, Name: "web"}, Reason: idling.NeedPodsReason,
+	const uid = "9f0c3d4e-web-2"
+	e.emit(&eventsv1.Event{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web.2", UID: uid}, EventTime: metav1.NewMicroTime(at),
+		Regarding: v1.ObjectReference{Kind: "Service", Namespace: ns, Name: "web"}, Reason: idling.NeedPodsReason, DeprecatedCount: 1,
 		ReportingController: "nodeflow", ReportingInstance: "node1", Action: "Unidle", Type: v1.EventTypeNormal, Note: "needs pods"})
 	e.awake("web")
 	core := coreEvent("web.2", "web", time.Time{})
+	core.UID = uid
 	core.FirstTimestamp, core.LastTimestamp, core.EventTime = metav1.Time{}, metav1.Time{}, metav1.NewMicroTime(at)
 	e.emit(core)
-	e.eventually("the core view seen", func() error {
-		if !e.c.fired.get(types.NamespacedName{Namespace: ns, Name: "web"}).Equal(at) {
+	// A later event through the core API, about another Service: once it
+	// is seen, the core view of web.2 was seen before it (one informer
+	// hands its events over in order).
+	e.emit(coreEvent("api.1", "api", at.Add(time.Second)))
+	e.eventually("the core views seen", func() error {
+		if e.c.fired.get(types.NamespacedName{Namespace: ns, Name: "api"}).IsZero() {
 			return errors.New("not recorded")
 		}
 		return nil
 	})
-	if n := testutil.ToFloat64(e.c.m.events); n != 1 {
-		t.Errorf("needpods_events_total %v, want 1 for one event seen through two APIs", n)
+	if got := e.c.fired.get(types.NamespacedName{Namespace: ns, Name: "web"}); !got.Equal(at) {
+		t.Errorf("web's NeedPods recorded at %v, want %v", got, at)
+	}
+	if n := testutil.ToFloat64(e.c.m.events); n != 2 {
+		t.Errorf("needpods_events_total %v, want 2: web's event once though seen through two APIs, and api's", n)
 	}
 }
 
