@@ -49,7 +49,7 @@ func (s *Store) observe(obs *Observed, fresh bool) (unwanted int) {
 		if learned(f.Cookie) {
 			continue
 		}
-		k := flowKey(f)
+		k := f.Key()
 		sl := s.flows[k]
 		k = stableKey(&sl, k)
 		sl.epoch = ep
@@ -209,7 +209,7 @@ func (s *Store) observeFlow(f *openflow.Flow, present, fromMonitor bool) bool {
 	if learned(f.Cookie) {
 		return false
 	}
-	k := flowKey(f)
+	k := f.Key()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.observeFlowKeyLocked(k, f, present, fromMonitor)
@@ -261,7 +261,7 @@ func (s *Store) observeUpdates(us []openflow.FlowUpdate) monitorResult {
 			if learned(f.Cookie) {
 				continue
 			}
-			items = append(items, item{flowKey(&f), f, u.Event != openflow.FlowUpdateRemoved})
+			items = append(items, item{f.Key(), f, u.Event != openflow.FlowUpdateRemoved})
 			if u.Event == openflow.FlowUpdateRemoved && u.Reason == openflow.FlowRemovedReasonGroupDelete {
 				res.audit = true
 			}

@@ -133,7 +133,7 @@ func (s *Store) Compare(obs *Observed, prefix string, gen plan.Generation) []Dif
 		if learned(f.Cookie) {
 			continue
 		}
-		k := flowKey(f)
+		k := f.Key()
 		seen[k] = true
 		sl := s.flows[k]
 		have := s.byHash[f.Cookie&uint64(plan.OwnerMask)]

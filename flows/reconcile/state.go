@@ -166,12 +166,6 @@ func visitInstructions(ins []openflow.Instruction, group, meter func(uint32)) {
 	}
 }
 
-// flowKey returns f's identity on table, priority and match: Flow.Key,
-// which gives a register match the same key whether it is written as
-// 32-bit registers or as the 64-bit xregs Open vSwitch reports in OpenFlow
-// 1.5.
-func flowKey(f *openflow.Flow) openflow.FlowKey { return f.Key() }
-
 // pack fills e.packed (and its references) from the desired flow f,
 // without empty apply-actions (see withoutEmptyApply); buf is scratch
 // space.

@@ -210,13 +210,9 @@ func (e *flowEntry) visitRefs(group, meter func(uint32)) {
 	}
 }
 
-// addMod returns the flow mod that installs the desired entry with cookie.
-func (e *flowEntry) addMod(cookie uint64) openflow.Message {
-	if e.flow != nil {
-		return stamped(e.flow, cookie).AddMod()
-	}
-	return e.packed.AddMod(cookie)
-}
+// addMod returns the flow mod that installs the desired entry (always
+// packed) with cookie.
+func (e *flowEntry) addMod(cookie uint64) openflow.Message { return e.packed.AddMod(cookie) }
 
 // deleteMod returns the flow mod that removes the entry's flow.
 func (e *flowEntry) deleteMod() openflow.Message {
