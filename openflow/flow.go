@@ -217,12 +217,12 @@ func appendCanonical(dst []byte, fields []Field) []byte {
 		id := mfXReg0 + mfID(x)
 		info := mfReg.infos[id]
 		exact := hi.m == 0xffffffff && lo.m == 0xffffffff
-		hdr, n := uint32(info.Class)<<16|uint32(info.Field)<<9|8, 8
+		hdr := uint32(info.Class)<<16 | uint32(info.Field)<<9 | 8 // value only
 		if !exact {
-			hdr, n = hdr|0x100|16, 16
+			hdr = hdr&^0xff | 0x100 | 16 // has mask: value and mask
 		}
 		start := len(buf)
-		buf = binary.BigEndian.AppendUint32(buf, hdr&^0xff|uint32(n))
+		buf = binary.BigEndian.AppendUint32(buf, hdr)
 		buf = binary.BigEndian.AppendUint32(buf, hi.v)
 		buf = binary.BigEndian.AppendUint32(buf, lo.v)
 		if !exact {
