@@ -68,9 +68,6 @@ func PackInto(buf []byte, f *Flow) (PackedFlow, error) {
 // IsZero reports whether p is the zero PackedFlow, which holds no flow.
 func (p *PackedFlow) IsZero() bool { return p.matchLen == 0 }
 
-// Size returns the number of bytes of encoding p holds.
-func (p *PackedFlow) Size() int { return len(p.wire) }
-
 // MatchFields returns the OXM fields of p's match, in the order they are
 // encoded (Open vSwitch's, prerequisites first), without the ofp_match
 // header and padding. The string shares p's memory.

@@ -40,9 +40,6 @@ func (p *PackedGroup) Equal(q *PackedGroup) bool {
 // IsZero reports whether p is the zero PackedGroup, which holds no group.
 func (p *PackedGroup) IsZero() bool { return p.wire == "" }
 
-// Size returns the number of bytes of encoding p holds.
-func (p *PackedGroup) Size() int { return len(p.wire) }
-
 // Unpack decodes p into a GroupEntry.
 func (p *PackedGroup) Unpack() (GroupEntry, error) {
 	if p.IsZero() {
