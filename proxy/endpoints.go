@@ -161,8 +161,6 @@ func processSlice(s *discovery.EndpointSlice) (*sliceInfo, []error) {
 	return info, errs
 }
 
-// sortEndpoints sorts l and drops duplicates of the same address and port,
-// keeping the first (by conditions, a ready one wins).
 // sortedShared returns l sorted as sortEndpoints sorts it: l itself, sorted
 // in place and capped so that appending to it copies, when it has no
 // duplicates; otherwise a sorted copy without them. l keeps its length
@@ -177,6 +175,8 @@ func sortedShared(l []Endpoint) []Endpoint {
 	return l[:len(l):len(l)]
 }
 
+// sortEndpoints sorts l and drops duplicates of the same address and port,
+// keeping the first (by conditions, a ready one wins).
 func sortEndpoints(l []Endpoint) []Endpoint {
 	slices.SortStableFunc(l, func(a, b Endpoint) int {
 		if c := compareEndpoints(a, b); c != 0 {
