@@ -51,6 +51,19 @@ const (
 	// and the host, above the default route: no second SNAT, whatever the
 	// source (a pod, the host, the uplink).
 	PrioritySNATDone plan.Priority = 55
+	// PrioritySNATEstablished re-applies the SNAT of established
+	// original-direction packets of a connection that table 40 SNATed,
+	// below the commit of new ones (plan.PriorityHigh).
+	PrioritySNATEstablished plan.Priority = 150
+	// PriorityGatewayToLocalPod lets a service connection from breth0 to a
+	// pod on this node through table 40 without SNAT, above the two below.
+	PriorityGatewayToLocalPod plan.Priority = 140
+	// PriorityGatewayToPodNew commits the SNAT to the router address of a
+	// new service connection from breth0 to a pod elsewhere in the cluster.
+	PriorityGatewayToPodNew plan.Priority = 130
+	// PriorityGatewayToPodEstablished re-applies that SNAT to the
+	// connection's established original-direction packets.
+	PriorityGatewayToPodEstablished plan.Priority = 120
 	// PriorityNextHopBase is the priority of a /0 next hop; a /N adds N, so
 	// that the longest prefix wins.
 	PriorityNextHopBase plan.Priority = 100
@@ -285,13 +298,26 @@ func NodeFlows(c Config) ([]openflow.Flow, error) {
 				apply(ctAct(true, conntrack.ZoneSNAT, plan.PodEgressFirewall, openflow.NAT{Src: true, MinAddr: nodeIP})),
 				f.eth(), newTrk, plan.SNATToNodeIP.Match()))
 		}
-		if okRouter {
-			add(flow(plan.PodSNAT, plan.PriorityHigh,
-				apply(ctAct(true, conntrack.ZoneSNAT, plan.PodEgressFirewall, openflow.NAT{Src: true, MinAddr: router})),
-				f.eth(), newTrk, plan.SNATToGateway.Match()))
+		add(flow(plan.PodSNAT, PrioritySNATEstablished, reapplySNAT(), f.eth(), estOrig, plan.SNATToNodeIP.Match()))
+		if !okRouter {
+			continue
 		}
-		for _, m := range []plan.Mark{plan.SNATToNodeIP, plan.SNATToGateway} {
-			add(flow(plan.PodSNAT, 150, apply(ctAct(false, conntrack.ZoneSNAT, plan.PodEgressFirewall, openflow.NAT{})), f.eth(), estOrig, m.Match()))
+		// A service connection from breth0 (the host through its
+		// masquerade address, or the uplink) DNATed to a pod on another
+		// node: the reply must come back through this node, so the source
+		// becomes the router address. The DNAT says it is a service
+		// connection; a pod on this node answers through br0 anyway.
+		for _, p := range c.PodCIDRs {
+			if famOfPrefix(p).v6 == f.v6 {
+				add(flow(plan.PodSNAT, PriorityGatewayToLocalPod, then(nil, plan.PodEgressFirewall), f.eth(), plan.FromGateway.Match(), f.dstNet(p)))
+			}
+		}
+		dsts := c.clusterNets(f)
+		for _, d := range dsts {
+			add(
+				flow(plan.PodSNAT, PriorityGatewayToPodNew, commitSNAT(router), append([]openflow.Field{f.eth(), plan.FromGateway.Match(), newDNAT}, d...)...),
+				flow(plan.PodSNAT, PriorityGatewayToPodEstablished, reapplySNAT(), append([]openflow.Field{f.eth(), plan.FromGateway.Match(), estDNAT}, d...)...),
+			)
 		}
 	}
 
@@ -351,6 +377,42 @@ func NodeFlows(c Config) ([]openflow.Flow, error) {
 			apply(ctAct(true, conntrack.ZoneSNAT, plan.PodGatewayOutput, openflow.NAT{Src: true, MinAddr: ip})), f.eth()))
 	}
 	return fs, nil
+}
+
+// Table 40's conntrack states of service connections (their destination
+// NATed in the service zone): new, and established in the original
+// direction.
+var (
+	newDNAT = openflow.CtState(openflow.CtNew|openflow.CtTrk|openflow.CtDNAT, openflow.CtNew|openflow.CtTrk|openflow.CtDNAT)
+	estDNAT = openflow.CtState(openflow.CtEst|openflow.CtTrk|openflow.CtDNAT, openflow.CtEst|openflow.CtRpl|openflow.CtTrk|openflow.CtDNAT)
+)
+
+// commitSNAT commits a new connection's SNAT to src in the SNAT zone and
+// goes on to table 50.
+func commitSNAT(src netip.Addr) []openflow.Instruction {
+	return apply(ctAct(true, conntrack.ZoneSNAT, plan.PodEgressFirewall, openflow.NAT{Src: true, MinAddr: src}))
+}
+
+// reapplySNAT applies an established connection's SNAT in the SNAT zone
+// and goes on to table 50.
+func reapplySNAT() []openflow.Instruction {
+	return apply(ctAct(false, conntrack.ZoneSNAT, plan.PodEgressFirewall, openflow.NAT{}))
+}
+
+// clusterNets returns, for family f, one destination match per cluster
+// network, or a single empty match (any destination) when the cluster's
+// networks are not configured.
+func (c Config) clusterNets(f family) [][]openflow.Field {
+	var out [][]openflow.Field
+	for _, p := range c.ClusterCIDRs {
+		if famOfPrefix(p).v6 == f.v6 {
+			out = append(out, []openflow.Field{f.dstNet(p)})
+		}
+	}
+	if len(c.ClusterCIDRs) == 0 {
+		out = append(out, nil)
+	}
+	return out
 }
 
 // snatAddrs returns the addresses br0 SNATs to: the node IPs and the router

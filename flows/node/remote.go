@@ -148,6 +148,16 @@ func PodFlows(c Config, p Pod) ([]openflow.Flow, error) {
 			flow(plan.PodLocalDelivery, plan.PriorityNormal, deliver, f.eth(), f.dst(ip)),
 			flow(plan.PodLocalDelivery, PriorityHost, hairpin, f.eth(), in, f.dst(ip)),
 		)
+		if router, ok := c.router(f.v6); ok {
+			// The pod reaching itself through a service (hairpin): the
+			// source becomes the router address, or the pod would answer
+			// itself directly.
+			self := []openflow.Field{f.eth(), f.src(ip), f.dst(ip)}
+			fs = append(fs,
+				flow(plan.PodSNAT, plan.PriorityHigh, commitSNAT(router), append(self, newDNAT)...),
+				flow(plan.PodSNAT, PrioritySNATEstablished, reapplySNAT(), append(self, estDNAT)...),
+			)
+		}
 	}
 	return fs, nil
 }

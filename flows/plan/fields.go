@@ -271,9 +271,9 @@ var (
 	// EndpointIPv6 is the IPv6 endpoint a group bucket chose.
 	EndpointIPv6 = mustField("EndpointIPv6", Pod, SpaceXXReg, 3, 0, 127, "IPv6 endpoint chosen by the service group (reg12-reg15)")
 	// SNATKind, in the service zone's ct_mark, is the SNAT a connection
-	// needs after its DNAT; set at the DNAT commit and used for the
-	// connection's whole life (ANCHORS: SNAT-after-DNAT is remembered in
-	// ct_mark).
+	// needs after its DNAT that its packets cannot tell: set at the DNAT
+	// commit and used for the connection's whole life (ANCHORS:
+	// SNAT-after-DNAT is remembered in ct_mark).
 	SNATKind = mustField("SNATKind", Pod, SpaceCtMark, 0, 0, 3, "zone 65000: SNAT needed after the DNAT")
 )
 
@@ -295,10 +295,9 @@ var (
 
 	// SNATToNodeIP: the endpoint is a host address; SNAT to the node IP.
 	SNATToNodeIP = mustMark("SNATToNodeIP", SNATKind, 1)
-	// SNATToGateway: the reply must come back through this node (a remote
-	// endpoint reached from the host or the uplink, or a pod reaching
-	// itself); SNAT to the node's gateway address on the pod subnet.
-	SNATToGateway = mustMark("SNATToGateway", SNATKind, 2)
+	// Value 2 was SNATToGateway until pipeline 3; table 40 now tells
+	// those connections (a pod reaching itself, a remote pod reached from
+	// breth0) from the packet, the mark's connections included.
 
 	OriginRouter = mustMark("OriginRouter", GatewayOrigin, 1)
 	OriginHost   = mustMark("OriginHost", GatewayOrigin, 2)
@@ -311,7 +310,7 @@ var declaredFields = []Field{
 
 var declaredMarks = []Mark{
 	FromPod, FromTunnel, FromGateway, FromHost, EndpointChosen,
-	SNATToNodeIP, SNATToGateway, OriginRouter, OriginHost, AffinityLookedUp,
+	SNATToNodeIP, OriginRouter, OriginHost, AffinityLookedUp,
 }
 
 // Alias declares an intended overlap between two fields.

@@ -72,11 +72,10 @@ var (
 		podRecirc(PodConntrack, "ct(zone=65000,nat,table=30)"),
 	)
 	svcNew = seq(
-		pod(PodServiceLB, "+new, VIP:port: group:N; bucket loads EndpointIP/Port, resubmit(,35)"),
-		podRecirc(PodEndpointDNAT, "ct(commit,zone=65000,nat(dst=ep),exec(SNATKind),table=40)"),
+		podRecirc(PodServiceLB, "+new, VIP:port: group:N; its bucket: ct(commit,zone=65000,nat(dst=ep),exec(SNATKind),table=40)"),
 	)
-	svcEst    = seq(pod(PodServiceLB, "not new: goto 40"), pod(PodSNAT, "no SNAT mark: goto 50"))
-	noSNAT    = seq(pod(PodSNAT, "no SNAT mark: goto 50"))
+	svcEst    = seq(pod(PodServiceLB, "not new: goto 40"), pod(PodSNAT, "no SNAT needed: goto 50"))
+	noSNAT    = seq(pod(PodSNAT, "no SNAT needed: goto 50"))
 	noBypass  = seq(pod(PodEgressFirewall, "not a cluster destination: goto 60"))
 	judged    = seq(pod(PodEgressFirewall, "the namespace's rules, the first match: Allow goto 60 (Deny: drop)"))
 	toOutside = seq(pod(PodRouting, "FromPod, default route: goto 90"),
@@ -131,7 +130,7 @@ var (
 		podRecirc(PodConntrack, "ct(zone=65000,nat,table=30)"),
 	)
 	snatNodeIP  = seq(podRecirc(PodSNAT, "+new, SNATToNodeIP: ct(commit,zone=65001,nat(src=node IP),table=50)"))
-	snatGateway = seq(podRecirc(PodSNAT, "+new, SNATToGateway: ct(commit,zone=65001,nat(src=gateway),table=50)"))
+	snatGateway = seq(podRecirc(PodSNAT, "+new+dnat, from breth0 to a remote pod, or from a pod to itself: ct(commit,zone=65001,nat(src=gateway),table=50)"))
 	toUplink    = seq(
 		pod(PodRouting, "ct_state=+snat-rpl (SNAT done): goto 95"),
 		pod(PodGatewayOutput, "next hop's MAC, IN_PORT or output:patch"),

@@ -384,8 +384,8 @@ func TestOpenFlowAdapters(t *testing.T) {
 			}
 		})
 	}
-	m := openflow.NewMatch(FromPod.Match(), SNATToGateway.Match())
-	if s := m.String(); !strings.Contains(s, "reg0=0x1/0xf") || !strings.Contains(s, "ct_mark=0x2/0xf") {
+	m := openflow.NewMatch(FromPod.Match(), SNATToNodeIP.Match())
+	if s := m.String(); !strings.Contains(s, "reg0=0x1/0xf") || !strings.Contains(s, "ct_mark=0x1/0xf") {
 		t.Errorf("match %q", s)
 	}
 	if _, err := NamespaceID.MatchValue(1 << 24); !errors.Is(err, ErrRange) {

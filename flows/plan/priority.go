@@ -120,4 +120,8 @@ const ControllerID uint16 = 0x6e66 // "nf"
 //
 // 2: the version note names the agent's version ("agent=..."), and an
 // agent that finds another pipeline's note logs the upgrade.
-const PipelineVersion = 2
+//
+// 3: service buckets commit the DNAT themselves (table 35 only for session
+// affinity); table 40 decides the hairpin and breth0-to-remote-pod SNAT
+// from the packet, not from ct_mark.
+const PipelineVersion = 3

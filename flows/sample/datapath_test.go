@@ -157,12 +157,16 @@ type hit struct {
 var (
 	tableRE    = regexp.MustCompile(`table=(\d+)`)
 	ctRecircRE = regexp.MustCompile(`ct\([^()]*table=`)
+	groupActRE = regexp.MustCompile(`group:(\d+)`)
 )
 
 // hits returns the visits between two n_packets snapshots of bridge b.
 // tunnelPort is br0's vxlan0 ofport: a visit to br0's classifier flow for
 // it follows a tunnel pop.
-func hits(b plan.Bridge, before, after map[string]uint64, tunnelPort uint32) []hit {
+// recircGroups are the groups whose buckets recirculate (a service
+// group's buckets commit the DNAT with ct(..., table=N)): a visit to a flow
+// that sends a packet to one is a recirculation.
+func hits(b plan.Bridge, before, after map[string]uint64, tunnelPort uint32, recircGroups map[string]bool) []hit {
 	var out []hit
 	inTunnel := regexp.MustCompile(fmt.Sprintf(`in_port=%d([, ]|$)`, tunnelPort))
 	for flow, n := range after {
@@ -175,6 +179,9 @@ func hits(b plan.Bridge, before, after map[string]uint64, tunnelPort uint32) []h
 			match, acts, _ := strings.Cut(flow, " actions=")
 			recirc := ctRecircRE.MatchString(acts) ||
 				b == plan.Pod && plan.TableID(table) == plan.PodClassifier && inTunnel.MatchString(match)
+			if g := groupActRE.FindStringSubmatch(acts); g != nil && recircGroups[g[1]] {
+				recirc = true
+			}
 			out = append(out, hit{bridge: b, table: plan.TableID(table), flow: flow, recirc: recirc})
 		}
 	}
@@ -329,7 +336,7 @@ func (r *rig) send(in string, seg segment) (traced, error) {
 	tr.sent = r.sentAll()
 	for _, b := range plan.Bridges {
 		after := r.ruleStats(b)
-		tr.hits = append(tr.hits, hits(b, r.stats[b], after, r.cfg.Ports.Tunnel)...)
+		tr.hits = append(tr.hits, hits(b, r.stats[b], after, r.cfg.Ports.Tunnel, r.recircGroups(b))...)
 		r.stats[b] = after
 	}
 	if r.recircDrops() > drops {

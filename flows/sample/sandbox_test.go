@@ -251,7 +251,25 @@ func (r *rig) ruleStats(b plan.Bridge) map[string]uint64 {
 	return stats
 }
 
+// recircGroups returns the ids of bridge b's groups with a bucket that
+// recirculates (ct(..., table=N)).
+func (r *rig) recircGroups(b plan.Bridge) map[string]bool {
+	r.t.Helper()
+	out, err := r.sb.Ofctl("-O", "OpenFlow15", "dump-groups", bridgeName(b))
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	ids := map[string]bool{}
+	for _, l := range strings.Split(out, "\n") {
+		if m := groupIDRE.FindStringSubmatch(l); m != nil && ctRecircRE.MatchString(l) {
+			ids[m[1]] = true
+		}
+	}
+	return ids
+}
+
 var (
+	groupIDRE  = regexp.MustCompile(`group_id=(\d+)`)
 	nPacketsRE = regexp.MustCompile(`n_packets=(\d+)`)
 	statsRE    = regexp.MustCompile(`(cookie|duration|n_packets|n_bytes|idle_age|hard_age|idle_timeout|hard_timeout)=[^ ,]+,? ?`)
 )

@@ -12,20 +12,22 @@
 //     Local (and internalTrafficPolicy Cluster), a local pod's own
 //     connection to an external VIP takes the cluster-wide group, at a
 //     higher priority, as kube-proxy short-circuits it.
-//   - one bucket per endpoint: load the endpoint address and port into
-//     registers and resubmit to table 35.
-//   - table 35 (EndpointDNAT): per endpoint,
-//     ct(commit,zone=65000,nat(dst=ip:port),table=40), marking in ct_mark
-//     the SNAT the connection needs: SNATToNodeIP for host-network
-//     endpoints (this node's IP is replaced by the host masquerade address,
+//   - one bucket per endpoint, which commits the DNAT itself:
+//     ct(commit,zone=65000,nat(dst=ip:port),table=40), so that an
+//     endpoint costs no flow. A host-network endpoint marks SNATToNodeIP in
+//     ct_mark (this node's IP is replaced by the host masquerade address,
 //     169.254.169.2, which gives the seed's hairpin through breth0 tables 4
-//     and 3), SNATToGateway for a remote pod reached from breth0 (the host
-//     or the uplink) and for a pod reaching itself (hairpin). With ClientIP
-//     affinity the flow first learns the client's binding into table 31
-//     (Open vSwitch does not run learn inside a group bucket).
+//     and 3); the other SNAT needs, a remote pod reached from breth0 (the
+//     host or the uplink) and a pod reaching itself, are decided by table
+//     40 from the packet (flows/node).
+//   - table 35 (EndpointDNAT), only with ClientIP affinity: the bucket
+//     loads the endpoint into registers and resubmits here, where one flow
+//     per endpoint learns the client's binding into table 31 and commits
+//     the same DNAT (Open vSwitch does not run learn inside a group
+//     bucket).
 //   - SCTP: Open vSwitch 3.1's userspace conntrack tracks SCTP as a
 //     generic protocol, by addresses only, and NATs only addresses. The
-//     DNAT flow sets the endpoint's port (set_field, which makes Open
+//     DNAT's actions set the endpoint's port (set_field, which makes Open
 //     vSwitch recompute the SCTP CRC32c) before an address-only nat, and
 //     table 30 translates the ports of the rest of the association
 //     statelessly: established original-direction packets to the VIP's

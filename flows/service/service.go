@@ -279,10 +279,18 @@ func (b *builder) lb(key string, vips []vip, eps []proxy.Endpoint, anyEps bool) 
 	g := openflow.GroupEntry{ID: gid, Type: openflow.GroupTypeSelect, SelectionMethod: "hash", SelectionFields: b.hashFields()}
 	for i, e := range eps {
 		ep := b.classify(e)
-		acts := []openflow.Action{b.loadEndpoint(ep.addr), mustLoad(plan.EndpointPort.LoadValue(uint64(e.Port))),
-			openflow.ResubmitTable(uint8(plan.PodEndpointDNAT))}
+		var acts []openflow.Action
+		if b.port.AffinityTimeout > 0 {
+			// Affinity learns the binding, which a bucket cannot: the
+			// bucket names the endpoint and table 35 commits the DNAT.
+			acts = []openflow.Action{b.loadEndpoint(ep.addr), mustLoad(plan.EndpointPort.LoadValue(uint64(e.Port))),
+				openflow.ResubmitTable(uint8(plan.PodEndpointDNAT))}
+			st.Flows = append(st.Flows, b.dnat(gid, ep, e.Port))
+		} else {
+			// The bucket commits the DNAT itself: no flow per endpoint.
+			acts = b.commitDNAT(ep, e.Port, false)
+		}
 		g.Buckets = append(g.Buckets, openflow.Bucket{ID: uint32(i), Weight: 1, Actions: acts})
-		st.Flows = append(st.Flows, b.dnat(gid, ep, e.Port)...)
 	}
 	st.Groups = append(st.Groups, g)
 	if b.l4.proto == protoSCTP {
@@ -452,60 +460,47 @@ func (b *builder) classify(e proxy.Endpoint) classified {
 	return classified{podRemote, e.IP}
 }
 
-// dnat returns the table-35 flows of one endpoint of group gid.
-func (b *builder) dnat(gid uint32, ep classified, port uint16) []openflow.Flow {
-	// The endpoint's fields, with room for the one field its second flow
-	// adds: both flows share one array (memory at 100,000 endpoints).
-	fs := make([]openflow.Field, 0, 6)
-	fs = append(fs, openflow.EthType(b.ethType()), openflow.IPProto(b.l4.proto),
+// dnat returns the table-35 flow of one endpoint of group gid, for a
+// service with ClientIP affinity: it matches the endpoint the bucket or
+// the learned binding loaded, learns the binding and commits the DNAT.
+func (b *builder) dnat(gid uint32, ep classified, port uint16) openflow.Flow {
+	m := openflow.Match{Fields: []openflow.Field{openflow.EthType(b.ethType()), openflow.IPProto(b.l4.proto),
 		mustMatch(plan.ServiceID.MatchValue(uint64(gid))), b.matchEndpoint(ep.addr),
-		mustMatch(plan.EndpointPort.MatchValue(uint64(port))))
-	m := openflow.Match{Fields: fs[:len(fs):len(fs)]}
-	plus := func(f openflow.Field) openflow.Match { return openflow.Match{Fields: append(fs, f)} }
-	commit := func(mark *plan.Mark) []openflow.Instruction {
-		nat := openflow.NAT{Dst: true, MinAddr: ep.addr, MinPort: port}
-		var acts []openflow.Action
-		if b.l4.proto == protoSCTP {
-			// Open vSwitch's userspace conntrack translates only the
-			// addresses of SCTP: the port is set here, and by table 30's
-			// flows for the rest of the association (sctpPorts).
-			nat.MinPort = 0
-			acts = append(acts, openflow.SetField{Field: b.l4.dst(port)})
-		}
-		nested := []openflow.Action{nat}
-		if mark != nil {
-			nested = append(nested, mark.Load())
-		}
-		ct := openflow.CT{Commit: true, Zone: uint16(conntrack.ZoneService), RecircTable: uint8(plan.PodSNAT), Actions: nested}
-		if b.port.AffinityTimeout > 0 {
-			// Open vSwitch runs a bucket's actions as an action set, which
-			// cannot hold learn: the binding is learned here instead, on
-			// every new connection, which also restarts its timeout as
-			// kube-proxy's does.
-			acts = append(acts, b.learn(ep.addr, port))
-		}
-		return apply(append(acts, ct)...)
+		mustMatch(plan.EndpointPort.MatchValue(uint64(port)))}}
+	return openflow.Flow{Table: uint8(plan.PodEndpointDNAT), Priority: uint16(plan.PriorityNormal), Match: m,
+		Instructions: apply(b.commitDNAT(ep, port, true)...)}
+}
+
+// commitDNAT returns the actions that commit a new connection's DNAT to
+// the endpoint ep, port, in the service zone and go on to table 40: in a
+// group bucket (Open vSwitch runs a bucket's actions as an action set,
+// which keeps its set_fields and one ct), or, with learn set, in table 35
+// after the affinity binding is learned. A host-network endpoint marks
+// SNATToNodeIP in ct_mark; the other SNAT needs (a pod reaching itself, a
+// remote pod reached from breth0) are decided by table 40 from the packet
+// itself, so that an endpoint costs no flow of its own.
+func (b *builder) commitDNAT(ep classified, port uint16, learn bool) []openflow.Action {
+	nat := openflow.NAT{Dst: true, MinAddr: ep.addr, MinPort: port}
+	var acts []openflow.Action
+	if b.l4.proto == protoSCTP {
+		// Open vSwitch's userspace conntrack translates only the
+		// addresses of SCTP: the port is set here, and by table 30's
+		// flows for the rest of the association (sctpPorts).
+		nat.MinPort = 0
+		acts = append(acts, openflow.SetField{Field: b.l4.dst(port)})
 	}
-	flow := func(prio plan.Priority, m openflow.Match, mark *plan.Mark) openflow.Flow {
-		return openflow.Flow{Table: uint8(plan.PodEndpointDNAT), Priority: uint16(prio), Match: m, Instructions: commit(mark)}
-	}
+	nested := []openflow.Action{nat}
 	switch ep.kind {
 	case hostSelf, hostSecondary, hostRemote:
-		return []openflow.Flow{flow(plan.PriorityNormal, m, &plan.SNATToNodeIP)}
-	case podRemote:
-		// From breth0 (the host or the uplink) the reply must come back
-		// through this node.
-		return []openflow.Flow{
-			flow(plan.PriorityNormal, m, nil),
-			flow(plan.PriorityHigh, plus(plan.FromGateway.Match()), &plan.SNATToGateway),
-		}
-	default:
-		// A pod reaching itself through the service (hairpin).
-		return []openflow.Flow{
-			flow(plan.PriorityNormal, m, nil),
-			flow(plan.PriorityHigh, plus(b.srcIP(ep.addr)), &plan.SNATToGateway),
-		}
+		nested = append(nested, plan.SNATToNodeIP.Load())
 	}
+	if learn {
+		// Open vSwitch's action set cannot hold learn: the binding is
+		// learned here, on every new connection, which also restarts its
+		// timeout as kube-proxy's does.
+		acts = append(acts, b.learn(ep.addr, port))
+	}
+	return append(acts, openflow.CT{Commit: true, Zone: uint16(conntrack.ZoneService), RecircTable: uint8(plan.PodSNAT), Actions: nested})
 }
 
 // loadEndpoint loads the endpoint address into EndpointIPv4 or

@@ -148,13 +148,13 @@ func TestServicesBadEndpoints(t *testing.T) {
 	}
 }
 
-// groupLoading returns the line of a dump-groups output whose group loads
-// IPv4 address a into a register (a bucket's endpoint), and whether there
-// is one.
+// groupLoading returns the line of a dump-groups output whose group has a
+// bucket for IPv4 address a (a bucket commits the DNAT to it, or, with
+// session affinity, loads it into a register), and whether there is one.
 func groupLoading(dump string, a netip.Addr) (string, bool) {
 	b := a.As4()
 	v := uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
-	re := regexp.MustCompile(fmt.Sprintf(`set_field:%#x->x?x?reg\d+(,|\s|$)`, v))
+	re := regexp.MustCompile(fmt.Sprintf(`set_field:%#x->x?x?reg\d+(,|\s|$)|nat\(dst=%s[:)]`, v, regexp.QuoteMeta(a.String())))
 	for _, l := range strings.Split(dump, "\n") {
 		if strings.Contains(l, "group_id=") && re.MatchString(l) {
 			return l, true

@@ -34,10 +34,10 @@ import (
 //   - a pod on node1 is reached straight from br0's DNAT: it sees the host
 //     masquerade address;
 //   - a pod on node2 is reached through the tunnel after br0 SNATs the
-//     connection to node1's gateway address of the pod subnet
-//     (SNATToGateway, so that the reply comes back through node1's br0 and
-//     breth0): it sees node1's router address (10.244.x.1, or the IPv6
-//     one).
+//     connection to node1's gateway address of the pod subnet (table 40,
+//     from breth0 to a remote pod, so that the reply comes back through
+//     node1's br0 and breth0): it sees node1's router address (10.244.x.1,
+//     or the IPv6 one).
 //
 // node1's host to node2's IP on a node port is not DNATed on node1 (not one
 // of its addresses): it leaves by the fabric and is load-balanced by node2
@@ -121,7 +121,7 @@ func TestServicesHostNAT(t *testing.T) {
 	// wantOther is the same through node2's node port: node2 load-balances
 	// an external client's connection, which its own pods see with the
 	// client's address (node1's IP) and node1's pods with node2's gateway
-	// address (SNATToGateway, for the reply to come back through node2).
+	// address (table 40 SNATs it, for the reply to come back through node2).
 	wantOther := func(v6 bool) map[string]netip.Addr {
 		router := routerOf(t, e, n2.Name, v6)
 		out := map[string]netip.Addr{}

@@ -633,10 +633,10 @@ func countFlows(b testing.TB, m *testbed.Member) int {
 	return v
 }
 
-// bucketLoad is how ovs-ofctl prints a bucket's load of endpoint ip.
+// bucketLoad is how ovs-ofctl prints the DNAT to IPv4 endpoint ip in a
+// bucket (the port follows).
 func bucketLoad(ip netip.Addr) string {
-	a := ip.As4()
-	return fmt.Sprintf("set_field:%#x->reg3,", uint32(a[0])<<24|uint32(a[1])<<16|uint32(a[2])<<8|uint32(a[3]))
+	return "nat(dst=" + ip.String() + ":"
 }
 
 var groupIDRE = regexp.MustCompile(`group_id=(\d+)`)
