@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"unique"
 
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
@@ -37,11 +38,29 @@ func compareEndpoints(a, b Endpoint) int {
 // sliceInfo is the processed form of one EndpointSlice.
 type sliceInfo struct {
 	service types.NamespacedName
-	ports   map[ServicePortName][]Endpoint
+	// ports holds the endpoints of each service port, in the order of the
+	// slice's ports: a slice has one or a few, and a map would cost more
+	// than the endpoints of a small slice.
+	ports []slicePort
 	// addrs holds the address of each entry of the slice's endpoints, in
 	// their order (invalid for an entry that was skipped): the field that
 	// an endpoint refused later, in context, is reported at.
 	addrs []netip.Addr
+}
+
+// slicePort is the endpoints of one service port in one slice.
+type slicePort struct {
+	name ServicePortName
+	eps  []Endpoint
+}
+
+// portMap returns the slice's endpoints by service port.
+func (info *sliceInfo) portMap() map[ServicePortName][]Endpoint {
+	m := make(map[ServicePortName][]Endpoint, len(info.ports))
+	for _, p := range info.ports {
+		m[p.name] = p.eps
+	}
+	return m
 }
 
 // SliceEndpoints processes an EndpointSlice into the endpoints of each
@@ -56,7 +75,7 @@ func SliceEndpoints(s *discovery.EndpointSlice) (types.NamespacedName, map[Servi
 	if info == nil {
 		return types.NamespacedName{}, nil, errs
 	}
-	return info.service, info.ports, errs
+	return info.service, info.portMap(), errs
 }
 
 func processSlice(s *discovery.EndpointSlice) (*sliceInfo, []error) {
@@ -83,7 +102,7 @@ func processSlice(s *discovery.EndpointSlice) (*sliceInfo, []error) {
 		bad("addressType", fmt.Errorf("%w %q", ErrAddressType, s.AddressType))
 		return nil, errs
 	}
-	info := &sliceInfo{service: types.NamespacedName{Namespace: s.Namespace, Name: svcName}, ports: map[ServicePortName][]Endpoint{}}
+	info := &sliceInfo{service: types.NamespacedName{Namespace: s.Namespace, Name: svcName}}
 
 	// Parse the endpoints once; every port shares them.
 	type parsed struct {
@@ -110,7 +129,8 @@ func processSlice(s *discovery.EndpointSlice) (*sliceInfo, []error) {
 		}
 		p := parsed{ip: a, ready: true, terminating: false}
 		if ep.NodeName != nil {
-			p.node = *ep.NodeName
+			// One copy of each node name, not one per endpoint.
+			p.node = unique.Make(*ep.NodeName).Value()
 		}
 		if c := ep.Conditions.Ready; c != nil {
 			p.ready = *c
@@ -148,15 +168,20 @@ func processSlice(s *discovery.EndpointSlice) (*sliceInfo, []error) {
 		if port.Name != nil {
 			name.Port = *port.Name
 		}
-		list := info.ports[name]
+		k := slices.IndexFunc(info.ports, func(p slicePort) bool { return p.name == name })
+		if k < 0 {
+			k = len(info.ports)
+			info.ports = append(info.ports, slicePort{name: name, eps: make([]Endpoint, 0, len(eps))})
+		}
+		list := info.ports[k].eps
 		for _, p := range eps {
 			list = append(list, Endpoint{IP: p.ip, Port: uint16(*port.Port), NodeName: p.node,
 				Ready: p.ready, Serving: p.serving, Terminating: p.terminating})
 		}
-		info.ports[name] = list
+		info.ports[k].eps = list
 	}
-	for n, l := range info.ports {
-		info.ports[n] = sortEndpoints(l)
+	for k := range info.ports {
+		info.ports[k].eps = sortEndpoints(info.ports[k].eps)
 	}
 	return info, errs
 }

@@ -331,6 +331,12 @@ func NewEndpointsTracker(onError ErrorFunc) *EndpointsTracker {
 // either may be nil. It reports whether a change is pending for that slice
 // afterwards: false when the change cancelled out.
 func (t *EndpointsTracker) Record(previous, current *discovery.EndpointSlice) bool {
+	return t.RecordSlice(SliceOf(previous), SliceOf(current))
+}
+
+// RecordSlice is Record for slices already processed (SliceOf), as an
+// informer whose transform is SliceOf hands them over.
+func (t *EndpointsTracker) RecordSlice(previous, current *Slice) bool {
 	obj := current
 	if obj == nil {
 		obj = previous
@@ -339,19 +345,20 @@ func (t *EndpointsTracker) Record(previous, current *discovery.EndpointSlice) bo
 		return false
 	}
 	key := types.NamespacedName{Namespace: obj.Namespace, Name: obj.Name}
-	prev, _ := processSlice(previous)
-	cur, errs := processSlice(current)
-	for _, err := range errs {
-		t.onError(err)
+	var prev, cur *sliceInfo
+	if previous != nil {
+		prev = previous.info
+	}
+	if current != nil {
+		cur = current.info
+		for _, err := range current.errs {
+			t.onError(err)
+		}
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if current != nil && cur != nil {
-		if s := current.Annotations[v1.EndpointsLastChangeTriggerTime]; s != "" {
-			if ts, err := time.Parse(time.RFC3339Nano, s); err == nil {
-				t.triggers[cur.service] = append(t.triggers[cur.service], ts)
-			}
-		}
+	if cur != nil && !current.trigger.IsZero() {
+		t.triggers[cur.service] = append(t.triggers[cur.service], current.trigger)
 	}
 	return t.pending.record(key, prev, cur, func(a, b *sliceInfo) bool { return reflect.DeepEqual(a, b) })
 }
@@ -406,14 +413,14 @@ func (t *EndpointsTracker) Update() ChangeSet {
 			// One slice, the usual case: its lists are the Service's,
 			// sorted in place, without a copy.
 			for _, info := range infos {
-				for name, eps := range info.ports {
-					merged[name] = sortedShared(eps)
+				for _, p := range info.ports {
+					merged[p.name] = sortedShared(p.eps)
 				}
 			}
 		} else {
 			for _, info := range infos {
-				for name, eps := range info.ports {
-					merged[name] = append(merged[name], eps...)
+				for _, p := range info.ports {
+					merged[p.name] = append(merged[p.name], p.eps...)
 				}
 			}
 			for name, eps := range merged {
