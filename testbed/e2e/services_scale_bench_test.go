@@ -144,8 +144,8 @@ func runServicesScale(b *testing.B, e *env) map[string]float64 {
 	saveProfile(b, m, "created-heap.prof", "heap")()
 	res["s-nodeflow-cpu-create"] = ticksToMs(cpuTicks(b, agentPID, false)-cpuCreate) / 1000
 	flows := countFlows(b, m)
-	b.Logf("nodeflow: all %d services in OVS %s after the first create (%s after the last); agent CPU %.1f s; RSS %d KiB (+%d), br0 %d flows",
-		n, programmed.Round(time.Millisecond), (programmed - created).Round(time.Millisecond), res["s-nodeflow-cpu-create"], rss1, rss1-rss0, flows)
+	b.Logf("nodeflow: all %d services in OVS %s after the first create (%s after the last); agent CPU %.1f s; RSS %d KiB (+%d), br0 %d flows; %s",
+		n, programmed.Round(time.Millisecond), (programmed - created).Round(time.Millisecond), res["s-nodeflow-cpu-create"], rss1, rss1-rss0, flows, goMemory(m))
 	res["s-create-api"] = created.Seconds()
 	res["s-nodeflow-all-in-ovs"] = programmed.Seconds()
 	res["s-nodeflow-after-last-create"] = (programmed - created).Seconds()
@@ -185,8 +185,8 @@ func runServicesScale(b *testing.B, e *env) map[string]float64 {
 	coldProfile()
 	saveProfile(b, m, "cold-heap.prof", "heap")()
 	res["s-nodeflow-cpu-cold-start"] = ticksToMs(cpuTicks(b, agentPID, false)) / 1000
-	b.Logf("nodeflow: cold start with %d services: ready %s, all groups in OVS %s after process start; CPU %.1f s; RSS %d KiB",
-		n, ready.Round(time.Millisecond), cold.Round(time.Millisecond), res["s-nodeflow-cpu-cold-start"], rssCold)
+	b.Logf("nodeflow: cold start with %d services: ready %s, all groups in OVS %s after process start; CPU %.1f s; RSS %d KiB; %s",
+		n, ready.Round(time.Millisecond), cold.Round(time.Millisecond), res["s-nodeflow-cpu-cold-start"], rssCold, goMemory(m))
 	res["s-nodeflow-cold-start"] = cold.Seconds()
 	res["MiB-nodeflow-RSS-cold"] = float64(rssCold) / 1024
 	idle := idleWindow(b)
@@ -631,6 +631,25 @@ func countFlows(b testing.TB, m *testbed.Member) int {
 	}
 	v, _ := strconv.Atoi(mm[1])
 	return v
+}
+
+// goMemory summarises where the agent's memory is, from the Go runtime's
+// metrics: live heap, heap held but free, heap returned to the system,
+// stacks, and everything the runtime has mapped; the next GC's target.
+func goMemory(m *testbed.Member) string {
+	text, err := agentMetrics(m)
+	if err != nil {
+		return "go memory: " + err.Error()
+	}
+	v := map[string]float64{}
+	for _, l := range strings.Split(text, "\n") {
+		if name, val, ok := strings.Cut(l, " "); ok && strings.HasPrefix(name, "go_memstats_") {
+			v[name], _ = strconv.ParseFloat(strings.TrimSpace(val), 64)
+		}
+	}
+	mib := func(k string) float64 { return v["go_memstats_"+k] / (1 << 20) }
+	return fmt.Sprintf("go memory MiB: heap in use %.0f, idle %.0f (released %.0f), stacks %.0f, runtime total %.0f, next GC %.0f",
+		mib("heap_inuse_bytes"), mib("heap_idle_bytes"), mib("heap_released_bytes"), mib("stack_inuse_bytes"), mib("sys_bytes"), mib("next_gc_bytes"))
 }
 
 // bucketLoad is how ovs-ofctl prints the DNAT to IPv4 endpoint ip in a
