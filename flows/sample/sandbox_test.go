@@ -227,16 +227,23 @@ func readPcap(path string) ([][]byte, error) {
 	}
 }
 
+// dump returns the lines of an ovs-ofctl dump command (dump-flows,
+// dump-groups) of bridge b, over OpenFlow 1.5.
+func (r *rig) dump(cmd string, b plan.Bridge) []string {
+	r.t.Helper()
+	out, err := r.sb.Ofctl("-O", "OpenFlow15", cmd, bridgeName(b))
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return strings.Split(out, "\n")
+}
+
 // ruleStats returns n_packets of every flow of bridge b, by the flow's
 // text without its statistics.
 func (r *rig) ruleStats(b plan.Bridge) map[string]uint64 {
 	r.t.Helper()
-	out, err := r.sb.Ofctl("-O", "OpenFlow15", "dump-flows", bridgeName(b))
-	if err != nil {
-		r.t.Fatal(err)
-	}
 	stats := map[string]uint64{}
-	for _, l := range strings.Split(out, "\n") {
+	for _, l := range r.dump("dump-flows", b) {
 		l = strings.TrimSpace(l)
 		if l == "" || strings.HasPrefix(l, "OFPST_") || strings.HasPrefix(l, "NXST_") {
 			continue
@@ -255,12 +262,8 @@ func (r *rig) ruleStats(b plan.Bridge) map[string]uint64 {
 // recirculates (ct(..., table=N)).
 func (r *rig) recircGroups(b plan.Bridge) map[string]bool {
 	r.t.Helper()
-	out, err := r.sb.Ofctl("-O", "OpenFlow15", "dump-groups", bridgeName(b))
-	if err != nil {
-		r.t.Fatal(err)
-	}
 	ids := map[string]bool{}
-	for _, l := range strings.Split(out, "\n") {
+	for _, l := range r.dump("dump-groups", b) {
 		if m := groupIDRE.FindStringSubmatch(l); m != nil && ctRecircRE.MatchString(l) {
 			ids[m[1]] = true
 		}
