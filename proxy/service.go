@@ -84,7 +84,19 @@ type serviceInfo struct {
 	key        types.NamespacedName
 	created    time.Time
 	clusterIPs []netip.Addr
-	ports      map[ServicePortName]*ServicePort
+	// ports are the service ports in the order of spec.ports: a Service
+	// has one or a few, and a map would cost more than they do.
+	ports []*ServicePort
+}
+
+// port returns the service port named n, or nil.
+func (info *serviceInfo) port(n ServicePortName) *ServicePort {
+	for _, p := range info.ports {
+		if p.Name == n {
+			return p
+		}
+	}
+	return nil
 }
 
 // ServicePorts processes svc into its service ports. Headless and
@@ -98,7 +110,11 @@ func ServicePorts(svc *v1.Service) (map[ServicePortName]*ServicePort, []error) {
 	if info == nil {
 		return nil, errs
 	}
-	return info.ports, errs
+	m := make(map[ServicePortName]*ServicePort, len(info.ports))
+	for _, p := range info.ports {
+		m[p.Name] = p
+	}
+	return m, errs
 }
 
 func processService(svc *v1.Service) (*serviceInfo, []error) {
@@ -118,7 +134,7 @@ func processService(svc *v1.Service) (*serviceInfo, []error) {
 	if len(ips) == 0 {
 		ips, field = []string{svc.Spec.ClusterIP}, "spec.clusterIP"
 	}
-	info := &serviceInfo{key: key, created: svc.CreationTimestamp.Time, ports: map[ServicePortName]*ServicePort{}}
+	info := &serviceInfo{key: key, created: svc.CreationTimestamp.Time}
 	have := map[Family]bool{}
 	for i, s := range ips {
 		a, err := netip.ParseAddr(s)
@@ -211,7 +227,7 @@ func processService(svc *v1.Service) (*serviceInfo, []error) {
 			}
 		}
 		name := ServicePortName{NamespacedName: key, Port: sp.Name, Protocol: proto}
-		info.ports[name] = &ServicePort{
+		port := &ServicePort{
 			Name:                name,
 			Protocol:            proto,
 			Port:                uint16(sp.Port),
@@ -224,6 +240,12 @@ func processService(svc *v1.Service) (*serviceInfo, []error) {
 			InternalPolicyLocal: itpLocal,
 			HealthCheckNodePort: hc,
 			Idled:               idled,
+		}
+		// A name given twice (the API server refuses it): the last wins.
+		if k := slices.IndexFunc(info.ports, func(p *ServicePort) bool { return p.Name == name }); k >= 0 {
+			info.ports[k] = port
+		} else {
+			info.ports = append(info.ports, port)
 		}
 	}
 	return info, errs

@@ -177,7 +177,7 @@ func (t *ServiceTracker) Update() ChangeSet {
 		info := t.all[key]
 		wasBlocked := t.blocked[key]
 		delete(t.blocked, key)
-		var want map[ServicePortName]*ServicePort
+		var want *serviceInfo
 		if info != nil {
 			conflict := false
 			for _, a := range info.clusterIPs {
@@ -196,24 +196,32 @@ func (t *ServiceTracker) Update() ChangeSet {
 					t.ipOwner[a] = key
 				}
 				t.ipsOf[key] = info.clusterIPs
-				want = info.ports
+				want = info
 			}
 		}
 		t.noteMoves(held[key], t.ipsOf[key])
 		// Diff this Service's active ports against want.
+		var wanted []*ServicePort
+		if want != nil {
+			wanted = want.ports
+		}
 		for _, name := range t.portsOf[key] {
-			if q, ok := want[name]; !ok || !reflect.DeepEqual(t.active[name], q) {
+			var q *ServicePort
+			if want != nil {
+				q = want.port(name)
+			}
+			if q == nil || !reflect.DeepEqual(t.active[name], q) {
 				changed[name] = struct{}{}
 				delete(t.active, name)
 			}
 		}
 		delete(t.portsOf, key)
-		for name, p := range want {
-			if _, ok := t.active[name]; !ok {
-				t.active[name] = p
-				changed[name] = struct{}{}
+		for _, p := range wanted {
+			if _, ok := t.active[p.Name]; !ok {
+				t.active[p.Name] = p
+				changed[p.Name] = struct{}{}
 			}
-			t.portsOf[key] = append(t.portsOf[key], name)
+			t.portsOf[key] = append(t.portsOf[key], p.Name)
 		}
 	}
 	return changed
@@ -298,8 +306,9 @@ type EndpointsTracker struct {
 	mu      sync.Mutex
 	onError ErrorFunc
 	pending changes[sliceInfo] // by slice namespace/name
-	// slices holds the applied slices of each Service, by slice name.
-	slices    map[types.NamespacedName]map[string]*sliceInfo
+	// slices holds the applied slices of each Service, sorted by slice
+	// name: a Service has one or a few, and a map each would cost more.
+	slices    map[types.NamespacedName][]namedSlice
 	endpoints map[ServicePortName][]Endpoint
 	// Indexes that keep Update linear in the changes: the Service each
 	// applied slice belongs to, and each Service's ports in endpoints.
@@ -310,6 +319,18 @@ type EndpointsTracker struct {
 	triggers map[types.NamespacedName][]time.Time
 }
 
+// namedSlice is one applied slice of a Service.
+type namedSlice struct {
+	name string
+	info *sliceInfo
+}
+
+// findSlice returns where the slice called name is in l (sorted by name),
+// or where it would go, and whether it is there.
+func findSlice(l []namedSlice, name string) (int, bool) {
+	return slices.BinarySearchFunc(l, name, func(s namedSlice, n string) int { return strings.Compare(s.name, n) })
+}
+
 // NewEndpointsTracker returns an empty tracker. onError may be nil.
 func NewEndpointsTracker(onError ErrorFunc) *EndpointsTracker {
 	if onError == nil {
@@ -318,7 +339,7 @@ func NewEndpointsTracker(onError ErrorFunc) *EndpointsTracker {
 	return &EndpointsTracker{
 		onError:   onError,
 		pending:   changes[sliceInfo]{},
-		slices:    map[types.NamespacedName]map[string]*sliceInfo{},
+		slices:    map[types.NamespacedName][]namedSlice{},
 		endpoints: map[ServicePortName][]Endpoint{},
 		triggers:  map[types.NamespacedName][]time.Time{},
 
@@ -388,21 +409,22 @@ func (t *EndpointsTracker) Update() ChangeSet {
 		// The slice may have moved between Services (its label changed):
 		// remove it from where it is, then add it where it belongs.
 		if svc, ok := t.sliceService[key]; ok {
-			m := t.slices[svc]
-			delete(m, key.Name)
+			l := t.slices[svc]
+			if i, found := findSlice(l, key.Name); found {
+				l = slices.Delete(l, i, i+1)
+			}
 			affected[svc] = true
-			if len(m) == 0 {
+			if len(l) == 0 {
 				delete(t.slices, svc)
+			} else {
+				t.slices[svc] = l
 			}
 			delete(t.sliceService, key)
 		}
 		if ch.current != nil {
-			m := t.slices[ch.current.service]
-			if m == nil {
-				m = map[string]*sliceInfo{}
-				t.slices[ch.current.service] = m
-			}
-			m[key.Name] = ch.current
+			l := t.slices[ch.current.service]
+			i, _ := findSlice(l, key.Name)
+			t.slices[ch.current.service] = slices.Insert(l, i, namedSlice{key.Name, ch.current})
 			t.sliceService[key] = ch.current.service
 		}
 	}
@@ -412,14 +434,12 @@ func (t *EndpointsTracker) Update() ChangeSet {
 		if infos := t.slices[svc]; len(infos) == 1 {
 			// One slice, the usual case: its lists are the Service's,
 			// sorted in place, without a copy.
-			for _, info := range infos {
-				for _, p := range info.ports {
-					merged[p.name] = sortedShared(p.eps)
-				}
+			for _, p := range infos[0].info.ports {
+				merged[p.name] = sortedShared(p.eps)
 			}
 		} else {
-			for _, info := range infos {
-				for _, p := range info.ports {
+			for _, ns := range infos {
+				for _, p := range ns.info.ports {
 					merged[p.name] = append(merged[p.name], p.eps...)
 				}
 			}
@@ -490,17 +510,12 @@ func (t *EndpointsTracker) Usable(n ServicePortName, check *EndpointCheck) ([]En
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	names := make([]string, 0, len(t.slices[n.NamespacedName]))
-	for name := range t.slices[n.NamespacedName] {
-		names = append(names, name)
-	}
-	slices.Sort(names)
 	var errs []error
 	for _, r := range refused {
-		for _, name := range names {
-			for i, a := range t.slices[n.NamespacedName][name].addrs {
+		for _, ns := range t.slices[n.NamespacedName] {
+			for i, a := range ns.info.addrs {
 				if a == r.IP {
-					errs = append(errs, &InputError{Kind: "EndpointSlice", Namespace: n.Namespace, Name: name,
+					errs = append(errs, &InputError{Kind: "EndpointSlice", Namespace: n.Namespace, Name: ns.name,
 						Field: fmt.Sprintf("endpoints[%d].addresses[0]", i), Err: r.Err})
 				}
 			}
