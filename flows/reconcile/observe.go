@@ -244,6 +244,11 @@ type monitorResult struct {
 	audit  bool // groups were deleted, or updates were lost: read everything
 }
 
+// massRemoval is the number of removals in one flow monitor reply (a reply
+// holds a few hundred) that makes the reconciler read the whole switch
+// instead of repairing flow by flow.
+const massRemoval = 256
+
 // observeUpdates records a flow monitor reply's updates, under one lock.
 func (s *Store) observeUpdates(us []openflow.FlowUpdate) monitorResult {
 	var res monitorResult
@@ -253,8 +258,12 @@ func (s *Store) observeUpdates(us []openflow.FlowUpdate) monitorResult {
 		present bool
 	}
 	items := make([]item, 0, len(us))
+	removed := 0
 	for i := range us {
 		u := &us[i]
+		if u.Event == openflow.FlowUpdateRemoved {
+			removed++
+		}
 		switch u.Event {
 		case openflow.FlowUpdateAdded, openflow.FlowUpdateModified, openflow.FlowUpdateRemoved:
 			f := u.Flow()
@@ -272,6 +281,17 @@ func (s *Store) observeUpdates(us []openflow.FlowUpdate) monitorResult {
 			// resumed: read it again for what changed meanwhile.
 			res.audit = true
 		}
+	}
+	if removed >= massRemoval {
+		// A mass deletion (a del-flows of a table or of the bridge): the
+		// rest of its reports follow over a second or more, so read the
+		// switch whole at once and repair everything in one bundle,
+		// rather than flow by flow as the reports come. Reports that
+		// arrive after that read are about flows it has already put back:
+		// they ask for another read, which finds nothing to do, not for
+		// the flows again.
+		res.audit = true
+		return res
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

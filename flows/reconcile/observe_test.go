@@ -91,3 +91,38 @@ func TestObserveInPlace(t *testing.T) {
 		t.Errorf("after an undecodable flow: %s, want the one flow added again", d.Stats)
 	}
 }
+
+// TestMassRemovalAudits checks what a flow monitor reply of removals asks
+// for: a few are repaired flow by flow; a mass deletion (massRemoval or
+// more in one reply) asks for one read of the whole switch and marks no
+// flow itself, so that its late reports do not send the flows again.
+func TestMassRemovalAudits(t *testing.T) {
+	s := NewStore(StoreOptions{Bridge: plan.Pod})
+	if err := s.Set(benchOwner(0), State{Flows: benchOwnerFlows(0, massRemoval, 0)}); err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range s.diff(DiffOptions{}).Batches {
+		s.commitBatch(b)
+	}
+	if s.Pending() {
+		t.Fatal("pending after the commit")
+	}
+	removals := func(n int) []openflow.FlowUpdate {
+		var us []openflow.FlowUpdate
+		for i := range s.owners[benchOwner(0)].flows[:n] {
+			f := *s.owners[benchOwner(0)].flows[i].value()
+			us = append(us, openflow.FlowUpdate{Event: openflow.FlowUpdateRemoved, Table: f.Table, Priority: f.Priority,
+				Cookie: s.owners[benchOwner(0)].cookie | 1, Match: f.Match})
+		}
+		return us
+	}
+	if res := s.observeUpdates(removals(massRemoval)); !res.audit || res.repair || s.Pending() {
+		t.Errorf("mass removal: %+v, pending %v; want an audit and no flow marked", res, s.Pending())
+	}
+	if res := s.observeUpdates(removals(3)); res.audit || !res.repair || !s.Pending() {
+		t.Errorf("3 removals: %+v, pending %v; want their repair", res, s.Pending())
+	}
+	if d := s.diff(DiffOptions{}); d.Stats.Total() != 3 {
+		t.Errorf("repair of 3 removals: %s", d.Stats)
+	}
+}
