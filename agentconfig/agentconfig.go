@@ -65,6 +65,7 @@ type AgentConfiguration struct {
 	ResolvConf         *string  `json:"resolvConf,omitempty"`         // --resolv-conf
 	HostCheckInterval  *string  `json:"hostCheckInterval,omitempty"`  // --host-check-interval, a Go duration
 	ProcSysNet         *string  `json:"procSysNet,omitempty"`         // --proc-sys-net
+	GCPercent          *int     `json:"gcPercent,omitempty"`          // --gc-percent: the Go collector's target when GOGC is unset
 }
 
 // Setting is one flag the file sets.
@@ -171,6 +172,9 @@ func (c *AgentConfiguration) check() error {
 	if c.MTU != nil && (*c.MTU < 576 || *c.MTU > 9000) {
 		errs = append(errs, fmt.Errorf("mtu: %d is not between 576 and 9000", *c.MTU))
 	}
+	if c.GCPercent != nil && (*c.GCPercent < 0 || *c.GCPercent > 1000) {
+		errs = append(errs, fmt.Errorf("gcPercent: %d is not between 0 (Go's default) and 1000", *c.GCPercent))
+	}
 	for _, f := range []field{{"podBridge", c.PodBridge}, {"gatewayBridge", c.GatewayBridge}, {"uplink", c.Uplink}, {"ovsRundir", c.OVSRundir}} {
 		if f.v != nil && *f.v == "" {
 			errs = append(errs, fmt.Errorf("%s: empty", f.name))
@@ -222,5 +226,8 @@ func (c *AgentConfiguration) Settings() []Setting {
 	str("resolv-conf", "resolvConf", c.ResolvConf)
 	str("host-check-interval", "hostCheckInterval", c.HostCheckInterval)
 	str("proc-sys-net", "procSysNet", c.ProcSysNet)
+	if c.GCPercent != nil {
+		out = append(out, Setting{Flag: "gc-percent", Field: "gcPercent", Value: strconv.Itoa(*c.GCPercent)})
+	}
 	return out
 }

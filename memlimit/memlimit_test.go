@@ -3,6 +3,7 @@ package memlimit
 import (
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"testing"
 )
 
@@ -60,5 +61,23 @@ func TestApplyKeepsGOMEMLIMIT(t *testing.T) {
 	t.Setenv("GOMEMLIMIT", "300MiB")
 	if n, msg := Apply(); n != 0 || msg != "GOMEMLIMIT=300MiB from the environment" {
 		t.Errorf("Apply() = %d, %q", n, msg)
+	}
+}
+
+func TestSetGCPercent(t *testing.T) {
+	defer debug.SetGCPercent(debug.SetGCPercent(100))
+	t.Setenv("GOGC", "")
+	if msg := SetGCPercent(40); msg != "garbage collector target 40% (GOGC)" {
+		t.Errorf("SetGCPercent(40) = %q", msg)
+	}
+	if p := debug.SetGCPercent(100); p != 40 {
+		t.Errorf("the target is %d, want 40", p)
+	}
+	t.Setenv("GOGC", "200")
+	if msg := SetGCPercent(40); msg != "GOGC=200 from the environment" {
+		t.Errorf("with GOGC set: %q", msg)
+	}
+	if p := debug.SetGCPercent(100); p != 100 {
+		t.Errorf("GOGC set, the target became %d", p)
 	}
 }

@@ -53,6 +53,8 @@ func agentCommand() *cli.Command {
 			&cli.StringFlag{Name: "masquerade-subnet-v4", Value: conntrack.DefaultMasqueradeV4.String(), EnvVars: []string{"NODEFLOW_MASQUERADE_SUBNET_V4"}, Usage: "IPv4 masquerade subnet"},
 			&cli.StringFlag{Name: "masquerade-subnet-v6", Value: conntrack.DefaultMasqueradeV6.String(), EnvVars: []string{"NODEFLOW_MASQUERADE_SUBNET_V6"}, Usage: "IPv6 masquerade subnet"},
 			&cli.IntFlag{Name: "mtu", Value: 1400, EnvVars: []string{"NODEFLOW_MTU"}, Usage: "MTU of the pod network"},
+			&cli.IntFlag{Name: "gc-percent", Value: memlimit.DefaultGCPercent, EnvVars: []string{"NODEFLOW_GC_PERCENT"},
+				Usage: "the Go garbage collector's target when GOGC is not set: heap growth between collections, in % of the live heap (Go's default is 100; lower keeps less memory resident for more CPU; 0 keeps Go's)"},
 			&cli.StringFlag{Name: "health-addr", Value: "127.0.0.1:9476", EnvVars: []string{"NODEFLOW_HEALTH_ADDR"}, Usage: "`ADDR` of /healthz, /readyz and /metrics (empty disables)"},
 			&cli.StringFlag{Name: "socket", EnvVars: []string{"NODEFLOW_SOCKET"},
 				Usage: "introspection socket `PATH` for `nodeflow flows` (default: " + reconcile.DefaultSocket + ", or nodeflow.sock in a non-default --ovs-rundir; \"none\" disables)"},
@@ -153,6 +155,7 @@ func runAgent(c *cli.Context) error {
 	} else {
 		logrus.Debug(what)
 	}
+	logrus.Debug(memlimit.SetGCPercent(c.Int("gc-percent")))
 	a, err := controller.New(cfg, logrus.StandardLogger())
 	if err != nil {
 		return err
