@@ -186,20 +186,6 @@ func processSlice(s *discovery.EndpointSlice) (*sliceInfo, []error) {
 	return info, errs
 }
 
-// sortedShared returns l sorted as sortEndpoints sorts it: l itself, sorted
-// in place and capped so that appending to it copies, when it has no
-// duplicates; otherwise a sorted copy without them. l keeps its length
-// either way (the tracker keeps it for later merges).
-func sortedShared(l []Endpoint) []Endpoint {
-	slices.SortStableFunc(l, compareEndpoints)
-	for i := 1; i < len(l); i++ {
-		if compareEndpoints(l[i-1], l[i]) == 0 {
-			return sortEndpoints(slices.Clone(l))
-		}
-	}
-	return l[:len(l):len(l)]
-}
-
 // sortEndpoints sorts l and drops duplicates of the same address and port,
 // keeping the first (by conditions, a ready one wins).
 func sortEndpoints(l []Endpoint) []Endpoint {

@@ -89,12 +89,10 @@ type serviceInfo struct {
 	ports []*ServicePort
 }
 
-// port returns the service port named n, or nil.
-func (info *serviceInfo) port(n ServicePortName) *ServicePort {
-	for _, p := range info.ports {
-		if p.Name == n {
-			return p
-		}
+// portNamed returns the port of ps named n, or nil.
+func portNamed(ps []*ServicePort, n ServicePortName) *ServicePort {
+	if k := slices.IndexFunc(ps, func(p *ServicePort) bool { return p.Name == n }); k >= 0 {
+		return ps[k]
 	}
 	return nil
 }

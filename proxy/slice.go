@@ -8,7 +8,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
 )
 
 // Slice is one EndpointSlice as the proxy reads it: processed once, when
@@ -26,8 +25,8 @@ type Slice struct {
 	trigger time.Time
 }
 
-// SliceOf processes s (nil for nil). Bad fields are kept as errors
-// (Errors), reported when the slice is recorded.
+// SliceOf processes s (nil for nil). Bad fields are kept as errors, and
+// reported when the slice is recorded (EndpointsTracker.RecordSlice).
 func SliceOf(s *discovery.EndpointSlice) *Slice {
 	if s == nil {
 		return nil
@@ -46,9 +45,6 @@ func SliceOf(s *discovery.EndpointSlice) *Slice {
 	return out
 }
 
-// Errors returns the slice's bad fields, as *InputError.
-func (s *Slice) Errors() []error { return s.errs }
-
 // GetObjectKind implements runtime.Object: a Slice has no kind of its own.
 func (s *Slice) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
 
@@ -58,14 +54,4 @@ func (s *Slice) DeepCopyObject() runtime.Object {
 	c := *s
 	s.ObjectMeta.DeepCopyInto(&c.ObjectMeta)
 	return &c
-}
-
-// Ports returns the Service the slice serves and its endpoints by service
-// port (the lists are shared: do not modify them); a slice that serves none (no service-name
-// label, address type FQDN, or one that is unknown) returns false.
-func (s *Slice) Ports() (types.NamespacedName, map[ServicePortName][]Endpoint, bool) {
-	if s.info == nil {
-		return types.NamespacedName{}, nil, false
-	}
-	return s.info.service, s.info.portMap(), true
 }

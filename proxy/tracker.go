@@ -177,7 +177,7 @@ func (t *ServiceTracker) Update() ChangeSet {
 		info := t.all[key]
 		wasBlocked := t.blocked[key]
 		delete(t.blocked, key)
-		var want *serviceInfo
+		var want []*ServicePort
 		if info != nil {
 			conflict := false
 			for _, a := range info.clusterIPs {
@@ -196,27 +196,19 @@ func (t *ServiceTracker) Update() ChangeSet {
 					t.ipOwner[a] = key
 				}
 				t.ipsOf[key] = info.clusterIPs
-				want = info
+				want = info.ports
 			}
 		}
 		t.noteMoves(held[key], t.ipsOf[key])
 		// Diff this Service's active ports against want.
-		var wanted []*ServicePort
-		if want != nil {
-			wanted = want.ports
-		}
 		for _, name := range t.portsOf[key] {
-			var q *ServicePort
-			if want != nil {
-				q = want.port(name)
-			}
-			if q == nil || !reflect.DeepEqual(t.active[name], q) {
+			if q := portNamed(want, name); q == nil || !reflect.DeepEqual(t.active[name], q) {
 				changed[name] = struct{}{}
 				delete(t.active, name)
 			}
 		}
 		delete(t.portsOf, key)
-		for _, p := range wanted {
+		for _, p := range want {
 			if _, ok := t.active[p.Name]; !ok {
 				t.active[p.Name] = p
 				changed[p.Name] = struct{}{}
@@ -432,10 +424,11 @@ func (t *EndpointsTracker) Update() ChangeSet {
 	for svc := range affected {
 		merged := map[ServicePortName][]Endpoint{}
 		if infos := t.slices[svc]; len(infos) == 1 {
-			// One slice, the usual case: its lists are the Service's,
-			// sorted in place, without a copy.
+			// One slice, the usual case: its lists, sorted and without
+			// duplicates when the slice was processed, are the Service's
+			// (capped, so that appending to one copies it).
 			for _, p := range infos[0].info.ports {
-				merged[p.name] = sortedShared(p.eps)
+				merged[p.name] = p.eps[:len(p.eps):len(p.eps)]
 			}
 		} else {
 			for _, ns := range infos {

@@ -69,13 +69,33 @@ func TestProcessSlice(t *testing.T) {
 	if !reflect.DeepEqual(orig, keep) {
 		t.Error("the transform changed the object it was given")
 	}
-	n1, eps1, errs1 := proxy.SliceEndpoints(orig)
-	n2, eps2, ok := got.Ports()
-	if !ok || n1 != n2 || !reflect.DeepEqual(eps1, eps2) || fmt.Sprint(errs1) != fmt.Sprint(got.Errors()) {
-		t.Errorf("the proxy reads the kept slice otherwise:\n%v %v %v\n%v %v %v", n1, eps1, errs1, n2, eps2, got.Errors())
+	// Recorded as received and as kept, in two trackers: the same
+	// endpoints and the same errors.
+	var errs [2][]error
+	var trackers [2]*proxy.EndpointsTracker
+	for i := range trackers {
+		trackers[i] = proxy.NewEndpointsTracker(func(err error) { errs[i] = append(errs[i], err) })
 	}
-	if len(errs1) == 0 {
-		t.Error("the test slice has no bad input")
+	trackers[0].Record(nil, orig)
+	trackers[1].RecordSlice(nil, got)
+	service, ports, _ := proxy.SliceEndpoints(orig)
+	for i, tr := range trackers {
+		if changed := tr.Update(); len(changed) != len(ports) {
+			t.Errorf("tracker %d: %d ports changed, want %d", i, len(changed), len(ports))
+		}
+	}
+	for name, want := range ports {
+		if name.NamespacedName != service {
+			t.Errorf("port %s of %s", name, service)
+		}
+		for i, tr := range trackers {
+			if eps := tr.Endpoints(name); !reflect.DeepEqual(eps, want) {
+				t.Errorf("tracker %d: %s: %v, want %v", i, name, eps, want)
+			}
+		}
+	}
+	if len(errs[0]) == 0 || fmt.Sprint(errs[0]) != fmt.Sprint(errs[1]) {
+		t.Errorf("errors as received %v, as kept %v; want the same, and some (the slice has bad input)", errs[0], errs[1])
 	}
 	if got.Name != orig.Name || got.Namespace != orig.Namespace || got.UID != orig.UID || got.ResourceVersion != orig.ResourceVersion {
 		t.Errorf("identity lost: %+v", got.ObjectMeta)

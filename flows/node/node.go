@@ -294,9 +294,7 @@ func NodeFlows(c Config) ([]openflow.Flow, error) {
 		nodeIP, okNode := c.nodeIP(f.v6)
 		router, okRouter := c.router(f.v6)
 		if okNode {
-			add(flow(plan.PodSNAT, plan.PriorityHigh,
-				apply(ctAct(true, conntrack.ZoneSNAT, plan.PodEgressFirewall, openflow.NAT{Src: true, MinAddr: nodeIP})),
-				f.eth(), newTrk, plan.SNATToNodeIP.Match()))
+			add(flow(plan.PodSNAT, plan.PriorityHigh, commitSNAT(nodeIP), f.eth(), newTrk, plan.SNATToNodeIP.Match()))
 		}
 		add(flow(plan.PodSNAT, PrioritySNATEstablished, reapplySNAT(), f.eth(), estOrig, plan.SNATToNodeIP.Match()))
 		if !okRouter {

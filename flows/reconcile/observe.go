@@ -252,18 +252,31 @@ const massRemoval = 256
 // observeUpdates records a flow monitor reply's updates, under one lock.
 func (s *Store) observeUpdates(us []openflow.FlowUpdate) monitorResult {
 	var res monitorResult
+	removed := 0
+	for i := range us {
+		if us[i].Event == openflow.FlowUpdateRemoved {
+			removed++
+		}
+	}
+	if removed >= massRemoval {
+		// A mass deletion (a del-flows of a table or of the bridge): the
+		// rest of its reports follow over a second or more, so read the
+		// switch whole at once and repair everything in one bundle,
+		// rather than flow by flow as the reports come. Reports that
+		// arrive after that read are about flows it has already put back:
+		// they ask for another read, which finds nothing to do, not for
+		// the flows again.
+		res.audit = true
+		return res
+	}
 	type item struct {
 		k       openflow.FlowKey
 		f       openflow.Flow
 		present bool
 	}
 	items := make([]item, 0, len(us))
-	removed := 0
 	for i := range us {
 		u := &us[i]
-		if u.Event == openflow.FlowUpdateRemoved {
-			removed++
-		}
 		switch u.Event {
 		case openflow.FlowUpdateAdded, openflow.FlowUpdateModified, openflow.FlowUpdateRemoved:
 			f := u.Flow()
@@ -281,17 +294,6 @@ func (s *Store) observeUpdates(us []openflow.FlowUpdate) monitorResult {
 			// resumed: read it again for what changed meanwhile.
 			res.audit = true
 		}
-	}
-	if removed >= massRemoval {
-		// A mass deletion (a del-flows of a table or of the bridge): the
-		// rest of its reports follow over a second or more, so read the
-		// switch whole at once and repair everything in one bundle,
-		// rather than flow by flow as the reports come. Reports that
-		// arrive after that read are about flows it has already put back:
-		// they ask for another read, which finds nothing to do, not for
-		// the flows again.
-		res.audit = true
-		return res
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -162,10 +162,10 @@ var (
 
 // hits returns the visits between two n_packets snapshots of bridge b.
 // tunnelPort is br0's vxlan0 ofport: a visit to br0's classifier flow for
-// it follows a tunnel pop.
-// recircGroups are the groups whose buckets recirculate (a service
-// group's buckets commit the DNAT with ct(..., table=N)): a visit to a flow
-// that sends a packet to one is a recirculation.
+// it follows a tunnel pop. recircGroups holds the ids of the groups whose
+// buckets recirculate (a service group's buckets commit the DNAT with
+// ct(..., table=N)): a visit to a flow that sends a packet to one is a
+// recirculation.
 func hits(b plan.Bridge, before, after map[string]uint64, tunnelPort uint32, recircGroups map[string]bool) []hit {
 	var out []hit
 	inTunnel := regexp.MustCompile(fmt.Sprintf(`in_port=%d([, ]|$)`, tunnelPort))
@@ -309,9 +309,12 @@ func (r *rig) send(in string, seg segment) (traced, error) {
 	t := r.t
 	t.Helper()
 	if r.stats == nil {
+		// The groups do not change while packets are sent: read once.
 		r.stats = map[plan.Bridge]map[string]uint64{}
+		r.groups = map[plan.Bridge]map[string]bool{}
 		for _, b := range plan.Bridges {
 			r.stats[b] = r.ruleStats(b)
+			r.groups[b] = r.recircGroups(b)
 		}
 	}
 	if _, err := r.sb.Appctl("revalidator/purge"); err != nil {
@@ -336,7 +339,7 @@ func (r *rig) send(in string, seg segment) (traced, error) {
 	tr.sent = r.sentAll()
 	for _, b := range plan.Bridges {
 		after := r.ruleStats(b)
-		tr.hits = append(tr.hits, hits(b, r.stats[b], after, r.cfg.Ports.Tunnel, r.recircGroups(b))...)
+		tr.hits = append(tr.hits, hits(b, r.stats[b], after, r.cfg.Ports.Tunnel, r.groups[b])...)
 		r.stats[b] = after
 	}
 	if r.recircDrops() > drops {

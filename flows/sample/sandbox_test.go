@@ -53,6 +53,9 @@ type rig struct {
 	ifaces map[string]*iface
 	// stats holds each bridge's n_packets per flow after the last packet.
 	stats map[plan.Bridge]map[string]uint64
+	// groups holds each bridge's groups whose buckets recirculate, read
+	// with the first stats (recircGroups).
+	groups map[plan.Bridge]map[string]bool
 	// stops stops the reconcilers.
 	stops []func()
 	// stores are the sample's desired state, by bridge.

@@ -652,9 +652,9 @@ func goMemory(m *testbed.Member) string {
 		mib("heap_inuse_bytes"), mib("heap_idle_bytes"), mib("heap_released_bytes"), mib("stack_inuse_bytes"), mib("sys_bytes"), mib("next_gc_bytes"))
 }
 
-// bucketLoad is how ovs-ofctl prints the DNAT to IPv4 endpoint ip in a
+// bucketDNAT is how ovs-ofctl prints the DNAT to IPv4 endpoint ip in a
 // bucket (the port follows).
-func bucketLoad(ip netip.Addr) string {
+func bucketDNAT(ip netip.Addr) string {
 	return "nat(dst=" + ip.String() + ":"
 }
 
@@ -664,7 +664,7 @@ var groupIDRE = regexp.MustCompile(`group_id=(\d+)`)
 func groupOf(b testing.TB, m *testbed.Member, ip netip.Addr) int {
 	b.Helper()
 	for _, l := range strings.Split(ofctl(b, m, "dump-groups", "br0"), "\n") {
-		if strings.Contains(l, bucketLoad(ip)) {
+		if strings.Contains(l, bucketDNAT(ip)) {
 			if mm := groupIDRE.FindStringSubmatch(l); mm != nil {
 				id, _ := strconv.Atoi(mm[1])
 				return id
@@ -678,7 +678,7 @@ func groupOf(b testing.TB, m *testbed.Member, ip netip.Addr) int {
 // groupHas reports whether group gid of br0 has a bucket for ip.
 func groupHas(b testing.TB, m *testbed.Member, gid int, ip netip.Addr) bool {
 	b.Helper()
-	return strings.Contains(ofctl(b, m, "dump-groups", "br0", strconv.Itoa(gid)), bucketLoad(ip))
+	return strings.Contains(ofctl(b, m, "dump-groups", "br0", strconv.Itoa(gid)), bucketDNAT(ip))
 }
 
 // promMetrics is one scrape of a Prometheus text endpoint: series line
