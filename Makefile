@@ -12,7 +12,8 @@
 
 GO          ?= go
 BIN         := bin
-DEB_PKGS    := openvswitch-switch openvswitch-common iproute2 ethtool iputils-ping curl tcpdump nftables podman runc
+DEB_PKGS    := openvswitch-switch openvswitch-common iproute2 ethtool iputils-ping curl tcpdump nftables podman runc \
+               busybox netcat-openbsd bind9-dnsutils
 STATICCHECK_VERSION := v0.8.2
 GOBIN       := $(shell $(GO) env GOPATH)/bin
 STATICCHECK := $(GOBIN)/staticcheck
@@ -78,6 +79,7 @@ lint:
 # into $XDG_CACHE_HOME/nodeflow/testbed (or ~/.cache/...). A no-op when current.
 testbed-deps:
 	@GO=$(GO) testbed/tools/build.sh >/dev/null
+	@GO=$(GO) testbed/tools/build.sh agnhost >/dev/null
 
 # What the testbed needs from the machine (root, OVS, netns, tun, Go),
 # checked in seconds before anything builds for minutes.

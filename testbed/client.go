@@ -35,6 +35,8 @@ type UpOptions struct {
 	Self string
 	// NoAgent skips `nodeflow agent`.
 	NoAgent bool
+	// Agnhost is the upstream agnhost binary; "" means DefaultAgnhost().
+	Agnhost string
 	// Timeout bounds the bring-up; zero means 5 minutes.
 	Timeout time.Duration
 }
@@ -123,6 +125,12 @@ func Up(o UpOptions) (*State, error) {
 	args := []string{"run", "--topology", topoFile, "--state-dir", dir, "--bin-dir", o.BinDir, "--nodeflow", o.Nodeflow}
 	if o.NoAgent {
 		args = append(args, "--no-agent")
+	}
+	if o.Agnhost == "" {
+		o.Agnhost = DefaultAgnhost()
+	}
+	if o.Agnhost != "" {
+		args = append(args, "--agnhost", o.Agnhost)
 	}
 	cmd := exec.Command(o.Self, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf

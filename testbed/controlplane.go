@@ -16,6 +16,8 @@ import (
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -38,19 +40,33 @@ var ControlPlaneBinaries = []string{"etcd", "kube-apiserver", "kube-controller-m
 // binaries: $NODEFLOW_TESTBED_CACHE, else $XDG_CACHE_HOME/nodeflow/testbed,
 // else ~/.cache/nodeflow/testbed, then kube-VERSION-etcd-VERSION/bin.
 func DefaultBinDir() string {
-	root := os.Getenv("NODEFLOW_TESTBED_CACHE")
-	if root == "" {
-		cache := os.Getenv("XDG_CACHE_HOME")
-		if cache == "" {
-			home, err := os.UserHomeDir()
-			if err != nil {
-				home = "/root"
-			}
-			cache = filepath.Join(home, ".cache")
-		}
-		root = filepath.Join(cache, "nodeflow", "testbed")
+	return filepath.Join(cacheRoot(), "kube-"+KubernetesVersion+"-etcd-"+EtcdVersion, "bin")
+}
+
+// DefaultAgnhost is where testbed/tools/build.sh puts the upstream agnhost
+// test server (`make testbed-deps`), "" if it is not there.
+func DefaultAgnhost() string {
+	p := filepath.Join(cacheRoot(), "agnhost-"+KubernetesVersion, "bin", "agnhost")
+	if fi, err := os.Stat(p); err != nil || fi.Mode()&0o111 == 0 {
+		return ""
 	}
-	return filepath.Join(root, "kube-"+KubernetesVersion+"-etcd-"+EtcdVersion, "bin")
+	return p
+}
+
+// cacheRoot is where testbed/tools/build.sh caches what it builds.
+func cacheRoot() string {
+	if root := os.Getenv("NODEFLOW_TESTBED_CACHE"); root != "" {
+		return root
+	}
+	cache := os.Getenv("XDG_CACHE_HOME")
+	if cache == "" {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			home = "/root"
+		}
+		cache = filepath.Join(home, ".cache")
+	}
+	return filepath.Join(cache, "nodeflow", "testbed")
 }
 
 // CheckBinaries reports which control-plane binaries are missing from dir.
@@ -182,6 +198,18 @@ func (cp *controlPlane) writePKI(clusterName string, nodes []string, serviceCIDR
 		return err
 	}
 
+	// The API server's client certificate for the kubelets' API.
+	kcrt, kkey, err := ca.Issue(pki.Request{CommonName: kubeletClientUser, Client: true})
+	if err != nil {
+		return err
+	}
+	if _, err := pki.WriteFile(dir, "apiserver-kubelet-client.crt", kcrt, false); err != nil {
+		return err
+	}
+	if _, err := pki.WriteFile(dir, "apiserver-kubelet-client.key", kkey, true); err != nil {
+		return err
+	}
+
 	client := func(cn string, orgs ...string) (pki.Credentials, error) {
 		crt, key, err := ca.Issue(pki.Request{CommonName: cn, Organizations: orgs, Client: true})
 		return pki.Credentials{User: cn, CertPEM: crt, KeyPEM: key}, err
@@ -236,6 +264,10 @@ func (cp *controlPlane) start(ctx context.Context, clusterName string, nodes, po
 	etcdClient := "http://127.0.0.1:" + strconv.Itoa(clientPort)
 	etcdPeer := "http://127.0.0.1:" + strconv.Itoa(peerPort)
 	pkiDir := filepath.Join(cp.dir, "pki")
+	egressConfig := filepath.Join(cp.dir, "egress-selector.yaml")
+	if err := os.WriteFile(egressConfig, []byte(egressSelectorConfig(cp.egressSocket())), 0o644); err != nil {
+		return err
+	}
 	bin := func(n string) string { return filepath.Join(cp.binDir, n) }
 	logf := func(n string) string { return filepath.Join(cp.logDir, n+".log") }
 
@@ -269,6 +301,13 @@ func (cp *controlPlane) start(ctx context.Context, clusterName string, nodes, po
 		// The API server listens on loopback only; an endpoint of 127.0.0.1
 		// for the kubernetes Service would be rejected.
 		"--endpoint-reconciler-type", "none",
+		// The kubelets' API (logs, exec, port-forward), reached through
+		// the egress proxy (egress.go) at the nodes' InternalIPs.
+		"--kubelet-client-certificate", filepath.Join(pkiDir, "apiserver-kubelet-client.crt"),
+		"--kubelet-client-key", filepath.Join(pkiDir, "apiserver-kubelet-client.key"),
+		"--kubelet-certificate-authority", filepath.Join(pkiDir, "ca.crt"),
+		"--kubelet-preferred-address-types", "InternalIP",
+		"--egress-selector-config-file", egressConfig,
 		"--profiling=false")
 	if err != nil {
 		return err
@@ -330,8 +369,23 @@ func (cp *controlPlane) start(ctx context.Context, clusterName string, nodes, po
 	if err := applyManifests(ctx, cfg, objs, false); err != nil {
 		return err
 	}
+	// The API server may use every kubelet's API, as kubeadm sets it up.
+	_, err = cp.admin.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "testbed:kube-apiserver-kubelet-client"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "system:kubelet-api-admin"},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: kubeletClientUser}},
+	}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("testbed: bind the kubelet API's client: %w", err)
+	}
 	return cp.writeAccountKubeconfigs(ctx, clusterName, nodes)
 }
+
+// kubeletClientUser is the API server's identity at the kubelets' API.
+const kubeletClientUser = "kube-apiserver-kubelet-client"
+
+// egressSocket is the unix socket of the API server's egress proxy.
+func (cp *controlPlane) egressSocket() string { return filepath.Join(cp.dir, "egress.sock") }
 
 // writeAccountKubeconfigs writes the kubeconfigs of the node agents and
 // the unidler with tokens of their ServiceAccounts (deploy/rbac), asked

@@ -13,8 +13,11 @@ import (
 // node (the agent) use https://127.0.0.1:6443 as on a real node with a
 // local API server proxy. It relays TCP; TLS passes through untouched.
 type nodeProxy struct {
-	l      net.Listener
-	target string
+	l net.Listener
+	// open connects an accepted connection to its upstream; it returns
+	// what to read the client from (the connection, or a reader holding
+	// what the handshake read ahead).
+	open   func(c net.Conn) (io.Reader, net.Conn, error)
 	mu     sync.Mutex
 	conns  map[net.Conn]bool
 	closed bool
@@ -25,7 +28,10 @@ func startNodeProxy(netns, listen, target string) (*nodeProxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &nodeProxy{l: l, target: target, conns: map[net.Conn]bool{}}
+	p := &nodeProxy{l: l, conns: map[net.Conn]bool{}, open: func(c net.Conn) (io.Reader, net.Conn, error) {
+		up, err := net.Dial("tcp", target)
+		return c, up, err
+	}}
 	go p.serve()
 	return p, nil
 }
@@ -56,7 +62,7 @@ func (p *nodeProxy) track(c net.Conn, add bool) bool {
 
 func (p *nodeProxy) relay(c net.Conn) {
 	defer c.Close()
-	up, err := net.Dial("tcp", p.target)
+	from, up, err := p.open(c)
 	if err != nil {
 		return
 	}
@@ -68,7 +74,7 @@ func (p *nodeProxy) relay(c net.Conn) {
 	defer p.track(up, false)
 	done := make(chan struct{})
 	go func() {
-		_, _ = io.Copy(up, c)
+		_, _ = io.Copy(up, from)
 		if tc, ok := up.(*net.TCPConn); ok {
 			_ = tc.CloseWrite()
 		}

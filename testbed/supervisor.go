@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -21,6 +22,7 @@ import (
 
 	"nodeflow/testbed/kubelet"
 	"nodeflow/testbed/ovs"
+	"nodeflow/testbed/pki"
 	"nodeflow/testbed/topology"
 )
 
@@ -40,6 +42,9 @@ type Options struct {
 	// Self is the testbed binary, whose `serve` subcommand is the pod
 	// workload. Empty means this executable.
 	Self string
+	// Agnhost is the upstream agnhost binary the e2e-test-images agnhost
+	// image maps to ("" leaves that image unmapped).
+	Agnhost string
 	// NoAgent skips `nodeflow agent` even if the binary has it.
 	NoAgent bool
 	// Log receives the supervisor's log.
@@ -156,6 +161,11 @@ func (s *supervisor) up(ctx context.Context) error {
 
 	// The control plane and the nodes' OVS start side by side.
 	s.cp = &controlPlane{dir: s.opts.Dir, binDir: s.opts.BinDir, logDir: filepath.Join(s.opts.Dir, "logs")}
+	egress, err := startEgressProxy(s.cp.egressSocket(), s.egressNetns)
+	if err != nil {
+		return err
+	}
+	s.proxies = append(s.proxies, egress)
 	var wg sync.WaitGroup
 	errs := make([]error, len(nodeNames)+1)
 	wg.Add(1)
@@ -271,6 +281,10 @@ func (s *supervisor) startAgents(ctx context.Context, nodes []string) error {
 }
 
 func (s *supervisor) startKubelets(nodes []string) error {
+	images := s.images()
+	if err := images.Prepare(); err != nil {
+		return fmt.Errorf("testbed: %w", err)
+	}
 	kctx, cancel := context.WithCancel(context.Background())
 	s.kubeStop = cancel
 	for _, n := range nodes {
@@ -295,6 +309,10 @@ func (s *supervisor) startKubelets(nodes []string) error {
 		for _, a := range s.top.Topology.Nodes[n].Addresses() {
 			ips = append(ips, a.Addr())
 		}
+		serving, key, err := s.cp.ca.Issue(pki.Request{CommonName: "system:node:" + n, DNSNames: []string{n}, IPs: netIPs(ips), Server: true})
+		if err != nil {
+			return fmt.Errorf("testbed: node %s: kubelet serving certificate: %w", n, err)
+		}
 		k := kubelet.New(kubelet.Config{
 			NodeName:       n,
 			Client:         client,
@@ -308,7 +326,8 @@ func (s *supervisor) startKubelets(nodes []string) error {
 			OVSDB:          "unix:" + s.sandboxes[n].DBSock(),
 			DatapathType:   "netdev",
 			CNIDataDir:     filepath.Join(dir, "cni"),
-			Workload:       []string{s.opts.Self, "serve"},
+			Images:         images,
+			Server:         &kubelet.ServerConfig{CertPEM: serving, KeyPEM: key, ClientCAPEM: s.cp.ca.CertPEM},
 			StateDir:       dir,
 			Log:            l,
 		})
@@ -323,6 +342,38 @@ func (s *supervisor) startKubelets(nodes []string) error {
 		}()
 	}
 	return nil
+}
+
+// images are the programs the kubelets map images to.
+func (s *supervisor) images() kubelet.Images {
+	img := kubelet.Images{Self: s.opts.Self, Agnhost: s.opts.Agnhost, BinDir: filepath.Join(s.opts.Dir, "images")}
+	if p, err := exec.LookPath("busybox"); err == nil {
+		img.Busybox = p
+	}
+	return img
+}
+
+// egressNetns is the network namespace the API server's egress proxy
+// dials addr from: the node that has the address, or else the first node
+// (pod and Service addresses, which every node reaches).
+func (s *supervisor) egressNetns(addr netip.Addr) string {
+	nodes := s.top.K8sNodes()
+	for _, n := range nodes {
+		for _, a := range n.Addresses() {
+			if a.Addr() == addr {
+				return memberNetns(s.top.Name, n.Name)
+			}
+		}
+	}
+	return memberNetns(s.top.Name, nodes[0].Name)
+}
+
+func netIPs(addrs []netip.Addr) []net.IP {
+	out := make([]net.IP, 0, len(addrs))
+	for _, a := range addrs {
+		out = append(out, net.IP(a.AsSlice()))
+	}
+	return out
 }
 
 // waitNodes waits until every node is Ready with its podCIDRs, and the

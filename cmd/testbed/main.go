@@ -27,6 +27,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"nodeflow/testbed"
+	"nodeflow/testbed/kubelet"
 	"nodeflow/testbed/topology"
 	"nodeflow/testbed/workload"
 )
@@ -41,7 +42,7 @@ func main() {
 		},
 		Commands: []*cli.Command{
 			upCommand(), statusCommand(), execCommand(), kubectlCommand(), logsCommand(), downCommand(),
-			runCommand(), serveCommand(),
+			runCommand(), serveCommand(), sandboxCommand(), pauseCommand(),
 		},
 	}
 	if err := app.Run(os.Args); err != nil {
@@ -77,6 +78,7 @@ func upCommand() *cli.Command {
 			&cli.StringFlag{Name: "nodeflow", Usage: "the nodeflow `BINARY` (CNI plugin and agent)", Value: defaultNodeflow()},
 			&cli.StringFlag{Name: "bin-dir", Usage: "control-plane binaries (default: the `make testbed-deps` cache)", Value: testbed.DefaultBinDir()},
 			&cli.BoolFlag{Name: "no-agent", Usage: "do not start `nodeflow agent`"},
+			&cli.StringFlag{Name: "agnhost", Usage: "the upstream agnhost `BINARY` that the e2e-test-images agnhost image runs (default: the `make testbed-deps` cache)"},
 			&cli.DurationFlag{Name: "timeout", Value: 5 * time.Minute},
 		},
 		Action: func(c *cli.Context) error {
@@ -87,6 +89,7 @@ func upCommand() *cli.Command {
 				BinDir:       c.String("bin-dir"),
 				Nodeflow:     c.String("nodeflow"),
 				NoAgent:      c.Bool("no-agent"),
+				Agnhost:      c.String("agnhost"),
 				Timeout:      c.Duration("timeout"),
 			})
 			if err != nil {
@@ -277,6 +280,7 @@ func runCommand() *cli.Command {
 			&cli.StringFlag{Name: "bin-dir", Value: testbed.DefaultBinDir()},
 			&cli.StringFlag{Name: "nodeflow", Value: defaultNodeflow()},
 			&cli.BoolFlag{Name: "no-agent"},
+			&cli.StringFlag{Name: "agnhost"},
 		},
 		Action: func(c *cli.Context) error {
 			logrus.SetFormatter(&logrus.TextFormatter{FullTimestamp: true, TimestampFormat: time.RFC3339Nano})
@@ -292,7 +296,38 @@ func runCommand() *cli.Command {
 				BinDir:   c.String("bin-dir"),
 				Nodeflow: c.String("nodeflow"),
 				NoAgent:  c.Bool("no-agent"),
+				Agnhost:  c.String("agnhost"),
 			})
+		},
+	}
+}
+
+// sandboxCommand is a pod's sandbox process, which the kubelet stand-in
+// starts under `unshare --uts --mount` in the pod's network namespace.
+func sandboxCommand() *cli.Command {
+	return &cli.Command{
+		Name:   "sandbox",
+		Usage:  "hold a pod's namespaces: set its hostname, mount its files, wait",
+		Hidden: true,
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "hostname"},
+			&cli.StringSliceFlag{Name: "bind", Usage: "`TARGET=SOURCE` to bind-mount"},
+		},
+		Action: func(c *cli.Context) error {
+			return kubelet.RunSandbox(c.String("hostname"), c.StringSlice("bind"), os.Stdout)
+		},
+	}
+}
+
+// pauseCommand is the pause image's program.
+func pauseCommand() *cli.Command {
+	return &cli.Command{
+		Name:   "pause",
+		Usage:  "wait for SIGTERM (the pause image)",
+		Hidden: true,
+		Action: func(*cli.Context) error {
+			kubelet.RunPause()
+			return nil
 		},
 	}
 }

@@ -1,19 +1,33 @@
 // Package kubelet is the testbed's stand-in for kubelet and a container
 // runtime, one per node.
 //
-// It registers its Node (Ready, capacity, addresses) and renews the node's
-// Lease. For each Pod bound to the node it creates a network namespace,
-// attaches it by executing the CNI plugin (ADD, then CHECK; DEL on deletion)
-// with the CNI_* environment and the network configuration on stdin, as a
-// container runtime does, and runs the built-in test server (package
-// workload) in it on the pod's containerPorts. hostNetwork pods run in the
-// node's namespace without CNI. It reports pod status (podIPs, conditions,
-// containerStatuses), runs readiness probes, and on deletion stops the
-// workload, runs CNI DEL, removes the namespace and deletes the Pod.
+// It registers its Node (Ready, capacity, addresses, the kubelet port) and
+// renews the node's Lease. For each Pod bound to the node it creates a
+// network namespace, attaches it by executing the CNI plugin (ADD, then
+// CHECK; DEL on deletion) with the CNI_* environment and the network
+// configuration on stdin, as a container runtime does, and starts the pod's
+// sandbox: one process holding the pod's UTS and mount namespaces, with
+// the pod's hostname, /etc/hosts and /etc/resolv.conf (sandbox.go).
+// hostNetwork pods use the node's network namespace without CNI.
 //
-// Readiness probes run inside the pod's network namespace (against the pod
-// IP there), so a pod's readiness does not depend on node-to-pod networking,
-// which is the node agent's business.
+// Containers are processes in the sandbox's namespaces. There is no image
+// store: the images the stand-in knows map to programs on the node
+// (images.go: the upstream agnhost, pause, Debian's busybox, and the
+// testbed's own test server for testbed/* images), and any other image
+// leaves its container Waiting with the reason. It honours command, args,
+// env (values, fieldRef, resourceFieldRef, ConfigMap and Secret keys,
+// envFrom, the Service variables), workingDir, init containers and
+// sidecars, the restart policy with a back-off, and startup, readiness and
+// liveness probes (exec, HTTP, TCP); it reports pod and container status as
+// a kubelet does and keeps each container's log in the CRI format.
+//
+// The kubelet API (server.go) serves logs, exec, attach and port-forward on
+// the node's kubelet port with the kubelet's authentication and
+// authorization, so that kubectl reaches them through the API server.
+//
+// HTTP and TCP probes run inside the pod's network namespace (against the
+// pod IP there), so a pod's readiness does not depend on node-to-pod
+// networking, which is the node agent's business.
 package kubelet
 
 import (
@@ -38,6 +52,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/ptr"
@@ -79,9 +94,14 @@ type Config struct {
 	DatapathType string
 	// CNIDataDir is the IPAM data directory for the generated configuration.
 	CNIDataDir string
-	// Workload is the argv that runs the test server; the kubelet appends
-	// --pod NAME and --tcp/--udp PORT flags.
-	Workload []string
+	// Images are the programs the stand-in maps images to.
+	Images Images
+	// ResolvConf is the node's resolver configuration, which pods without
+	// cluster DNS get ("" for /etc/resolv.conf).
+	ResolvConf string
+	// Server configures the kubelet API (logs, exec, attach,
+	// port-forward); nil serves none.
+	Server *ServerConfig
 	// StateDir holds pod index files (pods/NAMESPACE_NAME.json) and pod logs.
 	StateDir string
 	// Log receives the kubelet's log.
@@ -96,6 +116,9 @@ type Kubelet struct {
 	cfg      Config
 	log      logrus.FieldLogger
 	recorder record.EventRecorder
+
+	serverState
+	services corelisters.ServiceLister
 
 	mu      sync.Mutex
 	workers map[types.UID]*podWorker
@@ -112,7 +135,10 @@ func New(cfg Config) *Kubelet {
 	if cfg.Log == nil {
 		cfg.Log = logrus.StandardLogger()
 	}
-	return &Kubelet{cfg: cfg, log: cfg.Log.WithField("node", cfg.NodeName), workers: map[types.UID]*podWorker{}, nodeCh: make(chan struct{})}
+	return &Kubelet{
+		cfg: cfg, log: cfg.Log.WithField("node", cfg.NodeName), workers: map[types.UID]*podWorker{}, nodeCh: make(chan struct{}),
+		serverState: serverState{authCache: map[string]authEntry{}},
+	}
 }
 
 // Run registers the node and serves its pods until ctx ends. Then it stops
@@ -157,12 +183,27 @@ func (k *Kubelet) Run(ctx context.Context) error {
 			k.podChanged(ctx, o, true)
 		},
 	})
+	// Services, for the containers' environment and the cluster DNS address.
+	svcInf := informers.NewSharedInformerFactory(k.cfg.Client, 0)
+	k.services = svcInf.Core().V1().Services().Lister()
+	svcInf.Start(ctx.Done())
+	svcInf.WaitForCacheSync(ctx.Done())
+	if k.cfg.Server != nil {
+		k.wg.Add(1)
+		go func() {
+			defer k.wg.Done()
+			if err := k.serve(ctx); err != nil {
+				k.log.WithError(err).Error("kubelet API stopped")
+			}
+		}()
+	}
 	nodeInf.Start(ctx.Done())
 	podInf.Start(ctx.Done())
 	k.log.Info("kubelet running")
 	<-ctx.Done()
 	nodeInf.Shutdown()
 	podInf.Shutdown()
+	svcInf.Shutdown()
 	k.wg.Wait()
 	k.log.Info("kubelet stopped")
 	return nil
@@ -294,6 +335,9 @@ func (k *Kubelet) nodeStatus() v1.NodeStatus {
 		st.Addresses = append(st.Addresses, v1.NodeAddress{Type: v1.NodeInternalIP, Address: ip.String()})
 	}
 	st.Addresses = append(st.Addresses, v1.NodeAddress{Type: v1.NodeHostName, Address: k.cfg.NodeName})
+	if k.cfg.Server != nil {
+		st.DaemonEndpoints.KubeletEndpoint.Port = int32(k.port())
+	}
 	return st
 }
 

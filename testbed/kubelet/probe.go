@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"os/exec"
 	"strconv"
+	"strings"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -16,17 +16,58 @@ import (
 	"nodeflow/testbed/nsutil"
 )
 
-// startProbes starts one readiness prober per container that has a probe.
-// Containers without one are ready as soon as they run.
-func (w *podWorker) startProbes(ctx context.Context, pod *v1.Pod) {
+// startProbes starts c's probes for the process it just started: the
+// startup probe first, then readiness and liveness. Without a readiness
+// probe a container is ready once started; a liveness probe that fails its
+// threshold restarts the container (its restart policy permitting), as a
+// kubelet's does. They end when the container's process does.
+func (w *podWorker) startProbes(ctx context.Context, pod *v1.Pod, c *container) {
 	pctx, cancel := context.WithCancel(ctx)
-	w.probeCancel = cancel
-	for _, c := range pod.Spec.Containers {
-		if c.ReadinessProbe == nil {
-			continue
-		}
-		go w.probeLoop(pctx, pod, c, w.netns, append([]string(nil), w.podIPs...))
+	w.probeCancel[c] = cancel
+	c.mu.Lock()
+	exited := c.exited
+	if c.spec.ReadinessProbe == nil && c.spec.StartupProbe == nil {
+		c.ready = true
 	}
+	c.mu.Unlock()
+	go func() {
+		select {
+		case <-exited:
+			cancel()
+		case <-pctx.Done():
+		}
+	}()
+	go func() {
+		if p := c.spec.StartupProbe; p != nil {
+			if !w.probeLoop(pctx, pod, c, "Startup", p) {
+				return
+			}
+			c.mu.Lock()
+			c.started = true
+			c.ready = c.spec.ReadinessProbe == nil
+			c.mu.Unlock()
+			w.poke()
+		}
+		if p := c.spec.LivenessProbe; p != nil {
+			go func() {
+				if !w.probeLoop(pctx, pod, c, "Liveness", p) {
+					return
+				}
+				w.log.WithField("container", c.spec.Name).Info("liveness probe failed; restarting the container")
+				w.k.recorder.Eventf(pod, v1.EventTypeNormal, "Killing", "Container %s failed liveness probe, will be restarted", c.spec.Name)
+				grace := 30 * time.Second
+				if p.TerminationGracePeriodSeconds != nil {
+					grace = time.Duration(*p.TerminationGracePeriodSeconds) * time.Second
+				} else if pod.Spec.TerminationGracePeriodSeconds != nil {
+					grace = time.Duration(*pod.Spec.TerminationGracePeriodSeconds) * time.Second
+				}
+				stopContainer(c, grace)
+			}()
+		}
+		if p := c.spec.ReadinessProbe; p != nil {
+			w.probeLoop(pctx, pod, c, "Readiness", p)
+		}
+	}()
 }
 
 func orDefault(v, def int32) int32 {
@@ -36,50 +77,72 @@ func orDefault(v, def int32) int32 {
 	return v
 }
 
-func (w *podWorker) probeLoop(ctx context.Context, pod *v1.Pod, c v1.Container, netns string, podIPs []string) {
-	p := c.ReadinessProbe
+// probeLoop runs probe p every period. For the readiness probe it records
+// each change of verdict and runs until ctx ends. For the startup
+// and liveness probes it returns true once the probe has
+// succeeded, or failed, its threshold: its verdict; false if ctx ended.
+func (w *podWorker) probeLoop(ctx context.Context, pod *v1.Pod, c *container, kind string, p *v1.Probe) bool {
 	period := time.Duration(orDefault(p.PeriodSeconds, 10)) * time.Second
 	timeout := time.Duration(orDefault(p.TimeoutSeconds, 1)) * time.Second
 	successThreshold := int(orDefault(p.SuccessThreshold, 1))
 	failureThreshold := int(orDefault(p.FailureThreshold, 3))
 	select {
 	case <-ctx.Done():
-		return
+		return false
 	case <-time.After(time.Duration(p.InitialDelaySeconds) * time.Second):
 	}
 	ready, successes, failures := false, 0, 0
 	for {
-		err := probe(ctx, p.ProbeHandler, c, netns, podIPs, timeout)
+		err := w.probe(ctx, pod, c, p.ProbeHandler, timeout)
 		if ctx.Err() != nil {
-			return
+			return false
 		}
 		if err == nil {
 			successes, failures = successes+1, 0
 		} else {
 			successes, failures = 0, failures+1
 		}
-		changed := false
-		switch {
-		case !ready && successes >= successThreshold:
-			ready, changed = true, true
-		case ready && failures >= failureThreshold:
-			ready, changed = false, true
-		}
-		if changed {
-			w.mu.Lock()
-			w.ready[c.Name] = ready
-			w.mu.Unlock()
-			if ready {
-				w.log.WithField("container", c.Name).Info("readiness probe succeeded")
-			} else {
-				w.log.WithField("container", c.Name).WithError(err).Info("readiness probe failed")
-				w.k.recorder.Eventf(pod, v1.EventTypeWarning, "Unhealthy", "Readiness probe failed: %v", err)
+		switch kind {
+		case "Startup":
+			if successes >= 1 {
+				return true
 			}
-			w.poke()
+			if failures >= failureThreshold {
+				w.k.recorder.Eventf(pod, v1.EventTypeWarning, "Unhealthy", "Startup probe failed: %v", err)
+				stopContainer(c, time.Second)
+				return false
+			}
+		case "Liveness":
+			if err != nil {
+				w.k.recorder.Eventf(pod, v1.EventTypeWarning, "Unhealthy", "Liveness probe failed: %v", err)
+			}
+			if failures >= failureThreshold {
+				return true
+			}
+		default:
+			changed := false
+			switch {
+			case !ready && successes >= successThreshold:
+				ready, changed = true, true
+			case ready && failures >= failureThreshold:
+				ready, changed = false, true
+			}
+			if changed {
+				c.mu.Lock()
+				c.ready = ready
+				c.mu.Unlock()
+				if ready {
+					w.log.WithField("container", c.spec.Name).Info("readiness probe succeeded")
+				} else {
+					w.log.WithField("container", c.spec.Name).WithError(err).Info("readiness probe failed")
+					w.k.recorder.Eventf(pod, v1.EventTypeWarning, "Unhealthy", "Readiness probe failed: %v", err)
+				}
+				w.poke()
+			}
 		}
 		select {
 		case <-ctx.Done():
-			return
+			return false
 		case <-time.After(period):
 		}
 	}
@@ -101,8 +164,12 @@ func resolvePort(p intstr.IntOrString, c v1.Container) (int, error) {
 	return 0, fmt.Errorf("no containerPort named %q", p.StrVal)
 }
 
-// probe runs one probe inside the pod's network namespace.
-func probe(ctx context.Context, h v1.ProbeHandler, c v1.Container, netns string, podIPs []string, timeout time.Duration) error {
+// probe runs one probe: HTTP and TCP from inside the pod's network
+// namespace (against the pod's IP), exec inside the container.
+func (w *podWorker) probe(ctx context.Context, pod *v1.Pod, c *container, h v1.ProbeHandler, timeout time.Duration) error {
+	w.mu.Lock()
+	netns, podIPs := w.netns, w.podIPs
+	w.mu.Unlock()
 	host := ""
 	if len(podIPs) > 0 {
 		host = podIPs[0]
@@ -111,7 +178,7 @@ func probe(ctx context.Context, h v1.ProbeHandler, c v1.Container, netns string,
 	defer cancel()
 	switch {
 	case h.HTTPGet != nil:
-		port, err := resolvePort(h.HTTPGet.Port, c)
+		port, err := resolvePort(h.HTTPGet.Port, c.spec)
 		if err != nil {
 			return err
 		}
@@ -147,7 +214,7 @@ func probe(ctx context.Context, h v1.ProbeHandler, c v1.Container, netns string,
 		}
 		return nil
 	case h.TCPSocket != nil:
-		port, err := resolvePort(h.TCPSocket.Port, c)
+		port, err := resolvePort(h.TCPSocket.Port, c.spec)
 		if err != nil {
 			return err
 		}
@@ -163,13 +230,13 @@ func probe(ctx context.Context, h v1.ProbeHandler, c v1.Container, netns string,
 		if len(h.Exec.Command) == 0 {
 			return fmt.Errorf("exec probe: empty command")
 		}
-		// The test server has no filesystem of its own: the command runs on
-		// the node, in the pod's network namespace.
-		argv := append([]string{"netns", "exec", netns}, h.Exec.Command...)
-		if out, err := exec.CommandContext(ctx, "ip", argv...).CombinedOutput(); err != nil {
-			return fmt.Errorf("exec probe: %v: %s", err, out)
+		var out strings.Builder
+		if err := w.execIn(ctx, pod, c, h.Exec.Command, nil, &out, &out); err != nil {
+			return fmt.Errorf("exec probe: %v: %s", err, strings.TrimSpace(out.String()))
 		}
 		return nil
+	case h.GRPC != nil:
+		return fmt.Errorf("gRPC probes are not supported by the testbed kubelet")
 	default:
 		return fmt.Errorf("probe type not supported by the testbed kubelet (httpGet, tcpSocket and exec are)")
 	}

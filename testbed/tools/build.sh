@@ -6,6 +6,7 @@
 #
 #   testbed/tools/build.sh          build if needed, print the bin directory
 #   testbed/tools/build.sh kube-proxy   build kube-proxy alone if needed, print its path
+#   testbed/tools/build.sh agnhost      build the upstream agnhost test server alone, likewise
 #   NODEFLOW_TESTBED_CACHE=DIR      cache root (default: $XDG_CACHE_HOME/nodeflow/testbed
 #                                   or ~/.cache/nodeflow/testbed)
 #   GO=go                           the go command
@@ -16,30 +17,37 @@ GO=${GO:-go}
 # pinned MODULE FILE prints the version FILE requires of MODULE.
 pinned() { awk -v m="$1" '$1=="require"{$1=""; $0=$0} $1==m{print $2; exit}' "$2"; }
 
-# `build.sh kube-proxy` builds kube-proxy alone, from its own tooling module
-# (kubeproxy/), with its own stamp, and prints the binary's path. Only the
-# Services benchmark needs it, so `make testbed-deps` does not build it.
-if [ "${1:-}" = kube-proxy ]; then
-	kp_version=$(pinned k8s.io/kubernetes "$here/kubeproxy/go.mod")
-	: "${kp_version:?kubeproxy/go.mod does not pin k8s.io/kubernetes}"
-	kp_root=${NODEFLOW_TESTBED_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/nodeflow/testbed}
-	kp_dir="$kp_root/kube-proxy-$kp_version"
-	kp_stamp=$( (cat "$here/kubeproxy/go.mod" "$here/kubeproxy/go.sum"; "$GO" env GOVERSION GOOS GOARCH) | sha256sum | cut -d' ' -f1)
-	if [ -f "$kp_dir/stamp" ] && [ "$(cat "$kp_dir/stamp")" = "$kp_stamp" ] && [ -x "$kp_dir/bin/kube-proxy" ]; then
-		echo "kube-proxy: $kp_version is current in $kp_dir/bin" >&2
-		echo "$kp_dir/bin/kube-proxy"
-		exit 0
+# single NAME MODULE_DIR PACKAGE builds one program alone, from its own
+# tooling module, with its own stamp, into the cache, and prints its path.
+# `build.sh kube-proxy` (only the Services benchmark needs it) and
+# `build.sh agnhost` (the upstream test server that the kubelet stand-in runs
+# for the e2e-test-images agnhost image) use it; `make testbed-deps` builds
+# neither.
+single() {
+	s_name=$1 s_mod="$here/$2" s_pkg=$3
+	s_version=$(pinned k8s.io/kubernetes "$s_mod/go.mod")
+	: "${s_version:?$2/go.mod does not pin k8s.io/kubernetes}"
+	s_root=${NODEFLOW_TESTBED_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/nodeflow/testbed}
+	s_dir="$s_root/$s_name-$s_version"
+	s_stamp=$( (cat "$s_mod/go.mod" "$s_mod/go.sum"; "$GO" env GOVERSION GOOS GOARCH) | sha256sum | cut -d' ' -f1)
+	if [ -f "$s_dir/stamp" ] && [ "$(cat "$s_dir/stamp")" = "$s_stamp" ] && [ -x "$s_dir/bin/$s_name" ]; then
+		echo "$s_name: $s_version is current in $s_dir/bin" >&2
+		echo "$s_dir/bin/$s_name"
+		return 0
 	fi
-	echo "kube-proxy: building $kp_version into $kp_dir/bin (minutes cold)" >&2
-	mkdir -p "$kp_dir/bin"
-	rm -f "$kp_dir/stamp"
-	(cd "$here/kubeproxy" && CGO_ENABLED=0 GOFLAGS="${GOFLAGS:+$GOFLAGS }-mod=mod" \
-		"$GO" build -trimpath -ldflags "-s -w" -o "$kp_dir/bin/kube-proxy" k8s.io/kubernetes/cmd/kube-proxy)
-	echo "$kp_stamp" > "$kp_dir/stamp"
-	echo "kube-proxy: done" >&2
-	echo "$kp_dir/bin/kube-proxy"
-	exit 0
-fi
+	echo "$s_name: building $s_version into $s_dir/bin (minutes cold)" >&2
+	mkdir -p "$s_dir/bin"
+	rm -f "$s_dir/stamp"
+	(cd "$s_mod" && CGO_ENABLED=0 GOFLAGS="${GOFLAGS:+$GOFLAGS }-mod=mod" \
+		"$GO" build -trimpath -ldflags "-s -w" -o "$s_dir/bin/$s_name" "$s_pkg")
+	echo "$s_stamp" > "$s_dir/stamp"
+	echo "$s_name: done" >&2
+	echo "$s_dir/bin/$s_name"
+}
+case "${1:-}" in
+kube-proxy) single kube-proxy kubeproxy k8s.io/kubernetes/cmd/kube-proxy; exit 0 ;;
+agnhost) single agnhost e2e k8s.io/kubernetes/test/images/agnhost; exit 0 ;;
+esac
 
 kube_version=$(pinned k8s.io/kubernetes "$here/kube/go.mod")
 etcd_version=$(pinned go.etcd.io/etcd/server/v3 "$here/etcd/go.mod")

@@ -1,0 +1,270 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+
+	"nodeflow/testbed"
+)
+
+// agnhostImage is the upstream test image the Kubernetes e2e tests use.
+const agnhostImage = "registry.k8s.io/e2e-test-images/agnhost:2.53"
+
+// requireAgnhost skips t when agnhost is not built, or fails it where the
+// testbed must be complete.
+func requireAgnhost(t *testing.T) {
+	t.Helper()
+	if testbed.DefaultAgnhost() != "" {
+		return
+	}
+	msg := "agnhost is not built (testbed/tools/build.sh agnhost; `make testbed-deps` builds it)"
+	if os.Getenv("NODEFLOW_REQUIRE_OVS") != "" {
+		t.Fatal(msg)
+	}
+	t.Skip(msg)
+}
+
+// kubectl runs kubectl against the shared testbed.
+func kubectl(t *testing.T, e *env, args ...string) (string, error) {
+	t.Helper()
+	return testbedCmd(t, e, append([]string{"kubectl"}, args...)...)
+}
+
+// TestKubeletRunsUpstreamImages runs pods of the upstream test images on
+// the kubelet stand-in and uses them as the Kubernetes e2e tests do: through
+// the API server, kubectl exec, logs and port-forward, a Service in front of
+// agnhost, probes and restart policies.
+func TestKubeletRunsUpstreamImages(t *testing.T) {
+	e := up(t)
+	requireAgnhost(t)
+	ns := createNamespace(t, e, "kubelet-e2e")
+	ctx := context.Background()
+	pods := e.client.CoreV1().Pods(ns)
+	agnhost := func(name, node string, args ...string) *v1.Pod {
+		return &v1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"app": "netexec"}},
+			Spec: v1.PodSpec{
+				NodeName:                      node,
+				TerminationGracePeriodSeconds: ptr.To(int64(1)),
+				Containers: []v1.Container{{
+					Name: "agnhost", Image: agnhostImage, Args: args,
+					Ports: []v1.ContainerPort{{ContainerPort: 8080}},
+					Env: []v1.EnvVar{
+						{Name: "POD_NAME", ValueFrom: &v1.EnvVarSource{FieldRef: &v1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
+						{Name: "GREETING", Value: "hello-$(POD_NAME)"},
+					},
+					ReadinessProbe: &v1.Probe{PeriodSeconds: 1, ProbeHandler: v1.ProbeHandler{HTTPGet: &v1.HTTPGetAction{Path: "/healthz", Port: intstr.FromInt32(8080)}}},
+					LivenessProbe:  &v1.Probe{PeriodSeconds: 2, ProbeHandler: v1.ProbeHandler{Exec: &v1.ExecAction{Command: []string{"/agnhost", "connect", "127.0.0.1:8080", "--timeout=1s"}}}},
+				}},
+			},
+		}
+	}
+	for _, p := range []*v1.Pod{
+		agnhost("netexec-1", "node1", "netexec", "--http-port=8080"),
+		agnhost("netexec-2", "node2", "netexec", "--http-port=8080"),
+		{ // runs once and fails, with output on both streams
+			ObjectMeta: metav1.ObjectMeta{Name: "once"},
+			Spec: v1.PodSpec{RestartPolicy: v1.RestartPolicyNever, Containers: []v1.Container{{
+				Name: "bb", Image: "busybox:1.36", Command: []string{"sh", "-c", "echo out; echo err >&2; exit 3"},
+			}}},
+		},
+		{ // an init container, then an app container whose liveness always fails
+			ObjectMeta: metav1.ObjectMeta{Name: "crashy"},
+			Spec: v1.PodSpec{
+				TerminationGracePeriodSeconds: ptr.To(int64(1)),
+				InitContainers:                []v1.Container{{Name: "init", Image: "busybox:1.36", Command: []string{"sh", "-c", "echo initialized"}}},
+				Containers: []v1.Container{{
+					Name: "pause", Image: agnhostImage,
+					LivenessProbe: &v1.Probe{PeriodSeconds: 1, FailureThreshold: 1, ProbeHandler: v1.ProbeHandler{Exec: &v1.ExecAction{Command: []string{"sh", "-c", "exit 1"}}}},
+				}},
+			},
+		},
+		{ // an image the testbed does not map
+			ObjectMeta: metav1.ObjectMeta{Name: "unmapped"},
+			Spec:       v1.PodSpec{Containers: []v1.Container{{Name: "httpd", Image: "registry.k8s.io/e2e-test-images/httpd:2.4.38-4"}}},
+		},
+	} {
+		if _, err := pods.Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	podIPs := map[string]string{}
+	for _, name := range []string{"netexec-1", "netexec-2"} {
+		eventually(t, 60*time.Second, name+" ready", func(ctx context.Context) error {
+			p, err := pods.Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if !ready(p.Status.Conditions) {
+				return fmt.Errorf("%s: %s, not ready: %+v", name, p.Status.Phase, p.Status.ContainerStatuses)
+			}
+			podIPs[name] = p.Status.PodIP
+			return nil
+		})
+	}
+
+	// exec: the pod's hostname, its environment, a non-zero exit code.
+	if out, err := kubectl(t, e, "exec", "-n", ns, "netexec-1", "--", "hostname"); err != nil || strings.TrimSpace(out) != "netexec-1" {
+		t.Errorf("exec hostname: %v: %q, want netexec-1", err, out)
+	}
+	if out, err := kubectl(t, e, "exec", "-n", ns, "netexec-1", "--", "sh", "-c", "echo $GREETING"); err != nil || strings.TrimSpace(out) != "hello-netexec-1" {
+		t.Errorf("exec env: %v: %q, want hello-netexec-1", err, out)
+	}
+	if out, err := kubectl(t, e, "exec", "-n", ns, "netexec-1", "--", "sh", "-c", "exit 7"); err == nil || !strings.Contains(out, "exit code 7") {
+		t.Errorf("exec exit 7: %v: %q", err, out)
+	}
+	// Pod to pod across nodes, from inside the upstream image.
+	if out, err := kubectl(t, e, "exec", "-n", ns, "netexec-1", "--", "curl", "-s", "-m", "5", "http://"+podIPs["netexec-2"]+":8080/hostname"); err != nil || out != "netexec-2" {
+		t.Errorf("curl netexec-2 from netexec-1: %v: %q", err, out)
+	}
+
+	// A Service in front of both, reached from a pod: both answer.
+	svc, err := e.client.CoreV1().Services(ns).Create(ctx, &v1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "netexec"},
+		Spec: v1.ServiceSpec{Selector: map[string]string{"app": "netexec"},
+			Ports: []v1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	eventually(t, 60*time.Second, "both backends answer through the Service", func(context.Context) error {
+		out, err := kubectl(t, e, "exec", "-n", ns, "netexec-1", "--", "/agnhost", "connect", "--protocol=tcp", svc.Spec.ClusterIP+":80", "--timeout=2s")
+		if err != nil {
+			return fmt.Errorf("connect: %v: %s", err, out)
+		}
+		out, err = kubectl(t, e, "exec", "-n", ns, "netexec-2", "--", "curl", "-s", "-m", "2", "http://"+svc.Spec.ClusterIP+"/hostname")
+		if err != nil {
+			return fmt.Errorf("curl: %v: %s", err, out)
+		}
+		seen[out] = true
+		if !seen["netexec-1"] || !seen["netexec-2"] {
+			return fmt.Errorf("answers so far: %v", seen)
+		}
+		return nil
+	})
+
+	// port-forward, through the API server and the kubelet.
+	pf := exec.Command(filepath.Join(e.binDir, "testbed"), "--state-root", e.stateRoot, "--name", e.name,
+		"kubectl", "port-forward", "-n", ns, "pod/netexec-2", ":8080")
+	stdout, err := pf.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pf.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = pf.Process.Kill(); _ = pf.Wait() }()
+	local := make(chan string, 1)
+	go func() {
+		re := regexp.MustCompile(`Forwarding from 127\.0\.0\.1:(\d+) -> 8080`)
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if m := re.FindStringSubmatch(sc.Text()); m != nil {
+				local <- m[1]
+			}
+		}
+	}()
+	select {
+	case port := <-local:
+		resp, err := http.Get("http://127.0.0.1:" + port + "/hostname")
+		if err != nil {
+			t.Errorf("through port-forward: %v", err)
+			break
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if string(body) != "netexec-2" {
+			t.Errorf("through port-forward: %q, want netexec-2", body)
+		}
+	case <-time.After(30 * time.Second):
+		t.Error("kubectl port-forward did not start forwarding within 30s")
+	}
+
+	// Logs, status and exit code of a container that ran once.
+	eventually(t, 30*time.Second, "pod once failed with exit code 3", func(ctx context.Context) error {
+		p, err := pods.Get(ctx, "once", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if p.Status.Phase != v1.PodFailed || len(p.Status.ContainerStatuses) != 1 || p.Status.ContainerStatuses[0].State.Terminated == nil ||
+			p.Status.ContainerStatuses[0].State.Terminated.ExitCode != 3 {
+			return fmt.Errorf("phase %s, statuses %+v", p.Status.Phase, p.Status.ContainerStatuses)
+		}
+		return nil
+	})
+	// The two streams are two pipes: their lines may interleave either way.
+	if out, err := kubectl(t, e, "logs", "-n", ns, "once"); err != nil || (out != "out\nerr\n" && out != "err\nout\n") {
+		t.Errorf("logs once: %v: %q, want both streams", err, out)
+	}
+	if out, err := kubectl(t, e, "logs", "-n", ns, "netexec-1", "--tail=1"); err != nil || strings.Count(out, "\n") != 1 {
+		t.Errorf("logs --tail=1: %v: %q", err, out)
+	}
+
+	// A failing liveness probe restarts the container; its init container
+	// ran first, once.
+	eventually(t, 60*time.Second, "crashy restarted by its liveness probe", func(ctx context.Context) error {
+		p, err := pods.Get(ctx, "crashy", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if len(p.Status.InitContainerStatuses) != 1 || p.Status.InitContainerStatuses[0].State.Terminated == nil ||
+			p.Status.InitContainerStatuses[0].State.Terminated.ExitCode != 0 {
+			return fmt.Errorf("init container: %+v", p.Status.InitContainerStatuses)
+		}
+		if len(p.Status.ContainerStatuses) != 1 || p.Status.ContainerStatuses[0].RestartCount < 1 {
+			return fmt.Errorf("container: %+v", p.Status.ContainerStatuses)
+		}
+		return nil
+	})
+	if out, err := kubectl(t, e, "logs", "-n", ns, "crashy", "-c", "init"); err != nil || out != "initialized\n" {
+		t.Errorf("logs of the init container: %v: %q", err, out)
+	}
+
+	// An image the testbed cannot run: Waiting, with the reason.
+	eventually(t, 30*time.Second, "pod unmapped waits with ErrImagePull", func(ctx context.Context) error {
+		p, err := pods.Get(ctx, "unmapped", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if len(p.Status.ContainerStatuses) != 1 {
+			return fmt.Errorf("statuses %+v", p.Status.ContainerStatuses)
+		}
+		w := p.Status.ContainerStatuses[0].State.Waiting
+		if p.Status.Phase != v1.PodPending || w == nil || w.Reason != "ErrImagePull" || !strings.Contains(w.Message, "httpd:2.4.38-4") {
+			return fmt.Errorf("phase %s, state %+v", p.Status.Phase, p.Status.ContainerStatuses[0].State)
+		}
+		return nil
+	})
+
+	// The kubelet API refuses a client the cluster's CA did not sign.
+	out, err := testbedCmd(t, e, "exec", "node1", "--", "curl", "-sk", "-o", "/dev/null", "-w", "%{http_code}", "https://172.30.0.11:10250/containerLogs/"+ns+"/once/bb")
+	if err != nil || out != "401" {
+		t.Errorf("kubelet API without a client certificate: %v: %q, want 401", err, out)
+	}
+
+	if err := e.client.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 90*time.Second, "namespace "+ns+" gone", func(ctx context.Context) error {
+		if _, err := e.client.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{}); err == nil {
+			return fmt.Errorf("still there")
+		}
+		return nil
+	})
+}

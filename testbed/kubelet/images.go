@@ -1,0 +1,219 @@
+package kubelet
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+)
+
+// The stand-in has no container runtime and pulls no image: it maps the
+// images it knows to programs on the node, and fails every other image with
+// a clear reason. A container's processes see the node's filesystem; what
+// an image would add is an argv prefix for its own paths (Files) and a
+// directory of its commands put first on PATH (Bin).
+
+// Image is what the stand-in runs for one image reference.
+type Image struct {
+	// Name says what the image became, for statuses and logs.
+	Name string
+	// Entrypoint and Cmd are the image's ENTRYPOINT and CMD.
+	Entrypoint, Cmd []string
+	// Files maps paths inside the image that commands name (argv[0]) to the
+	// argv prefix that runs them on the node.
+	Files map[string][]string
+	// Bin is put first on the container's PATH ("" for none).
+	Bin string
+	// Builtin marks the testbed's own test server, which the stand-in
+	// starts with the pod's name and containerPorts and waits for.
+	Builtin bool
+}
+
+// ErrImageNotMapped is the reason an image cannot run on the testbed.
+var ErrImageNotMapped = errors.New("the testbed maps no program to this image")
+
+// Images are the programs on the node that images map to.
+type Images struct {
+	// Self is the testbed binary: its `serve` subcommand is the testbed's
+	// own test server (images testbed/...), its `pause` the pause image.
+	Self string
+	// Agnhost is the upstream agnhost binary (testbed/tools/build.sh
+	// agnhost), for the e2e-test-images agnhost image; "" if not built.
+	Agnhost string
+	// Busybox is Debian's busybox, for the busybox images; "" if absent.
+	Busybox string
+	// BinDir holds one directory of commands per image that has some
+	// (made by Prepare).
+	BinDir string
+}
+
+// repository returns the last path element of an image reference, without
+// its tag or digest: "registry.k8s.io/e2e-test-images/agnhost:2.53" gives
+// "agnhost", and the first element, "registry.k8s.io".
+func repository(ref string) (first, last string) {
+	ref, _, _ = strings.Cut(ref, "@")
+	if i := strings.LastIndexByte(ref, ':'); i > strings.LastIndexByte(ref, '/') {
+		ref = ref[:i]
+	}
+	first, _, _ = strings.Cut(ref, "/")
+	return first, ref[strings.LastIndexByte(ref, '/')+1:]
+}
+
+// Resolve returns the program for an image reference, or an error that
+// wraps ErrImageNotMapped and says what the testbed can run.
+func (m Images) Resolve(ref string) (Image, error) {
+	first, last := repository(ref)
+	switch {
+	case first == "testbed":
+		return Image{Name: "testbed workload", Builtin: true, Entrypoint: []string{m.Self, "serve"}}, nil
+	case last == "agnhost":
+		if m.Agnhost == "" {
+			return Image{}, fmt.Errorf("image %q: %w: agnhost is not built (testbed/tools/build.sh agnhost, part of `make testbed-deps`)", ref, ErrImageNotMapped)
+		}
+		return Image{
+			Name:       "agnhost",
+			Entrypoint: []string{"/agnhost"},
+			Cmd:        []string{"pause"},
+			Files:      map[string][]string{"/agnhost": {m.Agnhost}, "/agnhost-2": {m.Agnhost}},
+			Bin:        filepath.Join(m.BinDir, "agnhost"),
+		}, nil
+	case last == "pause":
+		return Image{Name: "pause", Entrypoint: []string{"/pause"}, Files: map[string][]string{"/pause": {m.Self, "pause"}}}, nil
+	case last == "busybox":
+		if m.Busybox == "" {
+			return Image{}, fmt.Errorf("image %q: %w: busybox is not installed on the node", ref, ErrImageNotMapped)
+		}
+		return Image{
+			Name:  "busybox",
+			Cmd:   []string{"sh"},
+			Files: map[string][]string{"/bin/busybox": {m.Busybox}},
+			Bin:   filepath.Join(m.BinDir, "busybox"),
+		}, nil
+	}
+	return Image{}, fmt.Errorf("image %q: %w (it runs testbed/*, agnhost, pause and busybox images)", ref, ErrImageNotMapped)
+}
+
+// Prepare makes the images' command directories: agnhost's holds agnhost,
+// busybox's one link per applet. The kubelets of one testbed share them:
+// it runs once, before they start.
+func (m Images) Prepare() error {
+	if m.BinDir == "" {
+		return nil
+	}
+	link := func(dir, name, target string) error {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+		p := filepath.Join(dir, name)
+		if t, err := os.Readlink(p); err == nil && t == target {
+			return nil
+		}
+		_ = os.Remove(p)
+		return os.Symlink(target, p)
+	}
+	if m.Agnhost != "" {
+		if err := link(filepath.Join(m.BinDir, "agnhost"), "agnhost", m.Agnhost); err != nil {
+			return fmt.Errorf("images: agnhost: %w", err)
+		}
+	}
+	if m.Busybox != "" {
+		out, err := exec.Command(m.Busybox, "--list").Output()
+		if err != nil {
+			return fmt.Errorf("images: busybox --list: %w", err)
+		}
+		for _, applet := range strings.Fields(string(out)) {
+			if err := link(filepath.Join(m.BinDir, "busybox"), applet, m.Busybox); err != nil {
+				return fmt.Errorf("images: busybox %s: %w", applet, err)
+			}
+		}
+	}
+	return nil
+}
+
+// defaultPath is the PATH of a container whose image sets none.
+const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// argv returns the command a container runs, as a kubelet computes it
+// (command replaces the entrypoint, args the image's CMD; $(VAR) expanded
+// from env), with the image's own paths mapped to the node's.
+func (img Image) argv(command, args []string, env map[string]string) ([]string, error) {
+	var out []string
+	switch {
+	case len(command) > 0:
+		out = append(expandAll(command, env), expandAll(args, env)...)
+	case len(args) > 0:
+		out = append(append([]string(nil), img.Entrypoint...), expandAll(args, env)...)
+	default:
+		out = append(append([]string(nil), img.Entrypoint...), img.Cmd...)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("no command: the image %s has no entrypoint and the container sets none", img.Name)
+	}
+	return img.mapCommand(out), nil
+}
+
+// mapCommand replaces argv[0] when it names one of the image's files.
+func (img Image) mapCommand(argv []string) []string {
+	if len(argv) == 0 {
+		return argv
+	}
+	if prefix, ok := img.Files[argv[0]]; ok {
+		return append(append([]string(nil), prefix...), argv[1:]...)
+	}
+	return argv
+}
+
+// expandAll expands $(VAR) references as a kubelet does: a defined
+// variable is replaced, an undefined reference is left as written, and
+// $$ escapes a dollar sign.
+func expandAll(in []string, env map[string]string) []string {
+	out := make([]string, len(in))
+	for i, s := range in {
+		out[i] = expand(s, env)
+	}
+	return out
+}
+
+func expand(s string, env map[string]string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] != '$' || i+1 == len(s) {
+			b.WriteByte(s[i])
+			continue
+		}
+		switch s[i+1] {
+		case '$':
+			b.WriteByte('$')
+			i++
+		case '(':
+			end := strings.IndexByte(s[i+2:], ')')
+			if end < 0 {
+				b.WriteString(s[i:])
+				return b.String()
+			}
+			name := s[i+2 : i+2+end]
+			if v, ok := env[name]; ok {
+				b.WriteString(v)
+			} else {
+				b.WriteString(s[i : i+3+end])
+			}
+			i += 2 + end
+		default:
+			b.WriteByte('$')
+		}
+	}
+	return b.String()
+}
+
+// environ returns env as KEY=VALUE lines, sorted.
+func environ(env map[string]string) []string {
+	out := make([]string, 0, len(env))
+	for k, v := range env {
+		out = append(out, k+"="+v)
+	}
+	sort.Strings(out)
+	return out
+}

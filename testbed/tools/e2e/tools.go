@@ -1,0 +1,9 @@
+//go:build tools
+
+// Package tools records the upstream programs this module builds, so that
+// go.mod and go.sum pin everything they need.
+package tools
+
+import (
+	_ "k8s.io/kubernetes/test/images/agnhost"
+)
