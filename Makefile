@@ -80,6 +80,7 @@ lint:
 testbed-deps:
 	@GO=$(GO) testbed/tools/build.sh >/dev/null
 	@GO=$(GO) testbed/tools/build.sh agnhost >/dev/null
+	@GO=$(GO) testbed/tools/build.sh coredns >/dev/null
 
 # What the testbed needs from the machine (root, OVS, netns, tun, Go),
 # checked in seconds before anything builds for minutes.

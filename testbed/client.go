@@ -37,6 +37,8 @@ type UpOptions struct {
 	NoAgent bool
 	// Agnhost is the upstream agnhost binary; "" means DefaultAgnhost().
 	Agnhost string
+	// CoreDNS is the cluster DNS's binary; "" means DefaultCoreDNS().
+	CoreDNS string
 	// Timeout bounds the bring-up; zero means 5 minutes.
 	Timeout time.Duration
 }
@@ -131,6 +133,12 @@ func Up(o UpOptions) (*State, error) {
 	}
 	if o.Agnhost != "" {
 		args = append(args, "--agnhost", o.Agnhost)
+	}
+	if o.CoreDNS == "" {
+		o.CoreDNS = DefaultCoreDNS()
+	}
+	if o.CoreDNS != "" {
+		args = append(args, "--coredns", o.CoreDNS)
 	}
 	cmd := exec.Command(o.Self, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf

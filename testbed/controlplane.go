@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -46,11 +47,21 @@ func DefaultBinDir() string {
 // DefaultAgnhost is where testbed/tools/build.sh puts the upstream agnhost
 // test server (`make testbed-deps`), "" if it is not there.
 func DefaultAgnhost() string {
-	p := filepath.Join(cacheRoot(), "agnhost-"+KubernetesVersion, "bin", "agnhost")
-	if fi, err := os.Stat(p); err != nil || fi.Mode()&0o111 == 0 {
-		return ""
+	return cachedTool("agnhost", "agnhost")
+}
+
+// cachedTool returns the program name that testbed/tools/build.sh built
+// into the cache directory dir-VERSION, "" if it is not there (the
+// version is the newest there is).
+func cachedTool(dir, name string) string {
+	matches, _ := filepath.Glob(filepath.Join(cacheRoot(), dir+"-v*", "bin", name))
+	sort.Strings(matches)
+	for i := len(matches) - 1; i >= 0; i-- {
+		if fi, err := os.Stat(matches[i]); err == nil && fi.Mode()&0o111 != 0 {
+			return matches[i]
+		}
 	}
-	return p
+	return ""
 }
 
 // cacheRoot is where testbed/tools/build.sh caches what it builds.

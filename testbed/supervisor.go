@@ -45,6 +45,9 @@ type Options struct {
 	// Agnhost is the upstream agnhost binary the e2e-test-images agnhost
 	// image maps to ("" leaves that image unmapped).
 	Agnhost string
+	// CoreDNS is the CoreDNS binary of the cluster DNS ("" for no cluster
+	// DNS).
+	CoreDNS string
 	// NoAgent skips `nodeflow agent` even if the binary has it.
 	NoAgent bool
 	// Log receives the supervisor's log.
@@ -230,6 +233,9 @@ func (s *supervisor) up(ctx context.Context) error {
 		return err
 	}
 	s.timing("nodes ready", t)
+	if err := s.startClusterDNS(ctx, nodeNames); err != nil {
+		return err
+	}
 	s.timing("up", start)
 	s.state.Phase = PhaseReady
 	return s.state.write()
@@ -327,6 +333,7 @@ func (s *supervisor) startKubelets(nodes []string) error {
 			DatapathType:   "netdev",
 			CNIDataDir:     filepath.Join(dir, "cni"),
 			Images:         images,
+			ResolvConf:     s.nodeResolvConf(),
 			Server:         &kubelet.ServerConfig{CertPEM: serving, KeyPEM: key, ClientCAPEM: s.cp.ca.CertPEM},
 			StateDir:       dir,
 			Log:            l,
@@ -342,6 +349,15 @@ func (s *supervisor) startKubelets(nodes []string) error {
 		}()
 	}
 	return nil
+}
+
+// nodeResolvConf is the resolver configuration of the nodes, which pods
+// without cluster DNS get: the testbed's DNS server if there is one.
+func (s *supervisor) nodeResolvConf() string {
+	if s.dns == nil {
+		return ""
+	}
+	return filepath.Join(s.opts.Dir, resolvConfName)
 }
 
 // images are the programs the kubelets map images to.

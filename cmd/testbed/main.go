@@ -79,6 +79,7 @@ func upCommand() *cli.Command {
 			&cli.StringFlag{Name: "bin-dir", Usage: "control-plane binaries (default: the `make testbed-deps` cache)", Value: testbed.DefaultBinDir()},
 			&cli.BoolFlag{Name: "no-agent", Usage: "do not start `nodeflow agent`"},
 			&cli.StringFlag{Name: "agnhost", Usage: "the upstream agnhost `BINARY` that the e2e-test-images agnhost image runs (default: the `make testbed-deps` cache)"},
+			&cli.StringFlag{Name: "coredns", Usage: "the CoreDNS `BINARY` of the cluster DNS (default: the `make testbed-deps` cache)"},
 			&cli.DurationFlag{Name: "timeout", Value: 5 * time.Minute},
 		},
 		Action: func(c *cli.Context) error {
@@ -90,6 +91,7 @@ func upCommand() *cli.Command {
 				Nodeflow:     c.String("nodeflow"),
 				NoAgent:      c.Bool("no-agent"),
 				Agnhost:      c.String("agnhost"),
+				CoreDNS:      c.String("coredns"),
 				Timeout:      c.Duration("timeout"),
 			})
 			if err != nil {
@@ -281,6 +283,7 @@ func runCommand() *cli.Command {
 			&cli.StringFlag{Name: "nodeflow", Value: defaultNodeflow()},
 			&cli.BoolFlag{Name: "no-agent"},
 			&cli.StringFlag{Name: "agnhost"},
+			&cli.StringFlag{Name: "coredns"},
 		},
 		Action: func(c *cli.Context) error {
 			logrus.SetFormatter(&logrus.TextFormatter{FullTimestamp: true, TimestampFormat: time.RFC3339Nano})
@@ -297,6 +300,7 @@ func runCommand() *cli.Command {
 				Nodeflow: c.String("nodeflow"),
 				NoAgent:  c.Bool("no-agent"),
 				Agnhost:  c.String("agnhost"),
+				CoreDNS:  c.String("coredns"),
 			})
 		},
 	}

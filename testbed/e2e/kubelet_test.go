@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -25,14 +26,14 @@ import (
 // agnhostImage is the upstream test image the Kubernetes e2e tests use.
 const agnhostImage = "registry.k8s.io/e2e-test-images/agnhost:2.53"
 
-// requireAgnhost skips t when agnhost is not built, or fails it where the
-// testbed must be complete.
-func requireAgnhost(t *testing.T) {
+// requireTool skips t when a program `make testbed-deps` builds (agnhost,
+// coredns) is not there, or fails it where the testbed must be complete.
+func requireTool(t *testing.T, name, path string) {
 	t.Helper()
-	if testbed.DefaultAgnhost() != "" {
+	if path != "" {
 		return
 	}
-	msg := "agnhost is not built (testbed/tools/build.sh agnhost; `make testbed-deps` builds it)"
+	msg := name + " is not built (testbed/tools/build.sh " + name + "; `make testbed-deps` builds it)"
 	if os.Getenv("NODEFLOW_REQUIRE_OVS") != "" {
 		t.Fatal(msg)
 	}
@@ -51,7 +52,8 @@ func kubectl(t *testing.T, e *env, args ...string) (string, error) {
 // agnhost, probes and restart policies.
 func TestKubeletRunsUpstreamImages(t *testing.T) {
 	e := up(t)
-	requireAgnhost(t)
+	requireTool(t, "agnhost", testbed.DefaultAgnhost())
+	requireTool(t, "coredns", testbed.DefaultCoreDNS())
 	ns := createNamespace(t, e, "kubelet-e2e")
 	ctx := context.Background()
 	pods := e.client.CoreV1().Pods(ns)
@@ -158,6 +160,32 @@ func TestKubeletRunsUpstreamImages(t *testing.T) {
 		}
 		return nil
 	})
+
+	// Cluster DNS: the Service's name, short and full, from a ClusterFirst
+	// pod; a name outside the cluster through the testbed's DNS server.
+	for _, name := range []string{"netexec", "netexec." + ns + ".svc.cluster.local"} {
+		eventually(t, 30*time.Second, "resolve "+name, func(context.Context) error {
+			out, err := kubectl(t, e, "exec", "-n", ns, "netexec-1", "--", "dig", "+short", "+search", name)
+			if err != nil || strings.TrimSpace(out) != svc.Spec.ClusterIP {
+				return fmt.Errorf("%v: %q, want %s", err, out, svc.Spec.ClusterIP)
+			}
+			return nil
+		})
+	}
+	dns, err := testbed.NewDNSClient(e.state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := dns.Set("outside.kubelet-e2e.test", 5, netip.MustParseAddr("192.0.2.55")); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := kubectl(t, e, "exec", "-n", ns, "netexec-2", "--", "dig", "+short", "outside.kubelet-e2e.test"); err != nil || strings.TrimSpace(out) != "192.0.2.55" {
+		t.Errorf("resolve an outside name: %v: %q", err, out)
+	}
+	if out, err := kubectl(t, e, "exec", "-n", ns, "netexec-2", "--", "cat", "/etc/resolv.conf"); err != nil ||
+		!strings.Contains(out, "search "+ns+".svc.cluster.local svc.cluster.local cluster.local") || !strings.Contains(out, "ndots:5") {
+		t.Errorf("resolv.conf of a ClusterFirst pod: %v:\n%s", err, out)
+	}
 
 	// port-forward, through the API server and the kubelet.
 	pf := exec.Command(filepath.Join(e.binDir, "testbed"), "--state-root", e.stateRoot, "--name", e.name,

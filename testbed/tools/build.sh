@@ -7,6 +7,7 @@
 #   testbed/tools/build.sh          build if needed, print the bin directory
 #   testbed/tools/build.sh kube-proxy   build kube-proxy alone if needed, print its path
 #   testbed/tools/build.sh agnhost      build the upstream agnhost test server alone, likewise
+#   testbed/tools/build.sh coredns      build CoreDNS (the cluster DNS) alone, likewise
 #   NODEFLOW_TESTBED_CACHE=DIR      cache root (default: $XDG_CACHE_HOME/nodeflow/testbed
 #                                   or ~/.cache/nodeflow/testbed)
 #   GO=go                           the go command
@@ -17,19 +18,20 @@ GO=${GO:-go}
 # pinned MODULE FILE prints the version FILE requires of MODULE.
 pinned() { awk -v m="$1" '$1=="require"{$1=""; $0=$0} $1==m{print $2; exit}' "$2"; }
 
-# single NAME MODULE_DIR PACKAGE builds one program alone, from its own
-# tooling module, with its own stamp, into the cache, and prints its path.
-# `build.sh kube-proxy` (only the Services benchmark needs it) and
-# `build.sh agnhost` (the upstream test server that the kubelet stand-in runs
-# for the e2e-test-images agnhost image) use it; `make testbed-deps` builds
-# neither.
+# single NAME MODULE_DIR PACKAGE PINNED builds one program alone, from its
+# own tooling module (whose go.mod pins module PINNED, which names the
+# version), with its own stamp, into the cache, and prints its path:
+# `build.sh kube-proxy` (only the Services benchmark needs it), `build.sh
+# agnhost` (the upstream test server that the kubelet stand-in runs for the
+# e2e-test-images agnhost image) and `build.sh coredns` (the cluster DNS).
+# `make testbed-deps` builds the last two.
 single() {
 	s_name=$1 s_mod="$here/$2" s_pkg=$3
-	s_version=$(pinned k8s.io/kubernetes "$s_mod/go.mod")
-	: "${s_version:?$2/go.mod does not pin k8s.io/kubernetes}"
+	s_version=$(pinned "$4" "$s_mod/go.mod")
+	: "${s_version:?$2/go.mod does not pin $4}"
 	s_root=${NODEFLOW_TESTBED_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/nodeflow/testbed}
 	s_dir="$s_root/$s_name-$s_version"
-	s_stamp=$( (cat "$s_mod/go.mod" "$s_mod/go.sum"; "$GO" env GOVERSION GOOS GOARCH) | sha256sum | cut -d' ' -f1)
+	s_stamp=$( (cat "$s_mod/go.mod" "$s_mod/go.sum" "$s_mod"/*.go 2>/dev/null; "$GO" env GOVERSION GOOS GOARCH) | sha256sum | cut -d' ' -f1)
 	if [ -f "$s_dir/stamp" ] && [ "$(cat "$s_dir/stamp")" = "$s_stamp" ] && [ -x "$s_dir/bin/$s_name" ]; then
 		echo "$s_name: $s_version is current in $s_dir/bin" >&2
 		echo "$s_dir/bin/$s_name"
@@ -45,8 +47,9 @@ single() {
 	echo "$s_dir/bin/$s_name"
 }
 case "${1:-}" in
-kube-proxy) single kube-proxy kubeproxy k8s.io/kubernetes/cmd/kube-proxy; exit 0 ;;
-agnhost) single agnhost e2e k8s.io/kubernetes/test/images/agnhost; exit 0 ;;
+kube-proxy) single kube-proxy kubeproxy k8s.io/kubernetes/cmd/kube-proxy k8s.io/kubernetes; exit 0 ;;
+agnhost) single agnhost e2e k8s.io/kubernetes/test/images/agnhost k8s.io/kubernetes; exit 0 ;;
+coredns) single coredns coredns . github.com/coredns/coredns; exit 0 ;;
 esac
 
 kube_version=$(pinned k8s.io/kubernetes "$here/kube/go.mod")
