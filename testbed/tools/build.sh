@@ -8,6 +8,7 @@
 #   testbed/tools/build.sh kube-proxy   build kube-proxy alone if needed, print its path
 #   testbed/tools/build.sh agnhost      build the upstream agnhost test server alone, likewise
 #   testbed/tools/build.sh coredns      build CoreDNS (the cluster DNS) alone, likewise
+#   testbed/tools/build.sh e2e.test     build the upstream e2e.test alone (`make conformance`), likewise
 #   NODEFLOW_TESTBED_CACHE=DIR      cache root (default: $XDG_CACHE_HOME/nodeflow/testbed
 #                                   or ~/.cache/nodeflow/testbed)
 #   GO=go                           the go command
@@ -23,8 +24,9 @@ pinned() { awk -v m="$1" '$1=="require"{$1=""; $0=$0} $1==m{print $2; exit}' "$2
 # version), with its own stamp, into the cache, and prints its path:
 # `build.sh kube-proxy` (only the Services benchmark needs it), `build.sh
 # agnhost` (the upstream test server that the kubelet stand-in runs for the
-# e2e-test-images agnhost image) and `build.sh coredns` (the cluster DNS).
-# `make testbed-deps` builds the last two.
+# e2e-test-images agnhost image), `build.sh coredns` (the cluster DNS) and
+# `build.sh e2e.test` (the upstream e2e tests, for `make conformance`).
+# `make testbed-deps` builds agnhost and coredns.
 single() {
 	s_name=$1 s_mod="$here/$2" s_pkg=$3
 	s_version=$(pinned "$4" "$s_mod/go.mod")
@@ -40,8 +42,10 @@ single() {
 	echo "$s_name: building $s_version into $s_dir/bin (minutes cold)" >&2
 	mkdir -p "$s_dir/bin"
 	rm -f "$s_dir/stamp"
+	s_build="build"
+	case $s_name in *.test) s_build="test -c" ;; esac
 	(cd "$s_mod" && CGO_ENABLED=0 GOFLAGS="${GOFLAGS:+$GOFLAGS }-mod=mod" \
-		"$GO" build -trimpath -ldflags "-s -w" -o "$s_dir/bin/$s_name" "$s_pkg")
+		"$GO" $s_build -trimpath -ldflags "-s -w" -o "$s_dir/bin/$s_name" "$s_pkg")
 	echo "$s_stamp" > "$s_dir/stamp"
 	echo "$s_name: done" >&2
 	echo "$s_dir/bin/$s_name"
@@ -50,6 +54,7 @@ case "${1:-}" in
 kube-proxy) single kube-proxy kubeproxy k8s.io/kubernetes/cmd/kube-proxy k8s.io/kubernetes; exit 0 ;;
 agnhost) single agnhost e2e k8s.io/kubernetes/test/images/agnhost k8s.io/kubernetes; exit 0 ;;
 coredns) single coredns coredns . github.com/coredns/coredns; exit 0 ;;
+e2e.test) single e2e.test e2e k8s.io/kubernetes/test/e2e k8s.io/kubernetes; exit 0 ;;
 esac
 
 kube_version=$(pinned k8s.io/kubernetes "$here/kube/go.mod")
