@@ -7,8 +7,9 @@
 #   make bench   run the benchmarks
 #   make lint    gofmt, go vet, staticcheck
 #   make demo    bring up the testbed and run traffic (see README)
-#   make testbed-deps  build the testbed's Kubernetes control plane into a cache outside the repo
+#   make testbed-deps  build the testbed's control plane, agnhost and CoreDNS into a cache outside the repo
 #   make e2e     the end-to-end tests alone (part of make test)
+#   make conformance  Kubernetes' own [sig-network] e2e tests against a testbed (docs/conformance.md)
 
 GO          ?= go
 BIN         := bin
@@ -27,7 +28,7 @@ SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
 LDFLAGS     := -X main.version=$(VERSION) -X main.commit=$(REVISION)
 PLATFORMS   := linux/amd64 linux/arm64
 
-.PHONY: all deps build image test unit bench lint demo clean testbed-deps e2e prereqs
+.PHONY: all deps build image test unit bench lint demo clean testbed-deps e2e prereqs conformance
 
 all: build
 
@@ -63,7 +64,8 @@ image:
 # NODEFLOW_REQUIRE_OVS turns "skip: OVS missing" into a failure, so the
 # integration tests can never pass by not running.
 test: deps testbed-deps
-	NODEFLOW_REQUIRE_OVS=1 $(GO) test -count=1 -timeout 45m $(TEST_FLAGS) ./...
+	@GO=$(GO) testbed/tools/build.sh e2e.test >/dev/null
+	NODEFLOW_REQUIRE_OVS=1 $(GO) test -count=1 -timeout 60m $(TEST_FLAGS) ./...
 
 bench:
 	NODEFLOW_REQUIRE_OVS=1 $(GO) test -run '^$$' -bench '$(BENCH)' -benchmem -timeout 60m ./...
@@ -89,7 +91,8 @@ prereqs:
 
 # End-to-end scenarios: bring the testbed up, run them, take it down.
 e2e: deps prereqs testbed-deps
-	NODEFLOW_REQUIRE_OVS=1 $(GO) test -count=1 -timeout 20m $(TEST_FLAGS) ./testbed/e2e/...
+	@GO=$(GO) testbed/tools/build.sh e2e.test >/dev/null
+	NODEFLOW_REQUIRE_OVS=1 $(GO) test -count=1 -timeout 40m $(TEST_FLAGS) ./testbed/e2e/...
 
 # Installs what is missing (as make test does), checks the machine, builds
 # the control plane once, brings up the default testbed, deploys a sample
@@ -98,6 +101,13 @@ e2e: deps prereqs testbed-deps
 # runs them left to right, so a missing prerequisite stops it in seconds.
 demo: deps prereqs testbed-deps build
 	@testbed/demo.sh
+
+# Kubernetes' own [sig-network] e2e tests against a testbed of their own
+# (CONFORMANCE=conformance or services for a subset); the report is in
+# _output/conformance (docs/conformance.md).
+CONFORMANCE ?= sig-network
+conformance: deps prereqs testbed-deps build
+	@GO=$(GO) testbed/conformance.sh $(CONFORMANCE)
 
 clean:
 	rm -rf $(BIN)

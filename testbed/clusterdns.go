@@ -36,6 +36,12 @@ func DefaultCoreDNS() string {
 	return cachedTool("coredns", "coredns")
 }
 
+// DefaultE2ETest is where testbed/tools/build.sh puts the upstream
+// e2e.test, "" if it is not there.
+func DefaultE2ETest() string {
+	return cachedTool("e2e.test", "e2e.test")
+}
+
 // corefile is the CoreDNS configuration of a node.
 func corefile(kubeconfig string, upstreams []string) string {
 	forward := ""

@@ -20,6 +20,8 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"sort"
+	"strings"
 	"syscall"
 	"time"
 
@@ -41,7 +43,7 @@ func main() {
 			&cli.StringFlag{Name: "state-root", Value: testbed.DefaultStateRoot, Usage: "where testbeds keep their state", EnvVars: []string{"NODEFLOW_TESTBED_ROOT"}},
 		},
 		Commands: []*cli.Command{
-			upCommand(), statusCommand(), execCommand(), kubectlCommand(), logsCommand(), downCommand(),
+			upCommand(), statusCommand(), execCommand(), kubectlCommand(), logsCommand(), conformanceCommand(), downCommand(),
 			runCommand(), serveCommand(), sandboxCommand(), pauseCommand(),
 		},
 	}
@@ -302,6 +304,68 @@ func runCommand() *cli.Command {
 				Agnhost:  c.String("agnhost"),
 				CoreDNS:  c.String("coredns"),
 			})
+		},
+	}
+}
+
+// conformanceCommand runs the upstream e2e tests against a testbed.
+func conformanceCommand() *cli.Command {
+	var subsets []string
+	for k := range testbed.ConformanceSubsets {
+		subsets = append(subsets, k)
+	}
+	sort.Strings(subsets)
+	return &cli.Command{
+		Name:  "conformance",
+		Usage: "run Kubernetes' own e2e tests (the upstream e2e.test) against the testbed and report them",
+		Description: "Runs a subset of the upstream tests (" + strings.Join(subsets, ", ") + "), leaving out those the\n" +
+			"testbed cannot run (docs/conformance.md), and writes e2e.log, report.json and report.md\n" +
+			"to --out. It exits non-zero if a test failed.",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "subset", Value: "sig-network", Usage: "the tests: " + strings.Join(subsets, ", ")},
+			&cli.StringFlag{Name: "focus", Usage: "a regular expression that selects the tests instead of --subset"},
+			&cli.StringFlag{Name: "skip", Usage: "a regular expression of more tests to leave out"},
+			&cli.StringFlag{Name: "e2e-test", Usage: "the upstream e2e.test `BINARY` (default: testbed/tools/build.sh e2e.test's)"},
+			&cli.StringFlag{Name: "out", Value: "_output/conformance", Usage: "the report `DIR`"},
+			&cli.DurationFlag{Name: "timeout", Value: 3 * time.Hour},
+		},
+		Action: func(c *cli.Context) error {
+			st, err := state(c)
+			if err != nil {
+				return err
+			}
+			focus := c.String("focus")
+			if focus == "" {
+				if focus = testbed.ConformanceSubsets[c.String("subset")]; focus == "" {
+					return fmt.Errorf("no subset %q (there are %s)", c.String("subset"), strings.Join(subsets, ", "))
+				}
+			}
+			bin := c.String("e2e-test")
+			if bin == "" {
+				if bin = testbed.DefaultE2ETest(); bin == "" {
+					return fmt.Errorf("e2e.test is not built: run testbed/tools/build.sh e2e.test")
+				}
+			}
+			out, err := filepath.Abs(c.String("out"))
+			if err != nil {
+				return err
+			}
+			res, err := testbed.RunConformance(testbed.ConformanceOptions{
+				E2ETest: bin, Kubeconfig: st.Kubeconfig, Focus: focus, Skip: c.String("skip"),
+				OutDir: out, Timeout: c.Duration("timeout"), Log: os.Stdout,
+			})
+			if err != nil {
+				return err
+			}
+			fmt.Printf("\n%d passed, %d failed, %d skipped in %s; report: %s\n", len(res.Passed), len(res.Failed), len(res.Skipped),
+				res.RunTime.Round(time.Second), filepath.Join(out, "report.md"))
+			for _, f := range res.Failed {
+				fmt.Printf("FAILED: %s\n", f.Name)
+			}
+			if len(res.Failed) > 0 {
+				return cli.Exit("", 1)
+			}
+			return nil
 		},
 	}
 }

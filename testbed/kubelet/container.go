@@ -252,10 +252,7 @@ func (w *podWorker) startContainer(ctx context.Context, pod *v1.Pod, c *containe
 	} else if argv, err = c.img.argv(c.spec.Command, c.spec.Args, env); err != nil {
 		return err
 	}
-	wd := c.spec.WorkingDir
-	if wd == "" {
-		wd = "/"
-	}
+	wd := c.img.workingDir(c.spec.WorkingDir)
 	cmd := exec.Command("nsenter", append([]string{"--target", strconv.Itoa(w.sandbox.pid), "--uts", "--mount", "--net", "--wd=" + wd, "--"}, argv...)...)
 	cmd.Env = environ(env)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}

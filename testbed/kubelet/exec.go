@@ -42,10 +42,7 @@ func (w *podWorker) execCommand(ctx context.Context, pod *v1.Pod, c *container, 
 	if err != nil {
 		return nil, err
 	}
-	wd := c.spec.WorkingDir
-	if wd == "" {
-		wd = "/"
-	}
+	wd := c.img.workingDir(c.spec.WorkingDir)
 	cmd := exec.CommandContext(ctx, "nsenter", append([]string{"--target", strconv.Itoa(sb.pid), "--uts", "--mount", "--net", "--wd=" + wd, "--"}, c.img.mapCommand(argv)...)...)
 	cmd.Env = environ(env)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}

@@ -27,6 +27,9 @@ type Image struct {
 	Files map[string][]string
 	// Bin is put first on the container's PATH ("" for none).
 	Bin string
+	// Dir holds the image's own files; it is the working directory of a
+	// container that sets none ("" for /).
+	Dir string
 	// Builtin marks the testbed's own test server, which the stand-in
 	// starts with the pod's name and containerPorts and waits for.
 	Builtin bool
@@ -42,6 +45,8 @@ type Images struct {
 	Self string
 	// Agnhost is the upstream agnhost binary (testbed/tools/build.sh
 	// agnhost), for the e2e-test-images agnhost image; "" if not built.
+	// The image's files (the TLS pair of porter and netexec, the upload
+	// directory) are in root/ beside its bin/ directory.
 	Agnhost string
 	// Busybox is Debian's busybox, for the busybox images; "" if absent.
 	Busybox string
@@ -79,9 +84,13 @@ func (m Images) Resolve(ref string) (Image, error) {
 			Cmd:        []string{"pause"},
 			Files:      map[string][]string{"/agnhost": {m.Agnhost}, "/agnhost-2": {m.Agnhost}},
 			Bin:        filepath.Join(m.BinDir, "agnhost"),
+			Dir:        agnhostRoot(m.Agnhost),
 		}, nil
 	case last == "pause":
 		return Image{Name: "pause", Entrypoint: []string{"/pause"}, Files: map[string][]string{"/pause": {m.Self, "pause"}}}, nil
+	case last == "glibc-dns-testing" || last == "jessie-dnsutils":
+		// Debian with dnsutils, which is what the node is.
+		return Image{Name: "debian dnsutils", Cmd: []string{"sh"}}, nil
 	case last == "busybox":
 		if m.Busybox == "" {
 			return Image{}, fmt.Errorf("image %q: %w: busybox is not installed on the node", ref, ErrImageNotMapped)
@@ -93,7 +102,17 @@ func (m Images) Resolve(ref string) (Image, error) {
 			Bin:   filepath.Join(m.BinDir, "busybox"),
 		}, nil
 	}
-	return Image{}, fmt.Errorf("image %q: %w (it runs testbed/*, agnhost, pause and busybox images)", ref, ErrImageNotMapped)
+	return Image{}, fmt.Errorf("image %q: %w (it runs testbed/*, agnhost, pause, busybox and glibc-dns-testing images)", ref, ErrImageNotMapped)
+}
+
+// agnhostRoot is the directory of the agnhost image's files, "" if there
+// is none.
+func agnhostRoot(bin string) string {
+	dir := filepath.Join(filepath.Dir(filepath.Dir(bin)), "root")
+	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+		return ""
+	}
+	return dir
 }
 
 // Prepare makes the images' command directories: agnhost's holds agnhost,
@@ -153,6 +172,17 @@ func (img Image) argv(command, args []string, env map[string]string) ([]string, 
 		return nil, fmt.Errorf("no command: the image %s has no entrypoint and the container sets none", img.Name)
 	}
 	return img.mapCommand(out), nil
+}
+
+// workingDir is a container's working directory: its own, or the image's.
+func (img Image) workingDir(spec string) string {
+	switch {
+	case spec != "":
+		return spec
+	case img.Dir != "":
+		return img.Dir
+	}
+	return "/"
 }
 
 // mapCommand replaces argv[0] when it names one of the image's files.

@@ -102,6 +102,8 @@ func (k *Kubelet) handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") })
 	mux.HandleFunc("/pods", k.authorized("proxy", k.servePods))
+	mux.HandleFunc("/metrics", k.authorized("metrics", k.serveMetrics))
+	mux.HandleFunc("/metrics/resource", k.authorized("metrics", k.serveMetrics))
 	mux.HandleFunc("/containerLogs/{ns}/{pod}/{container}", k.authorized("log", k.serveLogs))
 	for _, p := range []string{"/exec/{ns}/{pod}/{container}", "/exec/{ns}/{pod}/{uid}/{container}"} {
 		mux.HandleFunc(p, k.authorized("proxy", k.serveExec))
@@ -215,6 +217,28 @@ func (k *Kubelet) servePods(w http.ResponseWriter, _ *http.Request) {
 	k.mu.Unlock()
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(list)
+}
+
+// serveMetrics serves the kubelet's metrics in the Prometheus text format:
+// the pods and containers it runs (the stand-in keeps no latency
+// histograms).
+func (k *Kubelet) serveMetrics(w http.ResponseWriter, _ *http.Request) {
+	k.mu.Lock()
+	pods, containers := 0, 0
+	for _, pw := range k.workers {
+		pods++
+		pw.mu.Lock()
+		for _, c := range pw.containers {
+			if c.running() {
+				containers++
+			}
+		}
+		pw.mu.Unlock()
+	}
+	k.mu.Unlock()
+	w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+	fmt.Fprintf(w, "# HELP kubelet_running_pods Number of pods that have a running pod sandbox\n# TYPE kubelet_running_pods gauge\nkubelet_running_pods %d\n", pods)
+	fmt.Fprintf(w, "# HELP kubelet_running_containers Number of containers currently running\n# TYPE kubelet_running_containers gauge\nkubelet_running_containers{container_state=\"running\"} %d\n", containers)
 }
 
 func (k *Kubelet) serveExec(w http.ResponseWriter, r *http.Request) {

@@ -52,7 +52,17 @@ single() {
 }
 case "${1:-}" in
 kube-proxy) single kube-proxy kubeproxy k8s.io/kubernetes/cmd/kube-proxy k8s.io/kubernetes; exit 0 ;;
-agnhost) single agnhost e2e k8s.io/kubernetes/test/images/agnhost k8s.io/kubernetes; exit 0 ;;
+agnhost)
+	# The image's own files beside the program, in root/: the TLS pair that
+	# porter and netexec serve with, and the upload directory.
+	a_bin=$(single agnhost e2e k8s.io/kubernetes/test/images/agnhost k8s.io/kubernetes)
+	a_root=$(dirname "$(dirname "$a_bin")")/root
+	a_src=$(cd "$here/e2e" && GOFLAGS="${GOFLAGS:+$GOFLAGS }-mod=mod" "$GO" list -m -f '{{.Dir}}' k8s.io/kubernetes)
+	mkdir -p "$a_root/uploads"
+	cp "$a_src/test/images/agnhost/porter/localhost.crt" "$a_src/test/images/agnhost/porter/localhost.key" "$a_root/"
+	chmod 0644 "$a_root/localhost.crt" "$a_root/localhost.key"
+	echo "$a_bin"
+	exit 0 ;;
 coredns) single coredns coredns . github.com/coredns/coredns; exit 0 ;;
 e2e.test) single e2e.test e2e k8s.io/kubernetes/test/e2e k8s.io/kubernetes; exit 0 ;;
 esac

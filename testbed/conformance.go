@@ -1,0 +1,232 @@
+package testbed
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Conformance runs Kubernetes' own e2e tests (the upstream e2e.test,
+// testbed/tools/build.sh e2e.test) against a testbed and reports them:
+// passed, failed, skipped, each failure with its reason.
+
+// ConformanceSubsets are the named selections of `testbed conformance`.
+var ConformanceSubsets = map[string]string{
+	// services is the Services [Conformance] subset that `make test` runs.
+	"services": `\[sig-network\] Services .*\[Conformance\]`,
+	// conformance is every [sig-network] [Conformance] test.
+	"conformance": `\[sig-network\].*\[Conformance\]`,
+	// sig-network is all of [sig-network].
+	"sig-network": `\[sig-network\]`,
+}
+
+// ConformanceSkip is a set of upstream tests the testbed does not run, and
+// why: what they need is not something the testbed can give (docs/conformance.md).
+type ConformanceSkip struct {
+	Pattern, Reason string
+}
+
+// ConformanceSkips are the tests left out of every run.
+var ConformanceSkips = []ConformanceSkip{
+	{`\[Disruptive\]`, "restarts or cuts off nodes, the kubelet or the control plane: the testbed's nodes are namespaces of one supervisor, which these tests cannot reach over SSH"},
+	{`\[Flaky\]`, "marked flaky upstream, left out of every upstream conformance job"},
+	{`\[Feature:[^\]]+\]`, "needs a feature gate, cloud or add-on that a default cluster does not have; the feature's own issue enables it"},
+	{`LoadBalancer|ESIPP`, "needs a cloud load balancer, which the testbed has no provider for"},
+	{`NetworkPolicy|Netpol`, "NetworkPolicy is not enforced yet (its own issue)"},
+}
+
+// ConformanceOptions configure RunConformance.
+type ConformanceOptions struct {
+	// E2ETest is the e2e.test binary.
+	E2ETest string
+	// Kubeconfig is the cluster's admin kubeconfig.
+	Kubeconfig string
+	// Focus selects the tests (a regular expression on the full name).
+	Focus string
+	// Skip leaves out tests besides ConformanceSkips ("" for none).
+	Skip string
+	// OutDir receives e2e.log, report.json and report.md.
+	OutDir string
+	// Timeout bounds the run (zero: 3 hours).
+	Timeout time.Duration
+	// Log receives e2e.test's progress as it runs (nil: only e2e.log).
+	Log io.Writer
+}
+
+// ConformanceResult is a run's outcome.
+type ConformanceResult struct {
+	Passed, Failed, Skipped []ConformanceSpec
+	RunTime                 time.Duration
+}
+
+// ConformanceSpec is one test of a run.
+type ConformanceSpec struct {
+	Name    string
+	RunTime time.Duration
+	// Reason is a failure's message, or why a test skipped itself.
+	Reason string
+}
+
+// skipRegexp is the run's skip expression.
+func (o ConformanceOptions) skipRegexp() string {
+	var parts []string
+	for _, s := range ConformanceSkips {
+		parts = append(parts, s.Pattern)
+	}
+	if o.Skip != "" {
+		parts = append(parts, o.Skip)
+	}
+	return strings.Join(parts, "|")
+}
+
+// RunConformance runs e2e.test with the options and writes the report. It
+// returns the result; a run with failures is not an error.
+func RunConformance(o ConformanceOptions) (*ConformanceResult, error) {
+	if err := os.MkdirAll(o.OutDir, 0o755); err != nil {
+		return nil, err
+	}
+	if o.Timeout == 0 {
+		o.Timeout = 3 * time.Hour
+	}
+	report := filepath.Join(o.OutDir, "report.json")
+	_ = os.Remove(report)
+	logf, err := os.Create(filepath.Join(o.OutDir, "e2e.log"))
+	if err != nil {
+		return nil, err
+	}
+	defer logf.Close()
+	cmd := exec.Command(o.E2ETest,
+		"--kubeconfig", o.Kubeconfig, "--provider", "skeleton",
+		"--ginkgo.focus", o.Focus, "--ginkgo.skip", o.skipRegexp(),
+		"--ginkgo.timeout", o.Timeout.String(),
+		"--ginkgo.no-color", "--ginkgo.silence-skips",
+		"--ginkgo.json-report", report,
+		"--report-dir", o.OutDir)
+	cmd.Dir = o.OutDir
+	var out io.Writer = logf
+	if o.Log != nil {
+		out = io.MultiWriter(logf, o.Log)
+	}
+	cmd.Stdout, cmd.Stderr = out, out
+	runErr := cmd.Run()
+	res, err := readConformanceReport(report, o.Focus, o.skipRegexp())
+	if err != nil {
+		if runErr != nil {
+			return nil, fmt.Errorf("e2e.test: %v (see %s): %w", runErr, logf.Name(), err)
+		}
+		return nil, err
+	}
+	md, err := os.Create(filepath.Join(o.OutDir, "report.md"))
+	if err != nil {
+		return nil, err
+	}
+	defer md.Close()
+	res.WriteMarkdown(md, o)
+	return res, nil
+}
+
+// ginkgoReport is the part of Ginkgo's JSON report that the report reads.
+type ginkgoReport struct {
+	RunTime     time.Duration
+	SpecReports []struct {
+		ContainerHierarchyTexts []string
+		LeafNodeText            string
+		LeafNodeType            string
+		State                   string
+		RunTime                 time.Duration
+		Failure                 *struct {
+			Message  string
+			Location struct {
+				FileName   string
+				LineNumber int
+			}
+		}
+	}
+}
+
+// readConformanceReport reads Ginkgo's JSON report: the tests that focus
+// selects and skip does not, by outcome.
+func readConformanceReport(path, focus, skip string) (*ConformanceResult, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("conformance report: %w", err)
+	}
+	var reports []ginkgoReport
+	if err := json.Unmarshal(b, &reports); err != nil {
+		return nil, fmt.Errorf("conformance report %s: %w", path, err)
+	}
+	fre, err := regexp.Compile(focus)
+	if err != nil {
+		return nil, fmt.Errorf("focus %q: %w", focus, err)
+	}
+	sre, err := regexp.Compile(skip)
+	if err != nil {
+		return nil, fmt.Errorf("skip %q: %w", skip, err)
+	}
+	res := &ConformanceResult{}
+	for _, r := range reports {
+		res.RunTime += r.RunTime
+		for _, s := range r.SpecReports {
+			if s.LeafNodeType != "" && s.LeafNodeType != "It" {
+				continue // suite set-up and tear-down nodes
+			}
+			name := strings.TrimSpace(strings.Join(append(append([]string(nil), s.ContainerHierarchyTexts...), s.LeafNodeText), " "))
+			if !fre.MatchString(name) || sre.MatchString(name) {
+				continue
+			}
+			spec := ConformanceSpec{Name: name, RunTime: s.RunTime}
+			if s.Failure != nil {
+				spec.Reason = strings.TrimSpace(s.Failure.Message)
+			}
+			switch s.State {
+			case "passed":
+				res.Passed = append(res.Passed, spec)
+			case "skipped", "pending":
+				res.Skipped = append(res.Skipped, spec)
+			default: // failed, panicked, timedout, interrupted, aborted
+				if spec.Reason == "" {
+					spec.Reason = s.State
+				}
+				res.Failed = append(res.Failed, spec)
+			}
+		}
+	}
+	for _, l := range [][]ConformanceSpec{res.Passed, res.Failed, res.Skipped} {
+		sort.Slice(l, func(i, j int) bool { return l[i].Name < l[j].Name })
+	}
+	return res, nil
+}
+
+// WriteMarkdown writes the run's report.
+func (r *ConformanceResult) WriteMarkdown(w io.Writer, o ConformanceOptions) {
+	fmt.Fprintf(w, "# Conformance run, %s\n\n", time.Now().UTC().Format("2006-01-02 15:04 MST"))
+	fmt.Fprintf(w, "- focus: `%s`\n- left out: every test matching `%s` (docs/conformance.md says why)\n", o.Focus, o.skipRegexp())
+	fmt.Fprintf(w, "- **%d passed, %d failed, %d skipped**, in %s\n\n", len(r.Passed), len(r.Failed), len(r.Skipped), r.RunTime.Round(time.Second))
+	section := func(title string, specs []ConformanceSpec, reasons bool) {
+		if len(specs) == 0 {
+			return
+		}
+		fmt.Fprintf(w, "## %s (%d)\n\n", title, len(specs))
+		for _, s := range specs {
+			fmt.Fprintf(w, "- %s (%s)\n", s.Name, s.RunTime.Round(100*time.Millisecond))
+			if reasons && s.Reason != "" {
+				msg := s.Reason
+				if len(msg) > 600 {
+					msg = msg[:600] + " …"
+				}
+				fmt.Fprintf(w, "  ```\n  %s\n  ```\n", strings.ReplaceAll(msg, "\n", "\n  "))
+			}
+		}
+		fmt.Fprintln(w)
+	}
+	section("Failed", r.Failed, true)
+	section("Skipped by the test itself", r.Skipped, true)
+	section("Passed", r.Passed, false)
+}

@@ -1,0 +1,47 @@
+package e2e
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"nodeflow/testbed"
+)
+
+// TestUpstreamServicesConformance runs Kubernetes' own Services
+// [Conformance] tests (the upstream e2e.test at the testbed's version)
+// against the shared testbed, as `testbed conformance --subset services`
+// does. The report is kept in $NODEFLOW_CONFORMANCE_OUT if that is set.
+func TestUpstreamServicesConformance(t *testing.T) {
+	e := up(t)
+	requireTool(t, "agnhost", testbed.DefaultAgnhost())
+	requireTool(t, "coredns", testbed.DefaultCoreDNS())
+	requireTool(t, "e2e.test", testbed.DefaultE2ETest())
+	out := os.Getenv("NODEFLOW_CONFORMANCE_OUT")
+	if out == "" {
+		out = t.TempDir()
+	}
+	res, err := testbed.RunConformance(testbed.ConformanceOptions{
+		E2ETest: testbed.DefaultE2ETest(), Kubeconfig: e.state.Kubeconfig,
+		Focus: testbed.ConformanceSubsets["services"], OutDir: out, Timeout: 40 * time.Minute,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d passed, %d failed, %d skipped in %s", len(res.Passed), len(res.Failed), len(res.Skipped), res.RunTime.Round(time.Second))
+	if len(res.Passed) == 0 {
+		t.Errorf("no upstream test passed (see %s)", filepath.Join(out, "e2e.log"))
+	}
+	for _, f := range res.Failed {
+		t.Errorf("FAILED %s:\n%s", f.Name, indent(f.Reason))
+	}
+}
+
+func indent(s string) string {
+	if len(s) > 2000 {
+		s = s[:2000] + " …"
+	}
+	return "    " + strings.ReplaceAll(s, "\n", "\n    ")
+}
