@@ -310,7 +310,8 @@ func (cp *controlPlane) start(ctx context.Context, clusterName string, nodes, po
 		"--enable-admission-plugins", "NodeRestriction",
 		"--allow-privileged=true",
 		// The API server listens on loopback only; an endpoint of 127.0.0.1
-		// for the kubernetes Service would be rejected.
+		// for the kubernetes Service would be rejected: the testbed keeps
+		// its endpoints (apiendpoints.go).
 		"--endpoint-reconciler-type", "none",
 		// The kubelets' API (logs, exec, port-forward), reached through
 		// the egress proxy (egress.go) at the nodes' InternalIPs.

@@ -233,6 +233,9 @@ func (s *supervisor) up(ctx context.Context) error {
 		return err
 	}
 	s.timing("nodes ready", t)
+	if err := s.publishAPIServer(ctx, nodeNames); err != nil {
+		return err
+	}
 	if err := s.startClusterDNS(ctx, nodeNames); err != nil {
 		return err
 	}

@@ -375,14 +375,19 @@ func conformanceCommand() *cli.Command {
 func sandboxCommand() *cli.Command {
 	return &cli.Command{
 		Name:   "sandbox",
-		Usage:  "hold a pod's namespaces: set its hostname, mount its files, wait",
+		Usage:  "hold a pod's namespaces: set its hostname, build its root, wait",
 		Hidden: true,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "hostname"},
-			&cli.StringSliceFlag{Name: "bind", Usage: "`TARGET=SOURCE` to bind-mount"},
+			&cli.StringFlag{Name: "root-dir", Usage: "the `DIR` of the pod root's overlay"},
+			&cli.StringSliceFlag{Name: "file", Usage: "`TARGET=SOURCE`: SOURCE's content at TARGET in the root"},
+			&cli.StringSliceFlag{Name: "mount", Usage: "`TARGET=SOURCE[:ro]` to bind into the root"},
 		},
 		Action: func(c *cli.Context) error {
-			return kubelet.RunSandbox(c.String("hostname"), c.StringSlice("bind"), os.Stdout)
+			return kubelet.RunSandbox(kubelet.SandboxSpec{
+				Hostname: c.String("hostname"), RootDir: c.String("root-dir"),
+				Files: c.StringSlice("file"), Mounts: c.StringSlice("mount"),
+			}, os.Stdout)
 		},
 	}
 }

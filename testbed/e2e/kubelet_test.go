@@ -76,6 +76,9 @@ func TestKubeletRunsUpstreamImages(t *testing.T) {
 			},
 		}
 	}
+	if _, err := e.client.CoreV1().ConfigMaps(ns).Create(ctx, &v1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "greeting"}, Data: map[string]string{"hello": "world"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	for _, p := range []*v1.Pod{
 		agnhost("netexec-1", "node1", "netexec", "--http-port=8080"),
 		agnhost("netexec-2", "node2", "netexec", "--http-port=8080"),
@@ -94,6 +97,21 @@ func TestKubeletRunsUpstreamImages(t *testing.T) {
 					Name: "pause", Image: agnhostImage,
 					LivenessProbe: &v1.Probe{PeriodSeconds: 1, FailureThreshold: 1, ProbeHandler: v1.ProbeHandler{Exec: &v1.ExecAction{Command: []string{"sh", "-c", "exit 1"}}}},
 				}},
+			},
+		},
+		{ // two containers sharing an emptyDir; a ConfigMap; the service account's token
+			ObjectMeta: metav1.ObjectMeta{Name: "volumes"},
+			Spec: v1.PodSpec{
+				TerminationGracePeriodSeconds: ptr.To(int64(1)),
+				Containers: []v1.Container{
+					{Name: "writer", Image: "busybox:1.36", Command: []string{"sh", "-c", "echo shared > /results/x && exec sleep 3600"},
+						VolumeMounts: []v1.VolumeMount{{Name: "results", MountPath: "/results"}, {Name: "cm", MountPath: "/etc/cm"}}},
+					{Name: "reader", Image: agnhostImage, VolumeMounts: []v1.VolumeMount{{Name: "results", MountPath: "/results"}}},
+				},
+				Volumes: []v1.Volume{
+					{Name: "results", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}},
+					{Name: "cm", VolumeSource: v1.VolumeSource{ConfigMap: &v1.ConfigMapVolumeSource{LocalObjectReference: v1.LocalObjectReference{Name: "greeting"}}}},
+				},
 			},
 		},
 		{ // an image the testbed does not map
@@ -185,6 +203,33 @@ func TestKubeletRunsUpstreamImages(t *testing.T) {
 	if out, err := kubectl(t, e, "exec", "-n", ns, "netexec-2", "--", "cat", "/etc/resolv.conf"); err != nil ||
 		!strings.Contains(out, "search "+ns+".svc.cluster.local svc.cluster.local cluster.local") || !strings.Contains(out, "ndots:5") {
 		t.Errorf("resolv.conf of a ClusterFirst pod: %v:\n%s", err, out)
+	}
+
+	// Volumes: what one container wrote, the other reads; the ConfigMap's
+	// key; and the API server through the kubernetes Service with the
+	// pod's own token. Nothing a pod writes reaches the node's root.
+	eventually(t, 60*time.Second, "pod volumes ready", func(ctx context.Context) error {
+		p, err := pods.Get(ctx, "volumes", metav1.GetOptions{})
+		if err != nil || !ready(p.Status.Conditions) {
+			return fmt.Errorf("%v: %+v", err, p.Status.ContainerStatuses)
+		}
+		return nil
+	})
+	if out, err := kubectl(t, e, "exec", "-n", ns, "volumes", "-c", "reader", "--", "cat", "/results/x"); err != nil || out != "shared\n" {
+		t.Errorf("emptyDir shared between containers: %v: %q", err, out)
+	}
+	if out, err := kubectl(t, e, "exec", "-n", ns, "volumes", "-c", "writer", "--", "cat", "/etc/cm/hello"); err != nil || out != "world" {
+		t.Errorf("configMap volume: %v: %q", err, out)
+	}
+	if out, err := kubectl(t, e, "exec", "-n", ns, "volumes", "-c", "reader", "--", "sh", "-c",
+		`curl -s -m 5 --cacert /var/run/secrets/kubernetes.io/serviceaccount/ca.crt -H "Authorization: Bearer $(cat /var/run/secrets/kubernetes.io/serviceaccount/token)" https://kubernetes.default.svc/api/v1/namespaces/`+ns+`/pods/volumes -o /dev/null -w "%{http_code}"`); err != nil || (out != "200" && out != "403") {
+		t.Errorf("the API server from a pod, with its token: %v: %q, want an answer (200 or 403)", err, out)
+	}
+	if out, err := kubectl(t, e, "exec", "-n", ns, "volumes", "-c", "writer", "--", "touch", "/kubelet-e2e-private"); err != nil {
+		t.Errorf("write to the pod's root: %v: %s", err, out)
+	} else if _, err := os.Stat("/kubelet-e2e-private"); err == nil {
+		os.Remove("/kubelet-e2e-private")
+		t.Error("a file a pod wrote to its root is on the node's root")
 	}
 
 	// port-forward, through the API server and the kubelet.

@@ -252,8 +252,7 @@ func (w *podWorker) startContainer(ctx context.Context, pod *v1.Pod, c *containe
 	} else if argv, err = c.img.argv(c.spec.Command, c.spec.Args, env); err != nil {
 		return err
 	}
-	wd := c.img.workingDir(c.spec.WorkingDir)
-	cmd := exec.Command("nsenter", append([]string{"--target", strconv.Itoa(w.sandbox.pid), "--uts", "--mount", "--net", "--wd=" + wd, "--"}, argv...)...)
+	cmd := exec.Command("nsenter", inSandbox(w.sandbox, c.img.workingDir(c.spec.WorkingDir), argv)...)
 	cmd.Env = environ(env)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 
@@ -345,6 +344,13 @@ func (w *podWorker) startContainer(ctx context.Context, pod *v1.Pod, c *containe
 		}
 	}
 	return nil
+}
+
+// inSandbox is the nsenter argv that runs argv in the sandbox's
+// namespaces and root, in directory wd (env -C: a directory nsenter would
+// open in the node's root, not the pod's).
+func inSandbox(sb *sandbox, wd string, argv []string) []string {
+	return append([]string{"--target", strconv.Itoa(sb.pid), "--uts", "--mount", "--net", "--root", "--wd", "--", "/usr/bin/env", "-C", wd, "--"}, argv...)
 }
 
 // lineWatch closes seen when a line containing match passes through.

@@ -42,8 +42,7 @@ func (w *podWorker) execCommand(ctx context.Context, pod *v1.Pod, c *container, 
 	if err != nil {
 		return nil, err
 	}
-	wd := c.img.workingDir(c.spec.WorkingDir)
-	cmd := exec.CommandContext(ctx, "nsenter", append([]string{"--target", strconv.Itoa(sb.pid), "--uts", "--mount", "--net", "--wd=" + wd, "--"}, c.img.mapCommand(argv)...)...)
+	cmd := exec.CommandContext(ctx, "nsenter", inSandbox(sb, c.img.workingDir(c.spec.WorkingDir), c.img.mapCommand(argv))...)
 	cmd.Env = environ(env)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }

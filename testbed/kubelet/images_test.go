@@ -183,3 +183,33 @@ func TestLogs(t *testing.T) {
 		t.Error("tailLines x: no error")
 	}
 }
+
+func TestResolveIn(t *testing.T) {
+	root := t.TempDir()
+	for _, d := range []string{"run", "etc/real", "usr/lib"} {
+		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for link, target := range map[string]string{"var/run": "/run", "etc/alias": "real", "lib": "usr/lib", "loop": "/loop"} {
+		_ = os.MkdirAll(filepath.Dir(filepath.Join(root, link)), 0o755)
+		if err := os.Symlink(target, filepath.Join(root, link)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for in, want := range map[string]string{
+		"/var/run/secrets/token": "/run/secrets/token", // absolute link: inside root, not the node's /run
+		"/etc/alias/x":           "/etc/real/x",
+		"/lib/../etc":            "/usr/etc",
+		"/results":               "/results",
+		"../../escape":           "/escape",
+	} {
+		got, err := resolveIn(root, in)
+		if err != nil || got != filepath.Join(root, want) {
+			t.Errorf("resolveIn(%q) = %q, %v; want %q", in, got, err, filepath.Join(root, want))
+		}
+	}
+	if _, err := resolveIn(root, "/loop/x"); err == nil {
+		t.Error("a link to itself: no error")
+	}
+}

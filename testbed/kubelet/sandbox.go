@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -20,36 +21,225 @@ import (
 
 // A pod's sandbox is one process, as a pause container is: it runs in the
 // pod's network namespace, in UTS and mount namespaces of its own, where it
-// sets the pod's hostname and mounts the pod's /etc/hosts and
-// /etc/resolv.conf over the node's. Every container of the pod, and every
-// exec into it, enters its three namespaces (nsenter --target).
+// sets the pod's hostname and builds the pod's root: an overlay of the
+// node's root (writes go to the pod's own upper layer), the node's other
+// mounts bound in (shared with the node), the pod's /etc/hosts and
+// /etc/resolv.conf, and its volumes mounted. Then it changes root into
+// it. Every container of the pod, and every exec into it, enters its
+// three namespaces and its root (nsenter --target --root).
 
 // sandboxReady is the line a sandbox prints, with its pid, once it is set up.
 const sandboxReady = "sandbox ready pid="
 
+// SandboxSpec is what RunSandbox sets up.
+type SandboxSpec struct {
+	// Hostname is the pod's hostname.
+	Hostname string
+	// RootDir holds the overlay's upper, work and merged directories.
+	RootDir string
+	// Files are TARGET=SOURCE: SOURCE's content becomes the root's TARGET.
+	Files []string
+	// Mounts are TARGET=SOURCE or TARGET=SOURCE:ro, bound into the root.
+	Mounts []string
+}
+
 // RunSandbox is the sandbox process (the testbed's `sandbox` subcommand,
-// started under `unshare --uts --mount`): it sets the hostname, mounts
-// each bind (target=source), reports ready on out, and waits for SIGTERM.
-func RunSandbox(hostname string, binds []string, out io.Writer) error {
-	if hostname != "" {
-		if err := unix.Sethostname([]byte(hostname)); err != nil {
-			return fmt.Errorf("sandbox: set hostname %q: %w", hostname, err)
-		}
-	}
-	for _, b := range binds {
-		target, source, ok := strings.Cut(b, "=")
-		if !ok {
-			return fmt.Errorf("sandbox: bind %q is not TARGET=SOURCE", b)
-		}
-		if err := unix.Mount(source, target, "", unix.MS_BIND, ""); err != nil {
-			return fmt.Errorf("sandbox: bind %s over %s: %w", source, target, err)
-		}
-	}
+// started under `unshare --uts --mount`): it sets the hostname, builds the
+// pod's root and changes into it, reports ready on out, and waits for
+// SIGTERM.
+func RunSandbox(spec SandboxSpec, out io.Writer) error {
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	if spec.Hostname != "" {
+		if err := unix.Sethostname([]byte(spec.Hostname)); err != nil {
+			return fmt.Errorf("sandbox: set hostname %q: %w", spec.Hostname, err)
+		}
+	}
+	if spec.RootDir != "" {
+		root, err := buildRoot(spec)
+		if err != nil {
+			return fmt.Errorf("sandbox: %w", err)
+		}
+		if err := unix.Chroot(root); err != nil {
+			return fmt.Errorf("sandbox: chroot %s: %w", root, err)
+		}
+		if err := os.Chdir("/"); err != nil {
+			return fmt.Errorf("sandbox: %w", err)
+		}
+	}
 	fmt.Fprintf(out, "%s%d\n", sandboxReady, os.Getpid())
 	<-sig
 	return nil
+}
+
+// buildRoot makes the pod's root under spec.RootDir and returns it.
+func buildRoot(spec SandboxSpec) (string, error) {
+	upper, work, root := filepath.Join(spec.RootDir, "upper"), filepath.Join(spec.RootDir, "work"), filepath.Join(spec.RootDir, "merged")
+	for _, d := range []string{upper, work, root} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return "", err
+		}
+	}
+	if err := unix.Mount("overlay", root, "overlay", 0, "lowerdir=/,upperdir="+upper+",workdir="+work); err != nil {
+		return "", fmt.Errorf("overlay of / on %s: %w", root, err)
+	}
+	// The overlay shows the root file system alone: bind the other mounts
+	// (/proc, /sys, /dev, /run, ...) with what is mounted below them.
+	tops, err := topMounts()
+	if err != nil {
+		return "", err
+	}
+	for _, m := range tops {
+		target := filepath.Join(root, m)
+		if err := mkTarget(target, m); err != nil {
+			return "", err
+		}
+		if err := unix.Mount(m, target, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+			return "", fmt.Errorf("bind %s: %w", m, err)
+		}
+	}
+	for _, f := range spec.Files {
+		target, source, ok := strings.Cut(f, "=")
+		if !ok {
+			return "", fmt.Errorf("file %q is not TARGET=SOURCE", f)
+		}
+		data, err := os.ReadFile(source)
+		if err != nil {
+			return "", err
+		}
+		// The node's file may be a link (resolv.conf often is): replace
+		// it in the pod's layer, never write through it.
+		dir, err := resolveIn(root, filepath.Dir(target))
+		if err != nil {
+			return "", err
+		}
+		p := filepath.Join(dir, filepath.Base(target))
+		_ = os.Remove(p)
+		if err := os.WriteFile(p, data, 0o644); err != nil {
+			return "", err
+		}
+	}
+	for _, m := range spec.Mounts {
+		target, source, ok := strings.Cut(m, "=")
+		if !ok {
+			return "", fmt.Errorf("mount %q is not TARGET=SOURCE", m)
+		}
+		source, ro := strings.CutSuffix(source, ":ro")
+		p, err := resolveIn(root, target)
+		if err != nil {
+			return "", err
+		}
+		if err := mkTarget(p, source); err != nil {
+			return "", err
+		}
+		if err := unix.Mount(source, p, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+			return "", fmt.Errorf("mount %s on %s: %w", source, target, err)
+		}
+		if ro {
+			if err := unix.Mount("", p, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY, ""); err != nil {
+				return "", fmt.Errorf("mount %s read-only: %w", target, err)
+			}
+		}
+	}
+	return root, nil
+}
+
+// resolveIn resolves path inside root as if root were /: symbolic links
+// are followed within root (an absolute link starts again at root), so that
+// nothing outside root is ever made or mounted on. Components that do not
+// exist are kept as they are.
+func resolveIn(root, path string) (string, error) {
+	rest := strings.Split(strings.Trim(path, "/"), "/")
+	cur := "/"
+	for hops := 0; len(rest) > 0; {
+		name := rest[0]
+		rest = rest[1:]
+		if name == "" || name == "." {
+			continue
+		}
+		if name == ".." {
+			cur = filepath.Dir(cur)
+			continue
+		}
+		next := filepath.Join(cur, name)
+		link, err := os.Readlink(filepath.Join(root, next))
+		if err != nil {
+			cur = next // not a link, or not there yet
+			continue
+		}
+		if hops++; hops > 40 {
+			return "", fmt.Errorf("%s: too many links", path)
+		}
+		if filepath.IsAbs(link) {
+			cur = "/"
+		}
+		rest = append(strings.Split(strings.Trim(link, "/"), "/"), rest...)
+	}
+	return filepath.Join(root, cur), nil
+}
+
+// mkTarget makes a mount point for source at target: a directory, or an
+// empty file for a file.
+func mkTarget(target, source string) error {
+	if fi, err := os.Stat(source); err == nil && !fi.IsDir() {
+		if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
+			return err
+		}
+		f, err := os.OpenFile(target, os.O_CREATE|os.O_RDONLY, 0o644)
+		if err != nil {
+			return err
+		}
+		return f.Close()
+	}
+	return os.MkdirAll(target, 0o755)
+}
+
+// topMounts returns the mount points below / that no other mount point
+// (but /) contains, from /proc/self/mountinfo.
+func topMounts() ([]string, error) {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil, err
+	}
+	var all []string
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 5 || f[4] == "/" {
+			continue
+		}
+		all = append(all, unescapeMount(f[4]))
+	}
+	sort.Strings(all)
+	var tops []string
+	for _, m := range all {
+		if len(tops) > 0 {
+			last := tops[len(tops)-1]
+			if m == last || strings.HasPrefix(m, last+"/") {
+				continue
+			}
+		}
+		tops = append(tops, m)
+	}
+	return tops, nil
+}
+
+// unescapeMount undoes mountinfo's octal escapes (\040 for a space).
+func unescapeMount(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
 }
 
 // RunPause is the pause image's program: it waits for SIGTERM or SIGINT
@@ -94,9 +284,21 @@ func (w *podWorker) startSandbox(ctx context.Context, pod *v1.Pod) (*sandbox, er
 	if err := os.WriteFile(resolv, resolvData, 0o644); err != nil {
 		return nil, err
 	}
+	mounts, err := w.prepareVolumes(ctx, pod)
+	if err != nil {
+		w.k.recorder.Eventf(pod, v1.EventTypeWarning, "FailedMount", "%v", err)
+		return nil, err
+	}
 	argv := []string{"netns", "exec", w.netns, "unshare", "--uts", "--mount", "--propagation", "private", "--",
-		w.k.cfg.Images.Self, "sandbox", "--hostname", podHostname(pod, w.k.cfg.NodeName),
-		"--bind", "/etc/hosts=" + hosts, "--bind", "/etc/resolv.conf=" + resolv}
+		w.k.cfg.Images.Self, "sandbox", "--hostname", podHostname(pod, w.k.cfg.NodeName), "--root-dir", filepath.Join(dir, "rootfs"),
+		"--file", "/etc/hosts=" + hosts, "--file", "/etc/resolv.conf=" + resolv}
+	for _, m := range mounts {
+		src := m.source
+		if m.readOnly {
+			src += ":ro"
+		}
+		argv = append(argv, "--mount", m.target+"="+src)
+	}
 	cmd := exec.Command("ip", argv...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	var stderr strings.Builder
