@@ -1,3 +1,5 @@
+//lint:file-ignore SA1019 the upstream conformance tests read the kubernetes Service's Endpoints, which the API server would write
+
 package testbed
 
 import (
