@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"runtime"
 	"unsafe"
 
@@ -198,6 +200,9 @@ func setupVeth(hostName string, pl podLink) (host, pod netlink.Link, err error) 
 	if err := SetTxChecksum("", hostName, false); err != nil {
 		return nil, nil, err
 	}
+	if err := quietHostEnd(hostName); err != nil {
+		return nil, nil, err
+	}
 	if err := SetTxChecksum(pl.netns, pl.ifName, false); err != nil {
 		return nil, nil, err
 	}
@@ -233,6 +238,28 @@ func setupVeth(hostName string, pl podLink) (host, pod netlink.Link, err error) 
 	}
 	ok = true
 	return host, pod, nil
+}
+
+// HostEndSysctls are the sysctls of a veth's host end that quietHostEnd
+// sets, by file under /proc/sys/net, with their values.
+var HostEndSysctls = map[string]string{"ipv4/conf/%s/arp_ignore": "8", "ipv6/conf/%s/disable_ipv6": "1"}
+
+// quietHostEnd keeps the kernel's own IP stack off the host end of a
+// pod's veth. With the userspace datapath the kernel still receives that
+// end's frames beside OVS: if it answered ARP there for one of the node's
+// addresses (the kernel answers for any of them on any interface by
+// default), a pod would send the node's traffic to the veth's MAC, and the
+// kernel and OVS would each deliver every such packet (a UDP reply from a
+// pod to its own node arrived twice). arp_ignore=8 answers nothing; the
+// end takes no part in IPv6 either.
+func quietHostEnd(name string) error {
+	for file, value := range HostEndSysctls {
+		path := filepath.Join("/proc/sys/net", fmt.Sprintf(file, name))
+		if err := os.WriteFile(path, []byte(value), 0o644); err != nil {
+			return fmt.Errorf("cni: veth %s: %w", name, err)
+		}
+	}
+	return nil
 }
 
 // deleteVeth removes the host end (and with it the pod end). A missing link

@@ -201,6 +201,12 @@ func TestPluginAddCheckDel(t *testing.T) {
 	if !txOff(t, pod, "eth0") || !txOff(t, n.sb.Netns, host) {
 		t.Error("tx checksum offload is on at one end of the veth")
 	}
+	// The kernel keeps out of the host end: no ARP answers, no IPv6.
+	for file, want := range HostEndSysctls {
+		if got := strings.TrimSpace(sh(t, "ip", "netns", "exec", n.sb.Netns, "cat", filepath.Join("/proc/sys/net", fmt.Sprintf(file, host)))); got != want {
+			t.Errorf("host end %s: %s is %s, want %s", host, file, got, want)
+		}
+	}
 
 	// CHECK passes on the intact attachment...
 	if _, e := n.run(invocation{cmd: "CHECK", container: "c1", netns: pod, prevResult: out}); e != nil {
