@@ -35,11 +35,13 @@ type ConformanceSkip struct {
 
 // ConformanceSkips are the tests left out of every run.
 var ConformanceSkips = []ConformanceSkip{
-	{`\[Disruptive\]`, "restarts or cuts off nodes, the kubelet or the control plane: the testbed's nodes are namespaces of one supervisor, which these tests cannot reach over SSH"},
-	{`\[Flaky\]`, "marked flaky upstream, left out of every upstream conformance job"},
-	{`\[Feature:[^\]]+\]`, "needs a feature gate, cloud or add-on that a default cluster does not have; the feature's own issue enables it"},
+	{`\[Disruptive\]`, "restarts or cuts off nodes, the kubelet or the control plane over SSH or a cloud API; the testbed's nodes are network namespaces of one supervisor, with no SSH and no provider"},
+	{`\[Flaky\]`, "marked flaky upstream and left out of every upstream conformance job"},
+	{`NetworkPolicy|Netpol`, "NetworkPolicy is not enforced yet: its own issue builds it, and these tests are its acceptance tests"},
 	{`LoadBalancer|ESIPP`, "needs a cloud load balancer, which the testbed has no provider for"},
-	{`NetworkPolicy|Netpol`, "NetworkPolicy is not enforced yet (its own issue)"},
+	{`\[Feature:SCTPConnectivity\]`, "needs SCTP in the kernel, which the test machines' kernels lack (no sctp module)"},
+	{`\[Feature:Ingress\]`, "needs an Ingress controller of a cloud provider (GCE)"},
+	{`\[Feature:KubeProxy[^\]]*\]`, "tests kube-proxy itself (its DaemonSet migration, its conntrack accounting), which nodeflow replaces"},
 }
 
 // ConformanceOptions configure RunConformance.

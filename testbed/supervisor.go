@@ -236,9 +236,14 @@ func (s *supervisor) up(ctx context.Context) error {
 	if err := s.publishAPIServer(ctx, nodeNames); err != nil {
 		return err
 	}
-	if err := s.startClusterDNS(ctx, nodeNames); err != nil {
+	if err := s.startClusterDNS(ctx); err != nil {
 		return err
 	}
+	t = time.Now()
+	if err := s.waitClusterDNS(ctx, time.Minute); err != nil {
+		return err
+	}
+	s.timing("cluster DNS ready", t)
 	s.timing("up", start)
 	s.state.Phase = PhaseReady
 	return s.state.write()
@@ -365,7 +370,7 @@ func (s *supervisor) nodeResolvConf() string {
 
 // images are the programs the kubelets map images to.
 func (s *supervisor) images() kubelet.Images {
-	img := kubelet.Images{Self: s.opts.Self, Agnhost: s.opts.Agnhost, BinDir: filepath.Join(s.opts.Dir, "images")}
+	img := kubelet.Images{Self: s.opts.Self, Agnhost: s.opts.Agnhost, CoreDNS: s.opts.CoreDNS, BinDir: filepath.Join(s.opts.Dir, "images")}
 	if p, err := exec.LookPath("busybox"); err == nil {
 		img.Busybox = p
 	}

@@ -50,6 +50,9 @@ type Images struct {
 	Agnhost string
 	// Busybox is Debian's busybox, for the busybox images; "" if absent.
 	Busybox string
+	// CoreDNS is CoreDNS (testbed/tools/build.sh coredns), for the coredns
+	// image; "" if not built.
+	CoreDNS string
 	// BinDir holds one directory of commands per image that has some
 	// (made by Prepare).
 	BinDir string
@@ -88,6 +91,11 @@ func (m Images) Resolve(ref string) (Image, error) {
 		}, nil
 	case last == "pause":
 		return Image{Name: "pause", Entrypoint: []string{"/pause"}, Files: map[string][]string{"/pause": {m.Self, "pause"}}}, nil
+	case last == "coredns":
+		if m.CoreDNS == "" {
+			return Image{}, fmt.Errorf("image %q: %w: CoreDNS is not built (testbed/tools/build.sh coredns, part of `make testbed-deps`)", ref, ErrImageNotMapped)
+		}
+		return Image{Name: "coredns", Entrypoint: []string{"/coredns"}, Files: map[string][]string{"/coredns": {m.CoreDNS}}}, nil
 	case last == "glibc-dns-testing" || last == "jessie-dnsutils":
 		// Debian with dnsutils, which is what the node is.
 		return Image{Name: "debian dnsutils", Cmd: []string{"sh"}}, nil
@@ -102,7 +110,7 @@ func (m Images) Resolve(ref string) (Image, error) {
 			Bin:   filepath.Join(m.BinDir, "busybox"),
 		}, nil
 	}
-	return Image{}, fmt.Errorf("image %q: %w (it runs testbed/*, agnhost, pause, busybox and glibc-dns-testing images)", ref, ErrImageNotMapped)
+	return Image{}, fmt.Errorf("image %q: %w (it runs testbed/*, agnhost, pause, busybox, coredns and glibc-dns-testing images)", ref, ErrImageNotMapped)
 }
 
 // agnhostRoot is the directory of the agnhost image's files, "" if there

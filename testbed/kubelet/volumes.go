@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	v1 "k8s.io/api/core/v1"
@@ -148,6 +149,23 @@ func (w *podWorker) prepareVolume(ctx context.Context, pod *v1.Pod, vol v1.Volum
 	return "", fmt.Errorf("its type is not supported by the testbed kubelet (emptyDir, hostPath, configMap, secret, downwardAPI and projected are)")
 }
 
+// refreshVolumes writes the pod's ConfigMap, Secret and downwardAPI
+// volumes again, as a kubelet keeps them current: a changed key shows in
+// the running containers.
+func (w *podWorker) refreshVolumes(ctx context.Context, pod *v1.Pod) {
+	for _, vol := range pod.Spec.Volumes {
+		if vol.ConfigMap == nil && vol.Secret == nil && vol.DownwardAPI == nil {
+			continue
+		}
+		if _, err := w.prepareVolume(ctx, pod, vol); err != nil {
+			w.log.WithError(err).WithField("volume", vol.Name).Warn("refresh volume")
+		}
+	}
+}
+
+// volumeRefresh is how often refreshVolumes runs.
+const volumeRefresh = 5 * time.Second
+
 // volumeFile is one file of a volume.
 type volumeFile struct {
 	data []byte
@@ -176,10 +194,22 @@ func writeVolume(dir string, files map[string]volumeFile, defaultMode *int32) er
 		} else if defaultMode != nil {
 			mode = os.FileMode(*defaultMode)
 		}
-		if err := os.WriteFile(p, f.data, mode); err != nil {
+		if cur, err := os.ReadFile(p); err == nil && string(cur) == string(f.data) {
+			if err := os.Chmod(p, mode); err != nil {
+				return err
+			}
+			continue
+		}
+		// A reader (CoreDNS reloading its Corefile) sees the old file or
+		// the new one, never a part.
+		tmp := filepath.Join(filepath.Dir(p), ".."+filepath.Base(p)+".tmp")
+		if err := os.WriteFile(tmp, f.data, mode); err != nil {
 			return err
 		}
-		if err := os.Chmod(p, mode); err != nil {
+		if err := os.Chmod(tmp, mode); err != nil {
+			return err
+		}
+		if err := os.Rename(tmp, p); err != nil {
 			return err
 		}
 	}

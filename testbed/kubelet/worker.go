@@ -119,6 +119,8 @@ func (w *podWorker) run(ctx context.Context) {
 	backoff := time.Second
 	var retryAt time.Time
 	var wake *time.Timer
+	refresh := time.NewTicker(volumeRefresh)
+	defer refresh.Stop()
 	for {
 		var wakeC <-chan time.Time
 		if wake != nil {
@@ -132,6 +134,11 @@ func (w *podWorker) run(ctx context.Context) {
 		case <-w.notify:
 		case <-wakeC:
 			wake = nil
+		case <-refresh.C:
+			if pod, gone := w.snapshot(); w.started && !gone && pod.DeletionTimestamp == nil {
+				w.refreshVolumes(ctx, pod)
+			}
+			continue
 		}
 		pod, gone := w.snapshot()
 		if gone || pod.DeletionTimestamp != nil {
