@@ -44,6 +44,12 @@ func DefaultE2ETest() string {
 	return cachedTool("e2e.test", "e2e.test")
 }
 
+// DefaultGinkgo is where testbed/tools/build.sh puts the ginkgo runner, ""
+// if it is not there.
+func DefaultGinkgo() string {
+	return cachedTool("ginkgo", "ginkgo")
+}
+
 // corefile is the cluster DNS's configuration (kubeadm's, without the
 // metrics port).
 const corefile = `.:53 {

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -48,6 +49,11 @@ var ConformanceSkips = []ConformanceSkip{
 type ConformanceOptions struct {
 	// E2ETest is the e2e.test binary.
 	E2ETest string
+	// Ginkgo is the ginkgo runner (testbed/tools/build.sh ginkgo); with
+	// Procs above 1 it runs the tests in that many processes ([Serial]
+	// tests alone, at the end).
+	Ginkgo string
+	Procs  int
 	// Kubeconfig is the cluster's admin kubeconfig.
 	Kubeconfig string
 	// Focus selects the tests (a regular expression on the full name).
@@ -104,13 +110,23 @@ func RunConformance(o ConformanceOptions) (*ConformanceResult, error) {
 		return nil, err
 	}
 	defer logf.Close()
-	cmd := exec.Command(o.E2ETest,
-		"--kubeconfig", o.Kubeconfig, "--provider", "skeleton",
-		"--ginkgo.focus", o.Focus, "--ginkgo.skip", o.skipRegexp(),
-		"--ginkgo.timeout", o.Timeout.String(),
-		"--ginkgo.no-color", "--ginkgo.silence-skips",
-		"--ginkgo.json-report", report,
-		"--report-dir", o.OutDir)
+	e2eFlags := []string{"--kubeconfig", o.Kubeconfig, "--provider", "skeleton", "--report-dir", o.OutDir}
+	ginkgoFlags := []string{"focus", o.Focus, "skip", o.skipRegexp(), "timeout", o.Timeout.String(), "json-report", report}
+	var cmd *exec.Cmd
+	if o.Procs > 1 && o.Ginkgo != "" {
+		args := []string{"--procs", strconv.Itoa(o.Procs), "--no-color", "--silence-skips", "--output-dir", o.OutDir}
+		for i := 0; i < len(ginkgoFlags); i += 2 {
+			args = append(args, "--"+ginkgoFlags[i], ginkgoFlags[i+1])
+		}
+		args[len(args)-1] = filepath.Base(report) // ginkgo writes it in --output-dir
+		cmd = exec.Command(o.Ginkgo, append(append(args, o.E2ETest, "--"), e2eFlags...)...)
+	} else {
+		args := append([]string(nil), e2eFlags...)
+		for i := 0; i < len(ginkgoFlags); i += 2 {
+			args = append(args, "--ginkgo."+ginkgoFlags[i], ginkgoFlags[i+1])
+		}
+		cmd = exec.Command(o.E2ETest, append(args, "--ginkgo.no-color", "--ginkgo.silence-skips")...)
+	}
 	cmd.Dir = o.OutDir
 	var out io.Writer = logf
 	if o.Log != nil {

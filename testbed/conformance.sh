@@ -6,6 +6,7 @@
 #
 #   testbed/conformance.sh [SUBSET]    sig-network (default), conformance or services
 #   CONFORMANCE_OUT=DIR                the report's directory (default _output/conformance)
+#   CONFORMANCE_PROCS=N                test processes (default 3; [Serial] tests run alone at the end)
 #
 # The report (report.md, report.json, e2e.log) is in the output directory;
 # the exit status is non-zero when a test failed.
@@ -14,8 +15,10 @@ cd "$(dirname "$0")/.."
 subset=${1:-sig-network}
 out=${CONFORMANCE_OUT:-_output/conformance}
 e2e=$(GO=${GO:-go} testbed/tools/build.sh e2e.test)
+ginkgo=$(GO=${GO:-go} testbed/tools/build.sh ginkgo)
 top=$(mktemp)
 trap 'bin/testbed --name conformance down >/dev/null 2>&1 || true; rm -f "$top"' EXIT
 sed 's/^name: .*/name: conformance/' testbed/topology/default.yaml > "$top"
 bin/testbed up -t "$top"
-bin/testbed --name conformance conformance --subset "$subset" --e2e-test "$e2e" --out "$out"
+bin/testbed --name conformance conformance --subset "$subset" --e2e-test "$e2e" \
+	--ginkgo "$ginkgo" --procs "${CONFORMANCE_PROCS:-3}" --out "$out"

@@ -326,6 +326,8 @@ func conformanceCommand() *cli.Command {
 			&cli.StringFlag{Name: "focus", Usage: "a regular expression that selects the tests instead of --subset"},
 			&cli.StringFlag{Name: "skip", Usage: "a regular expression of more tests to leave out"},
 			&cli.StringFlag{Name: "e2e-test", Usage: "the upstream e2e.test `BINARY` (default: testbed/tools/build.sh e2e.test's)"},
+			&cli.IntFlag{Name: "procs", Value: 1, Usage: "run the tests in `N` processes ([Serial] ones alone, at the end), with the ginkgo runner"},
+			&cli.StringFlag{Name: "ginkgo", Usage: "the ginkgo runner `BINARY` for --procs (default: testbed/tools/build.sh ginkgo's)"},
 			&cli.StringFlag{Name: "out", Value: "_output/conformance", Usage: "the report `DIR`"},
 			&cli.DurationFlag{Name: "timeout", Value: 3 * time.Hour},
 		},
@@ -350,8 +352,15 @@ func conformanceCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
+			ginkgo := c.String("ginkgo")
+			if ginkgo == "" {
+				ginkgo = testbed.DefaultGinkgo()
+			}
+			if c.Int("procs") > 1 && ginkgo == "" {
+				return fmt.Errorf("--procs needs the ginkgo runner: run testbed/tools/build.sh ginkgo")
+			}
 			res, err := testbed.RunConformance(testbed.ConformanceOptions{
-				E2ETest: bin, Kubeconfig: st.Kubeconfig, Focus: focus, Skip: c.String("skip"),
+				E2ETest: bin, Ginkgo: ginkgo, Procs: c.Int("procs"), Kubeconfig: st.Kubeconfig, Focus: focus, Skip: c.String("skip"),
 				OutDir: out, Timeout: c.Duration("timeout"), Log: os.Stdout,
 			})
 			if err != nil {

@@ -81,14 +81,19 @@ func (m Images) Resolve(ref string) (Image, error) {
 		if m.Agnhost == "" {
 			return Image{}, fmt.Errorf("image %q: %w: agnhost is not built (testbed/tools/build.sh agnhost, part of `make testbed-deps`)", ref, ErrImageNotMapped)
 		}
-		return Image{
+		img := Image{
 			Name:       "agnhost",
 			Entrypoint: []string{"/agnhost"},
 			Cmd:        []string{"pause"},
 			Files:      map[string][]string{"/agnhost": {m.Agnhost}, "/agnhost-2": {m.Agnhost}},
 			Bin:        filepath.Join(m.BinDir, "agnhost"),
 			Dir:        agnhostRoot(m.Agnhost),
-		}, nil
+		}
+		if m.CoreDNS != "" {
+			// The image carries a CoreDNS too, which DNS tests run.
+			img.Files["/coredns"] = []string{m.CoreDNS}
+		}
+		return img, nil
 	case last == "pause":
 		return Image{Name: "pause", Entrypoint: []string{"/pause"}, Files: map[string][]string{"/pause": {m.Self, "pause"}}}, nil
 	case last == "coredns":

@@ -5,5 +5,6 @@
 package tools
 
 import (
+	_ "github.com/onsi/ginkgo/v2/ginkgo"
 	_ "k8s.io/kubernetes/test/images/agnhost"
 )
