@@ -97,8 +97,18 @@ func portNamed(ps []*ServicePort, n ServicePortName) *ServicePort {
 	return nil
 }
 
+// ServiceProxyNameLabel marks a Service that a service proxy other than
+// the cluster's default serves: kube-proxy leaves every Service that
+// carries it alone, and nodeflow every one whose value is not ProxyName.
+const ServiceProxyNameLabel = "service.kubernetes.io/service-proxy-name"
+
+// ProxyName is the value of ServiceProxyNameLabel that gives a Service to
+// nodeflow.
+const ProxyName = "nodeflow"
+
 // ServicePorts processes svc into its service ports. Headless and
-// ExternalName Services have none (kube-proxy ignores them); a Service
+// ExternalName Services have none (kube-proxy ignores them), nor a Service
+// another service proxy serves (ServiceProxyNameLabel); a Service
 // without a selector is processed like any other, its endpoints coming
 // from EndpointSlices someone else manages. Bad fields are returned as
 // *InputError; a bad ClusterIP rejects the whole Service, a bad ExternalIP,
@@ -126,6 +136,9 @@ func processService(svc *v1.Service) (*serviceInfo, []error) {
 	key := types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}
 	if svc.Spec.Type == v1.ServiceTypeExternalName || svc.Spec.ClusterIP == v1.ClusterIPNone || svc.Spec.ClusterIP == "" {
 		return nil, nil
+	}
+	if name, ok := svc.Labels[ServiceProxyNameLabel]; ok && name != ProxyName {
+		return nil, nil // another service proxy's
 	}
 	ips := svc.Spec.ClusterIPs
 	field := "spec.clusterIPs"

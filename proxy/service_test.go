@@ -34,6 +34,24 @@ func TestServicePorts(t *testing.T) {
 			svc:  svc("default", "hl", "None"),
 		},
 		{
+			name: "another proxy's service is ignored",
+			svc: svc("default", "other", "10.96.0.11", func(s *v1.Service) {
+				s.Labels = map[string]string{ServiceProxyNameLabel: "foo-bar"}
+			}),
+		},
+		{
+			name: "a service named for nodeflow is served",
+			svc: svc("default", "web", "10.96.0.10", func(s *v1.Service) {
+				s.Labels = map[string]string{ServiceProxyNameLabel: ProxyName}
+			}),
+			want: map[ServicePortName]*ServicePort{
+				spn("default", "web", "http", v1.ProtocolTCP): {
+					Name: spn("default", "web", "http", v1.ProtocolTCP), Protocol: v1.ProtocolTCP, Port: 80,
+					ClusterIPs: []netip.Addr{addr("10.96.0.10")},
+				},
+			},
+		},
+		{
 			name: "external name is ignored",
 			svc: svc("default", "ext", "", func(s *v1.Service) {
 				s.Spec.Type, s.Spec.ClusterIP, s.Spec.ClusterIPs = v1.ServiceTypeExternalName, "", nil

@@ -43,6 +43,7 @@ var ConformanceSkips = []ConformanceSkip{
 	{`\[Feature:SCTPConnectivity\]`, "needs SCTP in the kernel, which the test machines' kernels lack (no sctp module)"},
 	{`\[Feature:Ingress\]`, "needs an Ingress controller of a cloud provider (GCE)"},
 	{`\[Feature:KubeProxy[^\]]*\]`, "tests kube-proxy itself (its DaemonSet migration, its conntrack accounting), which nodeflow replaces"},
+	{`\[Feature:Networking-(IPv4|IPv6|DNS)\]`, "connects to 8.8.8.8, Google's IPv6 resolver or google.com on the Internet; the testbed's networks have no route out (its external hosts stand in for the Internet)"},
 }
 
 // ConformanceOptions configure RunConformance.

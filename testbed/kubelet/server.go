@@ -8,11 +8,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"html"
 	"io"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -105,6 +107,7 @@ func (k *Kubelet) handler() http.Handler {
 	mux.HandleFunc("/metrics", k.authorized("metrics", k.serveMetrics))
 	mux.HandleFunc("/metrics/resource", k.authorized("metrics", k.serveMetrics))
 	mux.HandleFunc("/containerLogs/{ns}/{pod}/{container}", k.authorized("log", k.serveLogs))
+	mux.HandleFunc("/logs/", k.authorized("log", k.serveNodeLogs))
 	for _, p := range []string{"/exec/{ns}/{pod}/{container}", "/exec/{ns}/{pod}/{uid}/{container}"} {
 		mux.HandleFunc(p, k.authorized("proxy", k.serveExec))
 	}
@@ -219,6 +222,29 @@ func (k *Kubelet) servePods(w http.ResponseWriter, _ *http.Request) {
 	_ = json.NewEncoder(w).Encode(list)
 }
 
+// serveNodeLogs serves the node's logs, as a kubelet serves /var/log: the
+// *.log files of the node's directory (the kubelet's and the agent's), a
+// listing at /logs/.
+func (k *Kubelet) serveNodeLogs(w http.ResponseWriter, r *http.Request) {
+	name := strings.TrimPrefix(r.URL.Path, "/logs/")
+	if name == "" {
+		matches, _ := filepath.Glob(filepath.Join(k.cfg.StateDir, "*.log"))
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		fmt.Fprintln(w, "<pre>")
+		for _, m := range matches {
+			b := filepath.Base(m)
+			fmt.Fprintf(w, "<a href=%q>%s</a>\n", b, html.EscapeString(b))
+		}
+		fmt.Fprintln(w, "</pre>")
+		return
+	}
+	if strings.Contains(name, "/") || !strings.HasSuffix(name, ".log") {
+		http.NotFound(w, r)
+		return
+	}
+	http.ServeFile(w, r, filepath.Join(k.cfg.StateDir, name))
+}
+
 // serveMetrics serves the kubelet's metrics in the Prometheus text format:
 // the pods and containers it runs (the stand-in keeps no latency
 // histograms).
@@ -241,36 +267,35 @@ func (k *Kubelet) serveMetrics(w http.ResponseWriter, _ *http.Request) {
 	fmt.Fprintf(w, "# HELP kubelet_running_containers Number of containers currently running\n# TYPE kubelet_running_containers gauge\nkubelet_running_containers{container_state=\"running\"} %d\n", containers)
 }
 
-func (k *Kubelet) serveExec(w http.ResponseWriter, r *http.Request) {
+// streamTarget finds a streaming request's pod and container and reads
+// its stream options; it answers the request itself when it cannot.
+func (k *Kubelet) streamTarget(w http.ResponseWriter, r *http.Request) (*v1.Pod, *streams, *remotecommand.Options, bool) {
 	pw, c, err := k.target(r)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusNotFound)
-		return
+		return nil, nil, nil, false
 	}
 	opts, err := remotecommand.NewOptions(r)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
+		return nil, nil, nil, false
 	}
 	pod, _ := pw.snapshot()
-	remotecommand.ServeExec(w, r, &streams{w: pw, c: c}, pod.Name, string(pod.UID), c.spec.Name, r.URL.Query()["command"],
-		opts, streamIdleTimeout, streamCreationTimeout, remotecommand.SupportedStreamingProtocols)
+	return pod, &streams{w: pw, c: c}, opts, true
+}
+
+func (k *Kubelet) serveExec(w http.ResponseWriter, r *http.Request) {
+	if pod, s, opts, ok := k.streamTarget(w, r); ok {
+		remotecommand.ServeExec(w, r, s, pod.Name, string(pod.UID), s.c.spec.Name, r.URL.Query()["command"],
+			opts, streamIdleTimeout, streamCreationTimeout, remotecommand.SupportedStreamingProtocols)
+	}
 }
 
 func (k *Kubelet) serveAttach(w http.ResponseWriter, r *http.Request) {
-	pw, c, err := k.target(r)
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusNotFound)
-		return
+	if pod, s, opts, ok := k.streamTarget(w, r); ok {
+		remotecommand.ServeAttach(w, r, s, pod.Name, string(pod.UID), s.c.spec.Name,
+			opts, streamIdleTimeout, streamCreationTimeout, remotecommand.SupportedStreamingProtocols)
 	}
-	opts, err := remotecommand.NewOptions(r)
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
-	}
-	pod, _ := pw.snapshot()
-	remotecommand.ServeAttach(w, r, &streams{w: pw, c: c}, pod.Name, string(pod.UID), c.spec.Name,
-		opts, streamIdleTimeout, streamCreationTimeout, remotecommand.SupportedStreamingProtocols)
 }
 
 func (k *Kubelet) servePortForward(w http.ResponseWriter, r *http.Request) {

@@ -13,6 +13,7 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 )
@@ -161,6 +162,60 @@ func (w *podWorker) refreshVolumes(ctx context.Context, pod *v1.Pod) {
 			w.log.WithError(err).WithField("volume", vol.Name).Warn("refresh volume")
 		}
 	}
+}
+
+// checkStorage evicts the pod, as a kubelet does, when what it wrote (its
+// root's own layer, its containers' logs and its emptyDir volumes) is more
+// than the sum of its containers' ephemeral-storage limits. It reports
+// whether it evicted the pod.
+func (w *podWorker) checkStorage(pod *v1.Pod) bool {
+	var limit int64
+	for _, c := range pod.Spec.Containers {
+		if q, ok := c.Resources.Limits[v1.ResourceEphemeralStorage]; ok {
+			limit += q.Value()
+		}
+	}
+	if limit == 0 {
+		return false
+	}
+	dirs := []string{filepath.Join(w.k.podDir(string(pod.UID)), "rootfs", "upper")}
+	for _, c := range pod.Spec.Containers {
+		dirs = append(dirs, w.k.containerLogDir(pod, c.Name))
+	}
+	for _, v := range pod.Spec.Volumes {
+		if v.EmptyDir != nil {
+			dirs = append(dirs, w.k.volumeDir(string(pod.UID), v.Name))
+		}
+	}
+	var used int64
+	for _, d := range dirs {
+		used += dirSize(d)
+	}
+	if used <= limit {
+		return false
+	}
+	msg := fmt.Sprintf("Pod ephemeral local storage usage exceeds the total limit of containers %s.", resource.NewQuantity(limit, resource.BinarySI))
+	w.log.WithField("used", used).Warn("evicting: " + msg)
+	w.k.recorder.Eventf(pod, v1.EventTypeWarning, "Evicted", "%s", msg)
+	w.mu.Lock()
+	w.evicted = msg
+	w.mu.Unlock()
+	w.stopContainers(time.Second)
+	return true
+}
+
+// dirSize is the size of the files below dir (0 if it is not there).
+func dirSize(dir string) int64 {
+	var n int64
+	_ = filepath.WalkDir(dir, func(_ string, d os.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			if fi, err := d.Info(); err == nil {
+				n += fi.Size()
+			}
+		}
+		return nil
+	})
+	return n
 }
 
 // volumeRefresh is how often refreshVolumes runs.

@@ -43,6 +43,8 @@ type podWorker struct {
 	containers []*container // init containers first
 	podIPs     []string
 	netns      string
+	// evicted says why the kubelet evicted the pod ("" if it did not).
+	evicted string
 
 	// Fields only run's goroutine touches.
 	started     bool // the sandbox is up
@@ -135,20 +137,24 @@ func (w *podWorker) run(ctx context.Context) {
 		case <-wakeC:
 			wake = nil
 		case <-refresh.C:
-			if pod, gone := w.snapshot(); w.started && !gone && pod.DeletionTimestamp == nil {
-				w.refreshVolumes(ctx, pod)
+			pod, gone := w.snapshot()
+			if !w.started || gone || pod.DeletionTimestamp != nil || w.isEvicted() {
+				continue
 			}
-			continue
+			w.refreshVolumes(ctx, pod)
+			if !w.checkStorage(pod) {
+				continue
+			}
 		}
 		pod, gone := w.snapshot()
 		if gone || pod.DeletionTimestamp != nil {
 			w.terminate(ctx, pod, gone)
 			return
 		}
-		next := time.Time{}
+		var next wakeup
 		if !w.started {
 			if now := time.Now(); now.Before(retryAt) {
-				next = retryAt
+				next.by(retryAt)
 			} else if err := w.start(ctx, pod); err != nil {
 				if ctx.Err() != nil {
 					continue
@@ -158,37 +164,39 @@ func (w *podWorker) run(ctx context.Context) {
 				w.stopContainers(time.Second)
 				_ = w.removeSandbox(true)
 				retryAt = time.Now().Add(backoff)
-				next = retryAt
+				next.by(retryAt)
 				backoff = min(2*backoff, 30*time.Second)
 			} else {
 				backoff = time.Second
 			}
 		}
 		if w.started {
-			next = earliest(next, w.syncContainers(ctx, pod))
+			if !w.isEvicted() {
+				next.by(w.syncContainers(ctx, pod))
+			}
 			if err := w.syncStatus(ctx, pod); err != nil && ctx.Err() == nil {
 				w.log.WithError(err).Warn("update pod status")
-				next = earliest(next, time.Now().Add(time.Second))
+				next.by(time.Now().Add(time.Second))
 			}
 		}
-		if !next.IsZero() {
+		if !next.at.IsZero() {
 			if wake != nil {
 				wake.Stop()
 			}
-			wake = time.NewTimer(time.Until(next))
+			wake = time.NewTimer(time.Until(next.at))
 		}
 	}
 }
 
-// earliest returns the earlier of two times, a zero time meaning none.
-func earliest(a, b time.Time) time.Time {
-	switch {
-	case a.IsZero():
-		return b
-	case b.IsZero() || a.Before(b):
-		return a
+// wakeup is when the worker next has something to do: the soonest of the
+// times it is told about (zero for none).
+type wakeup struct{ at time.Time }
+
+// by asks for a wakeup at t at the latest (a zero t asks for none).
+func (u *wakeup) by(t time.Time) {
+	if !t.IsZero() && (u.at.IsZero() || t.Before(u.at)) {
+		u.at = t
 	}
-	return b
 }
 
 func randomID() string {
@@ -262,6 +270,12 @@ func (w *podWorker) start(ctx context.Context, pod *v1.Pod) error {
 	return nil
 }
 
+func (w *podWorker) isEvicted() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.evicted != ""
+}
+
 func (w *podWorker) setNetwork(netns string, ips []string) {
 	w.mu.Lock()
 	w.netns, w.podIPs = netns, ips
@@ -290,7 +304,7 @@ func (w *podWorker) syncContainers(ctx context.Context, pod *v1.Pod) time.Time {
 	w.mu.Lock()
 	cs := w.containers
 	w.mu.Unlock()
-	next := time.Time{}
+	var next wakeup
 	// ensure starts c if it has no process and should have one; it reports
 	// whether c has finished for good with exit code 0.
 	ensure := func(c *container) (done bool) {
@@ -304,7 +318,7 @@ func (w *podWorker) syncContainers(ctx context.Context, pod *v1.Pod) time.Time {
 			return term.ExitCode == 0
 		}
 		if time.Now().Before(until) {
-			next = earliest(next, until)
+			next.by(until)
 			return false
 		}
 		if err := w.startContainer(ctx, pod, c); err != nil {
@@ -315,7 +329,7 @@ func (w *podWorker) syncContainers(ctx context.Context, pod *v1.Pod) time.Time {
 			c.waitReason, c.waitMessage = "CreateContainerError", err.Error()
 			c.backoffUntil = time.Now().Add(restartBackoff)
 			c.mu.Unlock()
-			next = earliest(next, time.Now().Add(restartBackoff))
+			next.by(time.Now().Add(restartBackoff))
 			return false
 		}
 		verb := "Started"
@@ -351,12 +365,12 @@ func (w *podWorker) syncContainers(ctx context.Context, pod *v1.Pod) time.Time {
 		done := ensure(c)
 		if sidecar {
 			if !c.running() {
-				return next
+				return next.at
 			}
 			continue
 		}
 		if !done {
-			return next
+			return next.at
 		}
 	}
 	for _, c := range cs {
@@ -364,7 +378,7 @@ func (w *podWorker) syncContainers(ctx context.Context, pod *v1.Pod) time.Time {
 			ensure(c)
 		}
 	}
-	return next
+	return next.at
 }
 
 // stopContainers stops every container, app containers first, each
@@ -547,6 +561,11 @@ func (w *podWorker) buildStatus(pod *v1.Pod) *v1.PodStatus {
 		}
 		st.Conditions = append(st.Conditions, v1.PodCondition{Type: t, Status: s, Reason: reason, LastTransitionTime: metav1.Now()})
 	}
+	w.mu.Lock()
+	if w.evicted != "" {
+		st.Phase, st.Reason, st.Message = v1.PodFailed, "Evicted", w.evicted
+	}
+	w.mu.Unlock()
 	ready := allReady && st.Phase == v1.PodRunning
 	setCond(v1.PodReadyToStartContainers, w.started, "")
 	setCond(v1.PodInitialized, initialized, "ContainersNotInitialized")
