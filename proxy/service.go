@@ -102,13 +102,18 @@ func portNamed(ps []*ServicePort, n ServicePortName) *ServicePort {
 // carries it alone, and nodeflow every one whose value is not ProxyName.
 const ServiceProxyNameLabel = "service.kubernetes.io/service-proxy-name"
 
+// HeadlessLabel marks a Service as headless whatever its spec says: no
+// service proxy serves it (kube-proxy's rule).
+const HeadlessLabel = "service.kubernetes.io/headless"
+
 // ProxyName is the value of ServiceProxyNameLabel that gives a Service to
 // nodeflow.
 const ProxyName = "nodeflow"
 
 // ServicePorts processes svc into its service ports. Headless and
 // ExternalName Services have none (kube-proxy ignores them), nor a Service
-// another service proxy serves (ServiceProxyNameLabel); a Service
+// labelled headless (HeadlessLabel) or one another service proxy serves
+// (ServiceProxyNameLabel); a Service
 // without a selector is processed like any other, its endpoints coming
 // from EndpointSlices someone else manages. Bad fields are returned as
 // *InputError; a bad ClusterIP rejects the whole Service, a bad ExternalIP,
@@ -139,6 +144,9 @@ func processService(svc *v1.Service) (*serviceInfo, []error) {
 	}
 	if name, ok := svc.Labels[ServiceProxyNameLabel]; ok && name != ProxyName {
 		return nil, nil // another service proxy's
+	}
+	if _, ok := svc.Labels[HeadlessLabel]; ok {
+		return nil, nil // headless by its label, whatever its ClusterIP
 	}
 	ips := svc.Spec.ClusterIPs
 	field := "spec.clusterIPs"

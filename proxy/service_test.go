@@ -40,6 +40,12 @@ func TestServicePorts(t *testing.T) {
 			}),
 		},
 		{
+			name: "a service labelled headless is ignored",
+			svc: svc("default", "hl2", "10.96.0.12", func(s *v1.Service) {
+				s.Labels = map[string]string{HeadlessLabel: ""}
+			}),
+		},
+		{
 			name: "a service named for nodeflow is served",
 			svc: svc("default", "web", "10.96.0.10", func(s *v1.Service) {
 				s.Labels = map[string]string{ServiceProxyNameLabel: ProxyName}
