@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -452,7 +453,8 @@ func (w *podWorker) terminate(ctx context.Context, pod *v1.Pod, gone bool) {
 		grace = time.Duration(*pod.DeletionGracePeriodSeconds) * time.Second
 	}
 	w.k.recorder.Eventf(pod, v1.EventTypeNormal, "Killing", "Stopping the pod's containers")
-	w.stopContainers(grace)
+	w.drain(ctx, grace, !gone)
+	w.stopContainers(time.Second)
 	if err := w.removeSandbox(true); err != nil {
 		w.log.WithError(err).Error("remove sandbox")
 	}
@@ -466,6 +468,57 @@ func (w *podWorker) terminate(ctx context.Context, pod *v1.Pod, gone bool) {
 	})
 	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 		w.log.WithError(err).Error("delete pod")
+	}
+}
+
+// drain asks every container to stop (SIGTERM) and waits up to grace for
+// them, then kills what is left. Meanwhile the probes go on and, with
+// report, the pod's status follows them, as a kubelet's does: a server
+// that fails its readiness once told to stop (agnhost netexec
+// --delay-shutdown) turns the pod unready while it still serves.
+func (w *podWorker) drain(ctx context.Context, grace time.Duration, report bool) {
+	w.mu.Lock()
+	cs := w.containers
+	w.mu.Unlock()
+	signal := func(sig syscall.Signal) (running int) {
+		for _, c := range cs {
+			c.mu.Lock()
+			if c.proc != nil {
+				_ = syscall.Kill(-c.proc.Process.Pid, sig)
+				running++
+			}
+			c.mu.Unlock()
+		}
+		return running
+	}
+	if signal(syscall.SIGTERM) == 0 {
+		return
+	}
+	deadline := time.NewTimer(grace)
+	defer deadline.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			signal(syscall.SIGKILL)
+			return
+		case <-deadline.C:
+			signal(syscall.SIGKILL)
+			return
+		case <-w.notify:
+		}
+		if report {
+			pod, _ := w.snapshot()
+			if err := w.syncStatus(ctx, pod); err != nil && ctx.Err() == nil {
+				w.log.WithError(err).Debug("update the status of a terminating pod")
+			}
+		}
+		running := false
+		for _, c := range cs {
+			running = running || c.running()
+		}
+		if !running {
+			return
+		}
 	}
 }
 
