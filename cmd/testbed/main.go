@@ -390,12 +390,13 @@ func sandboxCommand() *cli.Command {
 			&cli.StringFlag{Name: "hostname"},
 			&cli.StringFlag{Name: "root-dir", Usage: "the `DIR` of the pod root's overlay"},
 			&cli.StringSliceFlag{Name: "file", Usage: "`TARGET=SOURCE`: SOURCE's content at TARGET in the root"},
+			&cli.StringSliceFlag{Name: "dir", Usage: "a `DIR` to make in the root"},
 			&cli.StringSliceFlag{Name: "mount", Usage: "`TARGET=SOURCE[:ro]` to bind into the root"},
 		},
 		Action: func(c *cli.Context) error {
 			return kubelet.RunSandbox(kubelet.SandboxSpec{
 				Hostname: c.String("hostname"), RootDir: c.String("root-dir"),
-				Files: c.StringSlice("file"), Mounts: c.StringSlice("mount"),
+				Files: c.StringSlice("file"), Dirs: c.StringSlice("dir"), Mounts: c.StringSlice("mount"),
 			}, os.Stdout)
 		},
 	}

@@ -23,13 +23,15 @@ type Image struct {
 	// Entrypoint and Cmd are the image's ENTRYPOINT and CMD.
 	Entrypoint, Cmd []string
 	// Files maps paths inside the image that commands name (argv[0]) to the
-	// argv prefix that runs them on the node.
+	// argv prefix that runs them on the node; a prefix of one program is
+	// also in the pod's root at that path, for scripts that name it.
 	Files map[string][]string
 	// Bin is put first on the container's PATH ("" for none).
 	Bin string
-	// Dir holds the image's own files; it is the working directory of a
-	// container that sets none ("" for /).
-	Dir string
+	// Root holds the image's other files, by their path in the image: the
+	// pod's root has them there (a directory the image has, created
+	// empty, for "").
+	Root map[string]string
 	// Builtin marks the testbed's own test server, which the stand-in
 	// starts with the pod's name and containerPorts and waits for.
 	Builtin bool
@@ -87,11 +89,17 @@ func (m Images) Resolve(ref string) (Image, error) {
 			Cmd:        []string{"pause"},
 			Files:      map[string][]string{"/agnhost": {m.Agnhost}, "/agnhost-2": {m.Agnhost}},
 			Bin:        filepath.Join(m.BinDir, "agnhost"),
-			Dir:        agnhostRoot(m.Agnhost),
+			Root:       map[string]string{"/uploads": ""},
 		}
 		if m.CoreDNS != "" {
 			// The image carries a CoreDNS too, which DNS tests run.
 			img.Files["/coredns"] = []string{m.CoreDNS}
+		}
+		// porter's and netexec's TLS pair, beside the program.
+		if dir := agnhostRoot(m.Agnhost); dir != "" {
+			for _, f := range []string{"localhost.crt", "localhost.key"} {
+				img.Root["/"+f] = filepath.Join(dir, f)
+			}
 		}
 		return img, nil
 	case last == "pause":
@@ -187,15 +195,28 @@ func (img Image) argv(command, args []string, env map[string]string) ([]string, 
 	return img.mapCommand(out), nil
 }
 
-// workingDir is a container's working directory: its own, or the image's.
+// workingDir is a container's working directory: its own, or the image's
+// (/ for every image the stand-in knows).
 func (img Image) workingDir(spec string) string {
-	switch {
-	case spec != "":
+	if spec != "" {
 		return spec
-	case img.Dir != "":
-		return img.Dir
 	}
 	return "/"
+}
+
+// rootFiles are what the image puts in a pod's root, by path: its
+// programs (a file whose argv prefix is one program) and its other files.
+func (img Image) rootFiles() map[string]string {
+	out := map[string]string{}
+	for p, argv := range img.Files {
+		if len(argv) == 1 {
+			out[p] = argv[0]
+		}
+	}
+	for p, src := range img.Root {
+		out[p] = src
+	}
+	return out
 }
 
 // mapCommand replaces argv[0] when it names one of the image's files.

@@ -39,6 +39,8 @@ type SandboxSpec struct {
 	RootDir string
 	// Files are TARGET=SOURCE: SOURCE's content becomes the root's TARGET.
 	Files []string
+	// Dirs are directories to make in the root.
+	Dirs []string
 	// Mounts are TARGET=SOURCE or TARGET=SOURCE:ro, bound into the root.
 	Mounts []string
 }
@@ -116,6 +118,15 @@ func buildRoot(spec SandboxSpec) (string, error) {
 		p := filepath.Join(dir, filepath.Base(target))
 		_ = os.Remove(p)
 		if err := os.WriteFile(p, data, 0o644); err != nil {
+			return "", err
+		}
+	}
+	for _, d := range spec.Dirs {
+		p, err := resolveIn(root, d)
+		if err != nil {
+			return "", err
+		}
+		if err := os.MkdirAll(p, 0o777); err != nil {
 			return "", err
 		}
 	}
@@ -264,7 +275,7 @@ func (k *Kubelet) podDir(uid string) string {
 
 // startSandbox writes the pod's hosts and resolv.conf and starts its
 // sandbox process in netns.
-func (w *podWorker) startSandbox(ctx context.Context, pod *v1.Pod) (*sandbox, error) {
+func (w *podWorker) startSandbox(ctx context.Context, pod *v1.Pod, cs []*container) (*sandbox, error) {
 	dir := w.k.podDir(string(pod.UID))
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
@@ -292,6 +303,25 @@ func (w *podWorker) startSandbox(ctx context.Context, pod *v1.Pod) (*sandbox, er
 	argv := []string{"netns", "exec", w.netns, "unshare", "--uts", "--mount", "--propagation", "private", "--",
 		w.k.cfg.Images.Self, "sandbox", "--hostname", podHostname(pod, w.k.cfg.NodeName), "--root-dir", filepath.Join(dir, "rootfs"),
 		"--file", "/etc/hosts=" + hosts, "--file", "/etc/resolv.conf=" + resolv}
+	// The images' own files first, the volumes over them.
+	images := map[string]string{}
+	for _, c := range cs {
+		for p, src := range c.img.rootFiles() {
+			images[p] = src
+		}
+	}
+	paths := make([]string, 0, len(images))
+	for p := range images {
+		paths = append(paths, p)
+	}
+	sort.Strings(paths)
+	for _, p := range paths {
+		if images[p] == "" {
+			argv = append(argv, "--dir", p)
+		} else {
+			argv = append(argv, "--mount", p+"="+images[p]+":ro")
+		}
+	}
 	for _, m := range mounts {
 		src := m.source
 		if m.readOnly {

@@ -246,10 +246,6 @@ func (w *podWorker) start(ctx context.Context, pod *v1.Pod) error {
 		}
 	}
 	w.setNetwork(netns, podIPs)
-	sb, err := w.startSandbox(ctx, pod)
-	if err != nil {
-		return err
-	}
 	var cs []*container
 	for i, spec := range append(append([]v1.Container(nil), pod.Spec.InitContainers...), pod.Spec.Containers...) {
 		c := &container{spec: spec, init: i < len(pod.Spec.InitContainers)}
@@ -258,6 +254,10 @@ func (w *podWorker) start(ctx context.Context, pod *v1.Pod) error {
 			k.recorder.Eventf(pod, v1.EventTypeWarning, "Failed", "Failed to pull image %q: %v", spec.Image, c.imgErr)
 		}
 		cs = append(cs, c)
+	}
+	sb, err := w.startSandbox(ctx, pod, cs)
+	if err != nil {
+		return err
 	}
 	w.mu.Lock()
 	w.sandbox, w.containers = sb, cs
@@ -620,9 +620,25 @@ func (w *podWorker) buildStatus(pod *v1.Pod) *v1.PodStatus {
 	}
 	w.mu.Unlock()
 	ready := allReady && st.Phase == v1.PodRunning
+	containersReady := ready
+	// A readiness gate holds the pod's Ready condition until someone sets
+	// the gate's condition True.
+	for _, g := range pod.Spec.ReadinessGates {
+		gate := false
+		for _, c := range st.Conditions {
+			if c.Type == g.ConditionType {
+				gate = c.Status == v1.ConditionTrue
+			}
+		}
+		ready = ready && gate
+	}
 	setCond(v1.PodReadyToStartContainers, w.started, "")
 	setCond(v1.PodInitialized, initialized, "ContainersNotInitialized")
-	setCond(v1.ContainersReady, ready, "ContainersNotReady")
-	setCond(v1.PodReady, ready, "ContainersNotReady")
+	setCond(v1.ContainersReady, containersReady, "ContainersNotReady")
+	reason := "ContainersNotReady"
+	if containersReady {
+		reason = "ReadinessGatesNotReady"
+	}
+	setCond(v1.PodReady, ready, reason)
 	return st
 }
