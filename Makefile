@@ -83,6 +83,7 @@ testbed-deps:
 	@GO=$(GO) testbed/tools/build.sh >/dev/null
 	@GO=$(GO) testbed/tools/build.sh agnhost >/dev/null
 	@GO=$(GO) testbed/tools/build.sh coredns >/dev/null
+	@GO=$(GO) testbed/tools/build.sh regression-issue-74839 >/dev/null
 
 # What the testbed needs from the machine (root, OVS, netns, tun, Go),
 # checked in seconds before anything builds for minutes.

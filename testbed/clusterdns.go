@@ -44,6 +44,13 @@ func DefaultE2ETest() string {
 	return cachedTool("e2e.test", "e2e.test")
 }
 
+// DefaultRegressionIssue74839 is where testbed/tools/build.sh puts the
+// upstream regression-issue-74839 test image's program, "" if it is not
+// there.
+func DefaultRegressionIssue74839() string {
+	return cachedTool("regression-issue-74839", "regression-issue-74839")
+}
+
 // DefaultGinkgo is where testbed/tools/build.sh puts the ginkgo runner, ""
 // if it is not there.
 func DefaultGinkgo() string {

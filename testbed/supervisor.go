@@ -374,6 +374,9 @@ func (s *supervisor) images() kubelet.Images {
 	if p, err := exec.LookPath("busybox"); err == nil {
 		img.Busybox = p
 	}
+	if p := DefaultRegressionIssue74839(); p != "" {
+		img.Programs = map[string]string{"regression-issue-74839": p}
+	}
 	return img
 }
 

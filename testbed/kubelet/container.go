@@ -47,6 +47,9 @@ type container struct {
 	// started and ready are the startup and readiness probes' verdicts
 	// (true without a probe once running).
 	started, ready bool
+	// preStop is closed once the container's preStop hook is done (nil
+	// before the pod terminates).
+	preStop chan struct{}
 	// waitReason and waitMessage explain a container that does not run.
 	waitReason, waitMessage string
 	id                      string
@@ -390,6 +393,22 @@ func stopContainer(c *container, grace time.Duration) {
 	case <-time.After(grace):
 		_ = syscall.Kill(-pgid, syscall.SIGKILL)
 		<-exited
+	}
+}
+
+// preStopDone reports whether the container's preStop hook is done.
+func (c *container) preStopDone() bool {
+	c.mu.Lock()
+	ch := c.preStop
+	c.mu.Unlock()
+	if ch == nil {
+		return true
+	}
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
 	}
 }
 

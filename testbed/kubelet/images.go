@@ -55,6 +55,9 @@ type Images struct {
 	// CoreDNS is CoreDNS (testbed/tools/build.sh coredns), for the coredns
 	// image; "" if not built.
 	CoreDNS string
+	// Programs are other upstream test images that are one program each
+	// (regression-issue-74839), by the image's last path element.
+	Programs map[string]string
 	// BinDir holds one directory of commands per image that has some
 	// (made by Prepare).
 	BinDir string
@@ -123,7 +126,10 @@ func (m Images) Resolve(ref string) (Image, error) {
 			Bin:   filepath.Join(m.BinDir, "busybox"),
 		}, nil
 	}
-	return Image{}, fmt.Errorf("image %q: %w (it runs testbed/*, agnhost, pause, busybox, coredns and glibc-dns-testing images)", ref, ErrImageNotMapped)
+	if p, ok := m.Programs[last]; ok {
+		return Image{Name: last, Entrypoint: []string{"/" + last}, Files: map[string][]string{"/" + last: {p}}}, nil
+	}
+	return Image{}, fmt.Errorf("image %q: %w (it runs testbed/*, agnhost, pause, busybox, coredns, glibc-dns-testing and regression-issue-74839 images)", ref, ErrImageNotMapped)
 }
 
 // agnhostRoot is the directory of the agnhost image's files, "" if there

@@ -70,6 +70,60 @@ func (w *podWorker) startProbes(ctx context.Context, pod *v1.Pod, c *container) 
 	}()
 }
 
+// runPreStop starts c's preStop hook, if it has one and runs; the
+// container's preStopDone turns true when the hook returns (or grace ends),
+// and the worker is poked so that drain sends the SIGTERM then.
+func (w *podWorker) runPreStop(ctx context.Context, pod *v1.Pod, c *container, grace time.Duration) {
+	c.mu.Lock()
+	h := (*v1.LifecycleHandler)(nil)
+	if c.spec.Lifecycle != nil && c.proc != nil {
+		h = c.spec.Lifecycle.PreStop
+	}
+	if h == nil {
+		c.preStop = closedChan
+		c.mu.Unlock()
+		return
+	}
+	done := make(chan struct{})
+	c.preStop = done
+	c.mu.Unlock()
+	go func() {
+		defer func() { close(done); w.poke() }()
+		hctx, cancel := context.WithTimeout(ctx, grace)
+		defer cancel()
+		if err := w.runHook(hctx, pod, c, h); err != nil {
+			w.log.WithError(err).WithField("container", c.spec.Name).Warn("preStop hook")
+			w.k.recorder.Eventf(pod, v1.EventTypeWarning, "FailedPreStopHook", "PreStopHook failed: %v", err)
+		}
+	}()
+}
+
+// closedChan is a closed channel: a preStop hook that is done.
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// runHook runs a lifecycle handler: exec in the container, an HTTP GET
+// from the pod's namespace, or a sleep.
+func (w *podWorker) runHook(ctx context.Context, pod *v1.Pod, c *container, h *v1.LifecycleHandler) error {
+	switch {
+	case h.Sleep != nil:
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Duration(h.Sleep.Seconds) * time.Second):
+		}
+		return nil
+	case h.Exec != nil:
+		var out strings.Builder
+		if err := w.execIn(ctx, pod, c, h.Exec.Command, nil, &out, &out); err != nil {
+			return fmt.Errorf("%v: %s", err, strings.TrimSpace(out.String()))
+		}
+		return nil
+	case h.HTTPGet != nil:
+		dl, _ := ctx.Deadline()
+		return w.probe(ctx, pod, c, v1.ProbeHandler{HTTPGet: h.HTTPGet}, time.Until(dl))
+	}
+	return nil
+}
+
 func orDefault(v, def int32) int32 {
 	if v <= 0 {
 		return def

@@ -338,6 +338,18 @@ func (w *podWorker) syncContainers(ctx context.Context, pod *v1.Pod) time.Time {
 			verb = "Restarted"
 		}
 		w.k.recorder.Eventf(pod, v1.EventTypeNormal, "Started", "%s container %s (%s)", verb, c.spec.Name, c.img.Name)
+		if l := c.spec.Lifecycle; l != nil && l.PostStart != nil {
+			// As a kubelet: the hook runs before anything else happens to
+			// the container, and its failure kills the container.
+			hctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			err := w.runHook(hctx, pod, c, l.PostStart)
+			cancel()
+			if err != nil {
+				w.k.recorder.Eventf(pod, v1.EventTypeWarning, "FailedPostStartHook", "PostStartHook failed: %v", err)
+				stopContainer(c, time.Second)
+				return false
+			}
+		}
 		w.startProbes(ctx, pod, c)
 		return false
 	}
@@ -482,6 +494,9 @@ func (w *podWorker) drain(ctx context.Context, grace time.Duration, report bool)
 	w.mu.Unlock()
 	signal := func(sig syscall.Signal) (running int) {
 		for _, c := range cs {
+			if sig == syscall.SIGTERM && !c.preStopDone() {
+				continue // its preStop hook runs first
+			}
 			c.mu.Lock()
 			if c.proc != nil {
 				_ = syscall.Kill(-c.proc.Process.Pid, sig)
@@ -491,11 +506,16 @@ func (w *podWorker) drain(ctx context.Context, grace time.Duration, report bool)
 		}
 		return running
 	}
-	if signal(syscall.SIGTERM) == 0 {
-		return
-	}
 	deadline := time.NewTimer(grace)
 	defer deadline.Stop()
+	// preStop hooks first, each container's SIGTERM when its hook is done.
+	pod, _ := w.snapshot()
+	for _, c := range cs {
+		w.runPreStop(ctx, pod, c, grace)
+	}
+	if signal(syscall.SIGTERM) == 0 && !w.anyRunning(cs) {
+		return
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -512,14 +532,20 @@ func (w *podWorker) drain(ctx context.Context, grace time.Duration, report bool)
 				w.log.WithError(err).Debug("update the status of a terminating pod")
 			}
 		}
-		running := false
-		for _, c := range cs {
-			running = running || c.running()
-		}
-		if !running {
+		signal(syscall.SIGTERM) // containers whose preStop hook finished since
+		if !w.anyRunning(cs) {
 			return
 		}
 	}
+}
+
+func (w *podWorker) anyRunning(cs []*container) bool {
+	for _, c := range cs {
+		if c.running() {
+			return true
+		}
+	}
+	return false
 }
 
 // buildStatus computes the pod's status from the worker's state.

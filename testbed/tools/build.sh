@@ -10,6 +10,7 @@
 #   testbed/tools/build.sh coredns      build CoreDNS (the cluster DNS) alone, likewise
 #   testbed/tools/build.sh e2e.test     build the upstream e2e.test alone (`make conformance`), likewise
 #   testbed/tools/build.sh ginkgo       build the ginkgo runner that runs e2e.test in parallel, likewise
+#   testbed/tools/build.sh regression-issue-74839   the upstream test image that sends out-of-window TCP, likewise
 #   NODEFLOW_TESTBED_CACHE=DIR      cache root (default: $XDG_CACHE_HOME/nodeflow/testbed
 #                                   or ~/.cache/nodeflow/testbed)
 #   GO=go                           the go command
@@ -66,6 +67,7 @@ agnhost)
 	exit 0 ;;
 coredns) single coredns coredns . github.com/coredns/coredns; exit 0 ;;
 e2e.test) single e2e.test e2e k8s.io/kubernetes/test/e2e k8s.io/kubernetes; exit 0 ;;
+regression-issue-74839) single regression-issue-74839 e2e k8s.io/kubernetes/test/images/regression-issue-74839 k8s.io/kubernetes; exit 0 ;;
 ginkgo) single ginkgo e2e github.com/onsi/ginkgo/v2/ginkgo github.com/onsi/ginkgo/v2; exit 0 ;;
 esac
 
