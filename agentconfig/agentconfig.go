@@ -60,6 +60,8 @@ type AgentConfiguration struct {
 	CNIDataDir         *string  `json:"cniDataDir,omitempty"`         // --cni-data-dir
 	Services           *bool    `json:"services,omitempty"`           // --services
 	Unidle             *bool    `json:"unidle,omitempty"`             // --unidle
+	ProxyHealthzAddr   *string  `json:"proxyHealthzAddr,omitempty"`   // --proxy-healthz-addr
+	ProxyMetricsAddr   *string  `json:"proxyMetricsAddr,omitempty"`   // --proxy-metrics-addr
 	UnidleHoldTime     *string  `json:"unidleHoldTime,omitempty"`     // --unidle-hold-time, a Go duration
 	EgressFirewall     *bool    `json:"egressFirewall,omitempty"`     // --egress-firewall
 	ResolvConf         *string  `json:"resolvConf,omitempty"`         // --resolv-conf
@@ -221,6 +223,8 @@ func (c *AgentConfiguration) Settings() []Setting {
 	str("cni-data-dir", "cniDataDir", c.CNIDataDir)
 	boolean("services", "services", c.Services)
 	boolean("unidle", "unidle", c.Unidle)
+	str("proxy-healthz-addr", "proxyHealthzAddr", c.ProxyHealthzAddr)
+	str("proxy-metrics-addr", "proxyMetricsAddr", c.ProxyMetricsAddr)
 	str("unidle-hold-time", "unidleHoldTime", c.UnidleHoldTime)
 	boolean("egress-firewall", "egressFirewall", c.EgressFirewall)
 	str("resolv-conf", "resolvConf", c.ResolvConf)

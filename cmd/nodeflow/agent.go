@@ -65,6 +65,10 @@ func agentCommand() *cli.Command {
 				Usage: "run the service proxy (in place of kube-proxy): Services and EndpointSlices load-balanced on br0"},
 			&cli.BoolFlag{Name: "unidle", Value: true, EnvVars: []string{"NODEFLOW_UNIDLE"},
 				Usage: "catch the first packets of idled services, ask for pods (NeedPods events) and re-inject the packets once they exist"},
+			&cli.StringFlag{Name: "proxy-healthz-addr", Value: services.DefaultHealthzAddr, EnvVars: []string{"NODEFLOW_PROXY_HEALTHZ_ADDR"},
+				Usage: "`ADDR` of kube-proxy's /healthz and /livez, which load balancers probe (empty disables)"},
+			&cli.StringFlag{Name: "proxy-metrics-addr", Value: services.DefaultMetricsAddr, EnvVars: []string{"NODEFLOW_PROXY_METRICS_ADDR"},
+				Usage: "`ADDR` of kube-proxy's /proxyMode and /metrics (empty disables)"},
 			&cli.DurationFlag{Name: "unidle-hold-time", Value: unidle.DefaultHoldTime, EnvVars: []string{"NODEFLOW_UNIDLE_HOLD_TIME"},
 				Usage: "how long a packet to an idled service is held before it is rejected"},
 			&cli.BoolFlag{Name: "egress-firewall", Value: true, EnvVars: []string{"NODEFLOW_EGRESS_FIREWALL"},
@@ -166,7 +170,7 @@ func runAgent(c *cli.Context) error {
 		MgmtPortName: controller.MgmtPortName, HostCheckInterval: cfg.HostCheckInterval, Interfaces: a.Interfaces,
 	}))
 	if c.Bool("services") {
-		opts := services.Options{}
+		opts := services.Options{HealthzAddr: c.String("proxy-healthz-addr"), MetricsAddr: c.String("proxy-metrics-addr")}
 		var proxy *services.Proxy
 		var idle *unidle.Unidler
 		if c.Bool("unidle") {

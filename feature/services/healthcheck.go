@@ -241,11 +241,13 @@ func (p *Proxy) healthSync(changed []proxy.ServicePortName, node string) {
 }
 
 // syncReportingHealth is the Runner's sync: p.sync, whose outcome the
-// health checks report as serviceProxyHealthy.
+// health checks report as serviceProxyHealthy, and kube-proxy's /healthz.
 func (p *Proxy) syncReportingHealth(ctx context.Context, full bool) error {
+	start := time.Now()
 	err := p.sync(ctx, full)
 	if p.health != nil {
 		p.health.setProxyHealthy(err == nil)
 	}
+	p.proxyHealth.synced(start, err)
 	return err
 }

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sirupsen/logrus"
 	"github.com/vishvananda/netlink"
 	corev1 "k8s.io/api/core/v1"
@@ -63,6 +64,9 @@ type Proxy struct {
 	runner *proxy.Runner
 
 	svcInf, sliceInf cache.SharedIndexInformer
+	opts             Options
+	// proxyHealth is what kube-proxy's /healthz reports.
+	proxyHealth *proxyHealth
 
 	// started is when the proxy started: changes triggered before it are
 	// not counted in the network programming latency, whose start the
@@ -126,13 +130,19 @@ type Options struct {
 	// Idle takes over idled service ports (the unidling feature); nil
 	// leaves them dropped.
 	Idle IdleHandler
+	// HealthzAddr serves kube-proxy's /healthz and /livez (its port
+	// 10256, which load balancers probe); "" serves none.
+	HealthzAddr string
+	// MetricsAddr serves kube-proxy's /proxyMode and /metrics (its port
+	// 10249); "" serves none.
+	MetricsAddr string
 }
 
 // New returns the service proxy feature: in place of kube-proxy, it
 // watches every Service and EndpointSlice and load-balances them on br0.
 func New(opts Options) *Proxy {
 	return &Proxy{
-		idle:  opts.Idle,
+		idle: opts.Idle, opts: opts, proxyHealth: newProxyHealth(),
 		ids:   plan.NewIDAllocator(plan.ServiceGroups),
 		built: map[proxy.ServicePortName]builtPort{}, failed: proxy.ChangeSet{}, byID: map[uint32]proxy.ServicePortName{},
 		reported: map[string]string{}, started: time.Now(),
@@ -189,6 +199,11 @@ func (p *Proxy) Sync(ctx context.Context) error {
 // Run implements feature.Feature: the sync loop, until ctx ends.
 func (p *Proxy) Run(ctx context.Context) {
 	p.running.Store(true)
+	gather, _ := p.h.Registry().(prometheus.Gatherer)
+	if gather == nil {
+		gather = prometheus.NewRegistry()
+	}
+	serveProxyEndpoints(ctx, p.log, p.proxyHealth, gather, p.opts.HealthzAddr, p.opts.MetricsAddr)
 	p.runner.Loop(ctx)
 	p.health.closeAll()
 }
@@ -239,6 +254,7 @@ func (p *Proxy) watch(h feature.Host) error {
 		if p.svcs.Record(old, cur) {
 			p.metrics.serviceChanges.Inc()
 			p.metrics.lastQueued.SetToCurrentTime()
+			p.proxyHealth.queued()
 			p.runner.Run()
 		}
 	}
@@ -249,6 +265,7 @@ func (p *Proxy) watch(h feature.Host) error {
 		if p.eps.RecordSlice(old, cur) {
 			p.metrics.endpointChanges.Inc()
 			p.metrics.lastQueued.SetToCurrentTime()
+			p.proxyHealth.queued()
 			p.runner.Run()
 		}
 	}
