@@ -65,6 +65,7 @@ image:
 # integration tests can never pass by not running.
 test: deps testbed-deps
 	@GO=$(GO) testbed/tools/build.sh e2e.test >/dev/null
+	@GO=$(GO) testbed/tools/build.sh ginkgo >/dev/null
 	NODEFLOW_REQUIRE_OVS=1 $(GO) test -count=1 -timeout 60m $(TEST_FLAGS) ./...
 
 bench:
@@ -93,6 +94,7 @@ prereqs:
 # End-to-end scenarios: bring the testbed up, run them, take it down.
 e2e: deps prereqs testbed-deps
 	@GO=$(GO) testbed/tools/build.sh e2e.test >/dev/null
+	@GO=$(GO) testbed/tools/build.sh ginkgo >/dev/null
 	NODEFLOW_REQUIRE_OVS=1 $(GO) test -count=1 -timeout 40m $(TEST_FLAGS) ./testbed/e2e/...
 
 # Installs what is missing (as make test does), checks the machine, builds

@@ -12,19 +12,20 @@ import (
 
 // TestUpstreamServicesConformance runs Kubernetes' own Services
 // [Conformance] tests (the upstream e2e.test at the testbed's version)
-// against the shared testbed, as `testbed conformance --subset services`
-// does. The report is kept in $NODEFLOW_CONFORMANCE_OUT if that is set.
+// against the shared testbed, in two processes, as `testbed conformance
+// --subset services --procs 2` does. The report is kept in $NODEFLOW_CONFORMANCE_OUT if that is set.
 func TestUpstreamServicesConformance(t *testing.T) {
 	e := up(t)
 	requireTool(t, "agnhost", testbed.DefaultAgnhost())
 	requireTool(t, "coredns", testbed.DefaultCoreDNS())
 	requireTool(t, "e2e.test", testbed.DefaultE2ETest())
+	requireTool(t, "ginkgo", testbed.DefaultGinkgo())
 	out := os.Getenv("NODEFLOW_CONFORMANCE_OUT")
 	if out == "" {
 		out = t.TempDir()
 	}
 	res, err := testbed.RunConformance(testbed.ConformanceOptions{
-		E2ETest: testbed.DefaultE2ETest(), Kubeconfig: e.state.Kubeconfig,
+		E2ETest: testbed.DefaultE2ETest(), Ginkgo: testbed.DefaultGinkgo(), Procs: 2, Kubeconfig: e.state.Kubeconfig,
 		Focus: testbed.ConformanceSubsets["services"], OutDir: out, Timeout: 40 * time.Minute,
 	})
 	if err != nil {
