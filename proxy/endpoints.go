@@ -90,6 +90,9 @@ func processSlice(s *discovery.EndpointSlice) (*sliceInfo, []error) {
 	if svcName == "" {
 		return nil, nil
 	}
+	if _, ok := s.Labels[HeadlessLabel]; ok {
+		return nil, nil // a headless Service's: no proxy serves it
+	}
 	var want Family
 	switch s.AddressType {
 	case discovery.AddressTypeIPv4:

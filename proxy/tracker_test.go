@@ -184,6 +184,18 @@ func TestEndpointsTracker(t *testing.T) {
 	if got := tr.Endpoints(web); len(got) != 2 {
 		t.Fatalf("after delete: %v", got)
 	}
+	// A slice labelled headless serves nothing, as with kube-proxy; the
+	// label taken off, it serves again.
+	s2h := s2.DeepCopy()
+	s2h.Labels[HeadlessLabel] = ""
+	tr.Record(s2, s2h)
+	if got := tr.Update(); !reflect.DeepEqual(got, changeSet(web)) || len(tr.Endpoints(web)) != 0 {
+		t.Fatalf("headless label: %v, endpoints %v", got.Sorted(), tr.Endpoints(web))
+	}
+	tr.Record(s2h, s2)
+	if got := tr.Update(); !reflect.DeepEqual(got, changeSet(web)) || len(tr.Endpoints(web)) != 2 {
+		t.Fatalf("headless label off: %v, endpoints %v", got.Sorted(), tr.Endpoints(web))
+	}
 	// A slice moving to another Service changes both.
 	s2b := s2.DeepCopy()
 	s2b.Labels[discovery.LabelServiceName] = "api"
