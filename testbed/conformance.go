@@ -57,6 +57,9 @@ type ConformanceOptions struct {
 	Procs  int
 	// Kubeconfig is the cluster's admin kubeconfig.
 	Kubeconfig string
+	// NumNodes is the number of Kubernetes nodes (the tests that need
+	// several nodes skip themselves without it).
+	NumNodes int
 	// Focus selects the tests (a regular expression on the full name).
 	Focus string
 	// Skip leaves out tests besides ConformanceSkips ("" for none).
@@ -112,6 +115,9 @@ func RunConformance(o ConformanceOptions) (*ConformanceResult, error) {
 	}
 	defer logf.Close()
 	e2eFlags := []string{"--kubeconfig", o.Kubeconfig, "--provider", "skeleton", "--report-dir", o.OutDir}
+	if o.NumNodes > 0 {
+		e2eFlags = append(e2eFlags, "--num-nodes", strconv.Itoa(o.NumNodes))
+	}
 	ginkgoFlags := []string{"focus", o.Focus, "skip", o.skipRegexp(), "timeout", o.Timeout.String(), "json-report", report}
 	var cmd *exec.Cmd
 	if o.Procs > 1 && o.Ginkgo != "" {

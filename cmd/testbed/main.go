@@ -359,8 +359,14 @@ func conformanceCommand() *cli.Command {
 			if c.Int("procs") > 1 && ginkgo == "" {
 				return fmt.Errorf("--procs needs the ginkgo runner: run testbed/tools/build.sh ginkgo")
 			}
+			nodes := 0
+			for _, m := range st.Members {
+				if m.Kind == topology.KindK8sNode {
+					nodes++
+				}
+			}
 			res, err := testbed.RunConformance(testbed.ConformanceOptions{
-				E2ETest: bin, Ginkgo: ginkgo, Procs: c.Int("procs"), Kubeconfig: st.Kubeconfig, Focus: focus, Skip: c.String("skip"),
+				E2ETest: bin, Ginkgo: ginkgo, Procs: c.Int("procs"), Kubeconfig: st.Kubeconfig, NumNodes: nodes, Focus: focus, Skip: c.String("skip"),
 				OutDir: out, Timeout: c.Duration("timeout"), Log: os.Stdout,
 			})
 			if err != nil {

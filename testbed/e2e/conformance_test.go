@@ -25,7 +25,7 @@ func TestUpstreamServicesConformance(t *testing.T) {
 		out = t.TempDir()
 	}
 	res, err := testbed.RunConformance(testbed.ConformanceOptions{
-		E2ETest: testbed.DefaultE2ETest(), Ginkgo: testbed.DefaultGinkgo(), Procs: 2, Kubeconfig: e.state.Kubeconfig,
+		E2ETest: testbed.DefaultE2ETest(), Ginkgo: testbed.DefaultGinkgo(), Procs: 2, Kubeconfig: e.state.Kubeconfig, NumNodes: 2,
 		Focus: testbed.ConformanceSubsets["services"], OutDir: out, Timeout: 40 * time.Minute,
 	})
 	if err != nil {
