@@ -43,7 +43,7 @@ var ConformanceSkips = []ConformanceSkip{
 	{`\[Feature:SCTPConnectivity\]`, "needs SCTP in the kernel, which the test machines' kernels lack (no sctp module)"},
 	{`\[Feature:Ingress\]`, "needs an Ingress controller of a cloud provider (GCE)"},
 	{`\[Feature:KubeProxy[^\]]*\]|\[sig-network\] KubeProxy `, "tests kube-proxy itself (its DaemonSet migration, its conntrack accounting, the kernel conntrack timeouts it sets), which nodeflow replaces: nodeflow tracks connections in OVS's conntrack, not the kernel's"},
-	{`\[Feature:Networking-(IPv4|IPv6|DNS)\]`, "connects to 8.8.8.8, Google's IPv6 resolver or google.com on the Internet; the testbed's networks have no route out (its external hosts stand in for the Internet)"},
+	{`\[Feature:Networking-(IPv4|IPv6|DNS)\]|Forward PTR lookup`, "reaches the Internet (8.8.8.8, Google's IPv6 resolver, google.com, the reverse name of 8.8.8.8 through the Internet's DNS); the testbed's networks have no route out (its external hosts stand in for the Internet)"},
 }
 
 // ConformanceOptions configure RunConformance.
