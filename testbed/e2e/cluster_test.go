@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -151,6 +152,8 @@ func TestDeploymentPodsGetAddressesPortsAndReady(t *testing.T) {
 	e := up(t)
 	ctx := context.Background()
 	ns := createNamespace(t, e, "e2e-deploy")
+	// What other pods (the cluster DNS) hold before this test's exist.
+	before := podResources(t, e)
 	labels := map[string]string{"app": "web"}
 	dep := &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns},
@@ -287,42 +290,53 @@ func TestDeploymentPodsGetAddressesPortsAndReady(t *testing.T) {
 		}
 		return nil
 	})
+	for _, left := range podResources(t, e) {
+		if !slices.Contains(before, left) {
+			t.Errorf("left after deletion: %s", left)
+		}
+	}
+	for _, m := range e.state.Members {
+		if recs, _ := filepath.Glob(filepath.Join(m.Dir, "pods", ns+"_*")); m.Dir != "" && len(recs) > 0 {
+			t.Errorf("node %s: pod records left: %v", m.Name, recs)
+		}
+	}
+}
+
+// podResources lists what the testbed's pods hold on the nodes, one string
+// each: their br0 ports, host veths and allocated addresses, and their
+// network namespaces.
+func podResources(t *testing.T, e *env) []string {
+	t.Helper()
+	var out []string
 	for _, m := range e.state.Members {
 		if m.OVSRundir == "" {
 			continue
 		}
-		if ports := cniPorts(t, &m); len(ports) > 0 {
-			t.Errorf("node %s: ports left after deletion: %+v", m.Name, ports)
+		for _, p := range cniPorts(t, &m) {
+			out = append(out, fmt.Sprintf("node %s: br0 port %s (pod %s/%s)", m.Name, p.Name, p.ExternalIDs[cni.ExternalIDPodNamespace], p.ExternalIDs[cni.ExternalIDPodName]))
 		}
 		links, err := exec.Command("ip", "-n", m.Netns, "-o", "link").Output()
 		if err != nil {
 			t.Fatal(err)
 		}
-		if hostVeth.Match(links) {
-			t.Errorf("node %s: host veths left:\n%s", m.Name, links)
+		for _, v := range hostVeth.FindAll(links, -1) {
+			out = append(out, fmt.Sprintf("node %s: host veth %s", m.Name, v))
 		}
 		// The kubelet's default IPAM directory, or the agent's once it runs;
 		// the agent's own reservation for mp0 is not a pod's address.
-		var allocs []string
 		for _, dir := range []string{filepath.Join(m.Dir, "cni", "nodeflow"), filepath.Join(m.Dir, "ipam", "nodeflow")} {
 			files, _ := filepath.Glob(filepath.Join(dir, "10.*"))
 			for _, f := range files {
 				if b, err := os.ReadFile(f); err == nil && !strings.HasPrefix(string(b), "nodeflow-agent\n") {
-					allocs = append(allocs, f)
+					out = append(out, fmt.Sprintf("node %s: address %s allocated", m.Name, f))
 				}
 			}
 		}
-		if len(allocs) > 0 {
-			t.Errorf("node %s: addresses still allocated: %v", m.Name, allocs)
-		}
-		recs, _ := filepath.Glob(filepath.Join(m.Dir, "pods", ns+"_*"))
-		if len(recs) > 0 {
-			t.Errorf("node %s: pod records left: %v", m.Name, recs)
-		}
 	}
-	if left := podNetns(e); len(left) > 0 {
-		t.Errorf("pod namespaces left: %v", left)
+	for _, n := range podNetns(e) {
+		out = append(out, "pod namespace "+n)
 	}
+	return out
 }
 
 // hostVeth matches a CNI host veth in `ip -o link` output.
