@@ -148,6 +148,14 @@ func TestKubeletRunsUpstreamImages(t *testing.T) {
 	if out, err := kubectl(t, e, "exec", "-n", ns, "netexec-1", "--", "sh", "-c", "exit 7"); err == nil || !strings.Contains(out, "exit code 7") {
 		t.Errorf("exec exit 7: %v: %q", err, out)
 	}
+	// exec -it gets a terminal (script gives kubectl one of its own).
+	if _, err := exec.LookPath("script"); err == nil {
+		cmd := exec.Command("script", "-qec", fmt.Sprintf("%s --state-root %s --name %s kubectl exec -it -n %s netexec-1 -- tty",
+			filepath.Join(e.binDir, "testbed"), e.stateRoot, e.name, ns), "/dev/null")
+		if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "/dev/pts/") {
+			t.Errorf("exec -it: %v: %q, want a terminal", err, out)
+		}
+	}
 	// Pod to pod across nodes, from inside the upstream image.
 	if out, err := kubectl(t, e, "exec", "-n", ns, "netexec-1", "--", "curl", "-s", "-m", "5", "http://"+podIPs["netexec-2"]+":8080/hostname"); err != nil || out != "netexec-2" {
 		t.Errorf("curl netexec-2 from netexec-1: %v: %q", err, out)
