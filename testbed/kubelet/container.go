@@ -1,6 +1,7 @@
 package kubelet
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -105,7 +106,7 @@ func (l *logWriter) Write(p []byte) (int, error) {
 	}
 	l.buf = append(l.buf, p...)
 	for {
-		i := indexByte(l.buf, '\n')
+		i := bytes.IndexByte(l.buf, '\n')
 		if i < 0 {
 			break
 		}
@@ -131,15 +132,6 @@ func (l *logWriter) line(text []byte, tag string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	fmt.Fprintf(l.f, "%s %s %s %s\n", time.Now().UTC().Format(time.RFC3339Nano), l.stream, tag, text)
-}
-
-func indexByte(b []byte, c byte) int {
-	for i, x := range b {
-		if x == c {
-			return i
-		}
-	}
-	return -1
 }
 
 // containerLogDir is where a container's logs are, one file per attempt.
@@ -173,7 +165,7 @@ func (w *podWorker) env(pod *v1.Pod, c *container) (map[string]string, error) {
 			env[e.Name] = expand(e.Value, env)
 			continue
 		}
-		v, err := w.valueFrom(pod, c, e.ValueFrom)
+		v, err := w.valueFrom(pod, e.ValueFrom)
 		if err != nil {
 			return nil, fmt.Errorf("env %s: %w", e.Name, err)
 		}
@@ -183,7 +175,7 @@ func (w *podWorker) env(pod *v1.Pod, c *container) (map[string]string, error) {
 }
 
 // valueFrom resolves an env var's source.
-func (w *podWorker) valueFrom(pod *v1.Pod, c *container, s *v1.EnvVarSource) (string, error) {
+func (w *podWorker) valueFrom(pod *v1.Pod, s *v1.EnvVarSource) (string, error) {
 	switch {
 	case s.FieldRef != nil:
 		switch p := s.FieldRef.FieldPath; p {
@@ -367,10 +359,10 @@ type lineWatch struct {
 func (l *lineWatch) Write(p []byte) (int, error) {
 	if l.seen != nil {
 		l.buf = append(l.buf, p...)
-		if strings.Contains(string(l.buf), l.match) {
+		if bytes.Contains(l.buf, []byte(l.match)) {
 			close(l.seen)
 			l.seen, l.buf = nil, nil
-		} else if i := strings.LastIndexByte(string(l.buf), '\n'); i >= 0 {
+		} else if i := bytes.LastIndexByte(l.buf, '\n'); i >= 0 {
 			l.buf = l.buf[i+1:]
 		}
 	}
@@ -420,7 +412,7 @@ func (c *container) running() bool {
 }
 
 // status is the container's status, as a kubelet reports it.
-func (c *container) status(sandboxID string) v1.ContainerStatus {
+func (c *container) status() v1.ContainerStatus {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	st := v1.ContainerStatus{

@@ -334,13 +334,13 @@ func (w *podWorker) downwardFiles(pod *v1.Pod, items []v1.DownwardAPIVolumeFile)
 				v = formatMap(pod.Annotations)
 			default:
 				var err error
-				if v, err = w.valueFrom(pod, nil, &v1.EnvVarSource{FieldRef: it.FieldRef}); err != nil {
+				if v, err = w.valueFrom(pod, &v1.EnvVarSource{FieldRef: it.FieldRef}); err != nil {
 					return nil, err
 				}
 			}
 		case it.ResourceFieldRef != nil:
 			var err error
-			if v, err = w.valueFrom(pod, nil, &v1.EnvVarSource{ResourceFieldRef: it.ResourceFieldRef}); err != nil {
+			if v, err = w.valueFrom(pod, &v1.EnvVarSource{ResourceFieldRef: it.ResourceFieldRef}); err != nil {
 				return nil, err
 			}
 		}

@@ -575,7 +575,7 @@ func (w *podWorker) buildStatus(pod *v1.Pod) *v1.PodStatus {
 	initialized, allReady := true, true
 	appRan, appLive, appFailed := false, false, false
 	for _, c := range cs {
-		cst := c.status(w.sandboxID)
+		cst := c.status()
 		if c.init {
 			st.InitContainerStatuses = append(st.InitContainerStatuses, cst)
 			sidecar := c.spec.RestartPolicy != nil && *c.spec.RestartPolicy == v1.ContainerRestartPolicyAlways
