@@ -306,6 +306,21 @@ func (a *Agent) setupOVS(ctx context.Context) error {
 	return nil
 }
 
+// warnOldDatapath warns, once at start-up, when the userspace datapath of
+// this Open vSwitch loses large UDP datagrams sent to a Service (see
+// conntrack.FragmentPortsFixed).
+func (a *Agent) warnOldDatapath(ctx context.Context) {
+	sw, err := a.db.Switch(ctx)
+	if err != nil {
+		a.log.WithError(err).Debug("cannot read the Open vSwitch version")
+		return
+	}
+	if !conntrack.FragmentPortsFixed(sw.OVSVersion) {
+		a.log.WithField("ovs_version", sw.OVSVersion).Warn("this Open vSwitch's userspace datapath does not give later IP fragments their connection's ports: " +
+			"UDP datagrams larger than the MTU sent to a Service are lost (fixed in Open vSwitch 2.17.12, 3.0.8, 3.1.7, 3.2.5, 3.3.4, 3.4.2 and 3.5.0)")
+	}
+}
+
 // ensureBridges creates or repairs both bridges and the agent's ports
 // (EnsureBridges), turns TX checksum offload off where the userspace
 // datapath needs it, and returns the ports' ofports.
@@ -321,6 +336,7 @@ func (a *Agent) ensureBridges(ctx context.Context) (feature.Ports, error) {
 		return ports, err
 	}
 	if a.cfg.DatapathType == "netdev" {
+		a.warnOldDatapath(sctx)
 		// The userspace datapath validates checksums: no TX offload on
 		// its taps and on the uplink.
 		for _, ifn := range []string{a.cfg.GatewayBridge, MgmtPortName, a.cfg.Uplink} {

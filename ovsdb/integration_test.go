@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -216,6 +217,20 @@ func TestIntegrationTopology(t *testing.T) {
 	}
 	if err := c.SetBridgeExternalIDs(ctx, "nosuchbr", map[string]string{"a": "b"}); !errors.Is(err, ErrNotFound) {
 		t.Errorf("SetBridgeExternalIDs(nosuchbr): %v", err)
+	}
+
+	// The switch's row says what ovs-vsctl set (ovs-ctl sets the version
+	// at start; a sandbox has none).
+	vsctl(t, sb, "set", "Open_vSwitch", ".", "ovs_version=3.1.0")
+	sw, err := c.Switch(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sw.OVSVersion != "3.1.0" {
+		t.Errorf("Switch().OVSVersion = %q, want 3.1.0", sw.OVSVersion)
+	}
+	if !slices.Contains(sw.DatapathTypes, "netdev") {
+		t.Errorf("Switch().DatapathTypes = %v, want netdev among them", sw.DatapathTypes)
 	}
 
 	// Fixing a column: the helper changes only what differs.

@@ -517,3 +517,21 @@ func (c *Client) SetBridgeExternalIDs(ctx context.Context, bridge string, ids ma
 	}
 	return nil
 }
+
+// Switch returns the Open_vSwitch table's one row: the switch's version,
+// its datapath and interface types, its configuration sequence numbers.
+func (c *Client) Switch(ctx context.Context) (OpenvSwitch, error) {
+	const label = "the Open_vSwitch row"
+	res, err := c.read(ctx, label, Select(TableOpenvSwitch, nil))
+	if err != nil {
+		return OpenvSwitch{}, err
+	}
+	if len(res[0].Rows) != 1 {
+		return OpenvSwitch{}, fmt.Errorf("ovsdb: %s: %d Open_vSwitch rows (database not initialised?)", label, len(res[0].Rows))
+	}
+	o, err := OpenvSwitchFromRow("", res[0].Rows[0])
+	if err != nil {
+		return OpenvSwitch{}, wrap(err, label)
+	}
+	return o, nil
+}

@@ -3,6 +3,7 @@ package testbed
 import (
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -56,5 +57,18 @@ func TestReadConformanceReport(t *testing.T) {
 	}
 	if _, err := readConformanceReport(filepath.Join(t.TempDir(), "missing.json"), o.Focus, o.skipRegexp()); err == nil {
 		t.Error("a missing report: no error")
+	}
+}
+
+func TestSkipsFollowTheDatapath(t *testing.T) {
+	const large = "[sig-network] Networking Granular Checks: Services should be able to handle large requests: udp"
+	for v, skipped := range map[string]bool{"3.1.0": true, "3.1.7": false, "3.5.0": false} {
+		re := regexp.MustCompile(ConformanceOptions{OVSVersion: v}.skipRegexp())
+		if re.MatchString(large) != skipped {
+			t.Errorf("Open vSwitch %s: large UDP test skipped %v, want %v", v, !skipped, skipped)
+		}
+	}
+	if v := VswitchdVersion(); v != "" && !regexp.MustCompile(`^\d+\.\d+\.\d+`).MatchString(v) {
+		t.Errorf("VswitchdVersion() = %q, not a version", v)
 	}
 }

@@ -126,7 +126,7 @@ found:
 			}
 		}
 	}
-	if field == "spec.ports" && port.NodePort != 0 && matchesField(f.Match, openflow.TCPDst(port.NodePort), openflow.UDPDst(port.NodePort), openflow.SCTPDst(port.NodePort)) {
+	if field == "spec.ports" && port.NodePort != 0 && matchesField(f.Match, openflow.TCPDst(port.NodePort), openflow.UDPDst(port.NodePort), openflow.SCTPDst(port.NodePort), openflow.CtTpDst(port.NodePort)) {
 		field, what = "spec.ports.nodePort", fmt.Sprintf("node port %d/%s", port.NodePort, port.Protocol)
 		lost.nodePort = true
 	}
@@ -136,12 +136,13 @@ found:
 		Err: fmt.Errorf("%s is also claimed by the service port %s, which keeps it: this port (%s) goes without it until that one lets go", what, owner, name.Port)}
 }
 
-// matchesDst reports whether m matches exactly the destination address ip.
+// matchesDst reports whether m matches exactly the destination address
+// ip: the packet's, or the connection's original one.
 func matchesDst(m openflow.Match, ip netip.Addr) bool {
 	if ip.Is4() {
-		return matchesField(m, openflow.IPv4Dst(ip))
+		return matchesField(m, openflow.IPv4Dst(ip), openflow.CtNwDst(ip))
 	}
-	return matchesField(m, openflow.IPv6Dst(ip))
+	return matchesField(m, openflow.IPv6Dst(ip), openflow.CtIPv6Dst(ip))
 }
 
 // matchesField reports whether m holds one of the exact fields want.

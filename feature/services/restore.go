@@ -128,9 +128,14 @@ func flowGroup(f openflow.Flow) (uint32, bool) {
 	return 0, false
 }
 
-// flowDst returns the exact IPv4 or IPv6 destination a match holds.
+// flowDst returns the exact IPv4 or IPv6 destination a match holds: the
+// packet's, or the connection's original one (TCP and UDP services match
+// ct_nw_dst and ct_ipv6_dst).
 func flowDst(m openflow.Match) (netip.Addr, bool) {
-	for _, want := range []openflow.Field{openflow.IPv4Dst(netip.IPv4Unspecified()), openflow.IPv6Dst(netip.IPv6Unspecified())} {
+	for _, want := range []openflow.Field{
+		openflow.IPv4Dst(netip.IPv4Unspecified()), openflow.IPv6Dst(netip.IPv6Unspecified()),
+		openflow.CtNwDst(netip.IPv4Unspecified()), openflow.CtIPv6Dst(netip.IPv6Unspecified()),
+	} {
 		for _, f := range m.Fields {
 			if f.Class != want.Class || f.Field != want.Field || f.Mask != nil {
 				continue

@@ -58,3 +58,45 @@ func InstallAndCompare(t *testing.T, sb *ovs.Sandbox, bridge string, fs []openfl
 		t.Errorf("dump-flows %s differs from Flow.String:\n--- dump\n%s\n--- built\n%s", bridge, strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
+
+// NewConnTrace returns an ofproto/trace flow for the first packet of a new
+// TCP or UDP connection: flow (in ovs-ofctl's syntax, with tcp, udp, tcp6
+// or udp6 and its addresses and ports) plus the connection tuple that
+// conntrack gives such a packet (ct_state=new|trk, ct_nw_proto, ct_nw_src
+// or ct_ipv6_src, and so on). ofproto/trace does not run conntrack: it
+// resumes after ct() with the tuple the flow it was given holds, and the
+// service flows match and hash that tuple. Other flows come back as they
+// are.
+func NewConnTrace(flow string) string {
+	fields := map[string]string{}
+	var proto string
+	for _, kv := range strings.Split(flow, ",") {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok {
+			switch kv {
+			case "tcp", "udp", "tcp6", "udp6":
+				proto = kv
+			}
+			continue
+		}
+		fields[k] = v
+	}
+	if proto == "" {
+		return flow
+	}
+	l4 := strings.TrimSuffix(proto, "6")
+	number := map[string]string{"tcp": "6", "udp": "17"}[l4]
+	port := func(dir string) string {
+		if v, ok := fields["tp_"+dir]; ok {
+			return v
+		}
+		return fields[l4+"_"+dir]
+	}
+	src, dst, prefix := fields["nw_src"], fields["nw_dst"], "ct_nw_"
+	if strings.HasSuffix(proto, "6") {
+		src, dst, prefix = fields["ipv6_src"], fields["ipv6_dst"], "ct_ipv6_"
+	}
+	return flow + ",ct_state=new|trk,ct_nw_proto=" + number +
+		"," + prefix + "src=" + src + "," + prefix + "dst=" + dst +
+		",ct_tp_src=" + port("src") + ",ct_tp_dst=" + port("dst")
+}

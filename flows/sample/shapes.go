@@ -89,7 +89,7 @@ func splitTop(s string) []string {
 // shape keeps them.
 var keptValues = map[string]bool{
 	"ct_state": true, "arp_op": true, "icmp_type": true, "icmp_code": true,
-	"icmpv6_type": true, "icmpv6_code": true, "nw_frag": true, "dl_type": true, "nw_proto": true,
+	"icmpv6_type": true, "icmpv6_code": true, "nw_frag": true, "dl_type": true, "nw_proto": true, "ct_nw_proto": true,
 }
 
 // regMatch is one register's value and mask in a match.

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"nodeflow/flows/flowtest"
 	"nodeflow/flows/plan"
 	"nodeflow/testbed/ovs"
 	"nodeflow/testbed/ovs/ovstest"
@@ -123,7 +124,7 @@ func TestOVSServiceAddressGuards(t *testing.T) {
 		{"host traffic through the patch port", "in_port=2,dl_src=0a:58:0a:80:00:05,dl_dst=0a:58:0a:80:00:01,udp,nw_src=169.254.169.2,nw_dst=10.96.200.1,udp_src=40000,udp_dst=53", "priority 110", "drop"},
 	} {
 		t.Run(tr.name, func(t *testing.T) {
-			out, err := sb.Appctl("ofproto/trace", "br0", tr.flow)
+			out, err := sb.Appctl("ofproto/trace", "br0", flowtest.NewConnTrace(tr.flow))
 			if err != nil {
 				t.Fatal(err)
 			}

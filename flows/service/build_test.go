@@ -129,7 +129,7 @@ func TestGroupIDsPerFamilyAndPolicy(t *testing.T) {
 	}
 	var dropped bool
 	for _, f := range out.Pod.Flows {
-		if f.Priority == uint16(plan.PriorityServiceNoEndpoints) && strings.Contains(f.String(), "ipv6_dst=fd00:18::3,tp_dst=30090 actions=drop") {
+		if f.Priority == uint16(plan.PriorityServiceNoEndpoints) && strings.Contains(f.String(), "ct_ipv6_dst=fd00:18::3,") && strings.Contains(f.String(), "ct_tp_dst=30090,ipv6 actions=drop") {
 			dropped = true
 		}
 	}
@@ -166,11 +166,11 @@ func TestNoEndpointCases(t *testing.T) {
 		{name: "no endpoints: reject", want: "controller(id=28262,userdata=02.00.00.00.0a,meter_id=2)"},
 		{name: "only unready endpoints: reject", eps: []proxy.Endpoint{notReady}, want: "controller("},
 		{name: "idled without endpoints: held back (drop)", port: func(p *proxy.ServicePort) { p.Idled = true }, idled: true,
-			want: "priority=190,ct_state=+new+trk,udp,nw_dst=10.96.0.70,tp_dst=53 actions=drop", wantNone: "controller("},
+			want: "priority=190,ct_state=+new+trk,ct_nw_dst=10.96.0.70,ct_nw_proto=17,ct_tp_dst=53,ip actions=drop", wantNone: "controller("},
 		{name: "idled with endpoints: normal", port: func(p *proxy.ServicePort) { p.Idled = true },
 			eps: []proxy.Endpoint{ready("10.128.0.2", 53, "node1")}, want: "group:10"},
 		{name: "ITP local without local endpoints: drop", port: func(p *proxy.ServicePort) { p.InternalPolicyLocal = true },
-			eps: []proxy.Endpoint{ready("10.128.1.2", 53, "node2")}, want: "tp_dst=53 actions=drop", wantNone: "controller("},
+			eps: []proxy.Endpoint{ready("10.128.1.2", 53, "node2")}, want: "ct_tp_dst=53,ip actions=drop", wantNone: "controller("},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

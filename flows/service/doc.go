@@ -7,7 +7,11 @@
 //     (ClusterIP; node IP and NodePort; ExternalIP; LoadBalancer ingress IP)
 //     loads the ServiceID and goes to a select group with
 //     selection_method=hash over the 5-tuple's addresses and ports (never
-//     dp_hash, which costs a recirculation). With ClientIP affinity it
+//     dp_hash, which costs a recirculation). TCP and UDP match and hash
+//     the connection's original tuple (ct_nw_dst, ct_tp_dst, ...) rather
+//     than the packet's: conntrack gives every fragment of a datagram the
+//     whole datagram's tuple, so all of them reach one endpoint, where
+//     the packet's own ports are only in the first fragment. With ClientIP affinity it
 //     first looks the client up in table 31. With externalTrafficPolicy
 //     Local (and internalTrafficPolicy Cluster), a local pod's own
 //     connection to an external VIP takes the cluster-wide group, at a

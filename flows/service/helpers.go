@@ -86,22 +86,49 @@ func b2u(b bool) uint64 {
 	return 0
 }
 
-// vipMatch matches a new connection to v.
+// vipMatch matches a new connection to v. TCP and UDP match the
+// connection's original tuple (ct_nw_dst, ct_tp_dst) rather than the
+// packet's: with the userspace datapath, conntrack reassembles an IP
+// datagram's fragments and gives every fragment the tuple of the whole
+// datagram, while only the first fragment carries the L4 ports. Matching
+// the tuple sends all fragments of a large UDP request through one group
+// bucket, whose commit reassembles them again and NATs them alike. For a
+// new connection the tuple is the packet's own, so nothing else changes.
+// SCTP, which Open vSwitch 3.1's userspace conntrack tracks by addresses
+// only, matches the packet.
 func (b *builder) vipMatch(v vip) openflow.Match {
-	return openflow.NewMatch(
-		openflow.CtState(openflow.CtNew|openflow.CtTrk, openflow.CtNew|openflow.CtTrk),
-		openflow.EthType(b.ethType()), openflow.IPProto(b.l4.proto), b.dstIP(v.addr), b.l4.dst(v.port))
+	newConn := openflow.CtState(openflow.CtNew|openflow.CtTrk, openflow.CtNew|openflow.CtTrk)
+	if b.l4.proto == protoSCTP {
+		return openflow.NewMatch(newConn,
+			openflow.EthType(b.ethType()), openflow.IPProto(b.l4.proto), b.dstIP(v.addr), b.l4.dst(v.port))
+	}
+	return openflow.NewMatch(newConn,
+		openflow.EthType(b.ethType()), openflow.CtNwProto(b.l4.proto), b.ctDstIP(v.addr), openflow.CtTpDst(v.port))
 }
 
 // hashFields are the select group's hash fields: addresses and ports of
-// both directions, each field's value being its all-ones mask.
+// both directions, each field's value being its all-ones mask. Like
+// vipMatch, TCP and UDP hash the connection's original tuple, which every
+// fragment of a datagram shares, so that all of them pick one bucket.
 func (b *builder) hashFields() []openflow.Field {
+	if b.l4.proto == protoSCTP {
+		if b.fam == proxy.IPv6 {
+			all := allOnes16()
+			return []openflow.Field{openflow.IPv6Src(all), openflow.IPv6Dst(all), b.l4.src(0xffff), b.l4.dst(0xffff)}
+		}
+		all := netip.AddrFrom4([4]byte{0xff, 0xff, 0xff, 0xff})
+		return []openflow.Field{openflow.IPv4Src(all), openflow.IPv4Dst(all), b.l4.src(0xffff), b.l4.dst(0xffff)}
+	}
 	if b.fam == proxy.IPv6 {
-		all := netip.AddrFrom16([16]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff})
-		return []openflow.Field{openflow.IPv6Src(all), openflow.IPv6Dst(all), b.l4.src(0xffff), b.l4.dst(0xffff)}
+		all := allOnes16()
+		return []openflow.Field{openflow.CtIPv6Src(all), openflow.CtIPv6Dst(all), openflow.CtTpSrc(0xffff), openflow.CtTpDst(0xffff)}
 	}
 	all := netip.AddrFrom4([4]byte{0xff, 0xff, 0xff, 0xff})
-	return []openflow.Field{openflow.IPv4Src(all), openflow.IPv4Dst(all), b.l4.src(0xffff), b.l4.dst(0xffff)}
+	return []openflow.Field{openflow.CtNwSrc(all), openflow.CtNwDst(all), openflow.CtTpSrc(0xffff), openflow.CtTpDst(0xffff)}
+}
+
+func allOnes16() netip.Addr {
+	return netip.AddrFrom16([16]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff})
 }
 
 // learn returns the affinity learn action of an endpoint's DNAT flow: in

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"nodeflow/flows/flowtest"
 	"nodeflow/flows/plan"
 	"nodeflow/testbed/ovs"
 	"nodeflow/testbed/ovs/ovstest"
@@ -205,7 +206,7 @@ func TestOVSAcceptsServiceState(t *testing.T) {
 	recirc := regexp.MustCompile(`(?m)^\s*Resuming from table`)
 	for _, tr := range traces {
 		t.Run(tr.name, func(t *testing.T) {
-			out, err := sb.Appctl("ofproto/trace", "br0", tr.flow)
+			out, err := sb.Appctl("ofproto/trace", "br0", flowtest.NewConnTrace(tr.flow))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -281,8 +282,8 @@ func TestOVSAffinityLearns(t *testing.T) {
 		}
 	}
 	// A new connection from the same client now takes the learned binding.
-	tr, err := sb.Appctl("ofproto/trace", "br0",
-		"in_port=1,udp,dl_src=0a:58:0a:80:00:05,dl_dst=0a:58:0a:80:00:01,nw_src=10.128.0.5,nw_dst=10.96.0.11,udp_src=40001,udp_dst=53")
+	tr, err := sb.Appctl("ofproto/trace", "br0", flowtest.NewConnTrace(
+		"in_port=1,udp,dl_src=0a:58:0a:80:00:05,dl_dst=0a:58:0a:80:00:01,nw_src=10.128.0.5,nw_dst=10.96.0.11,udp_src=40001,udp_dst=53"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
+	"nodeflow/flows/flowtest"
 	"nodeflow/testbed"
 )
 
@@ -167,7 +168,7 @@ func (tr *tracer) spread(portOf func(i int) int32) error {
 	slicesSeen := map[int]bool{}
 	for sport := 20000; sport < 20300; sport++ {
 		cmd := exec.Command("ovs-appctl", "-t", filepath.Join(tr.m.OVSRundir, "ovs-vswitchd.ctl"),
-			"ofproto/trace", "br0", fmt.Sprintf("%s,tp_src=%d", tr.flow, sport))
+			"ofproto/trace", "br0", flowtest.NewConnTrace(fmt.Sprintf("%s,tp_src=%d", tr.flow, sport)))
 		out, err := cmd.CombinedOutput()
 		if err != nil {
 			return fmt.Errorf("ofproto/trace: %v: %s", err, out)
