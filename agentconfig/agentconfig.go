@@ -64,6 +64,7 @@ type AgentConfiguration struct {
 	ProxyMetricsAddr   *string  `json:"proxyMetricsAddr,omitempty"`   // --proxy-metrics-addr
 	UnidleHoldTime     *string  `json:"unidleHoldTime,omitempty"`     // --unidle-hold-time, a Go duration
 	EgressFirewall     *bool    `json:"egressFirewall,omitempty"`     // --egress-firewall
+	HostPorts          *bool    `json:"hostPorts,omitempty"`          // --host-ports
 	ResolvConf         *string  `json:"resolvConf,omitempty"`         // --resolv-conf
 	HostCheckInterval  *string  `json:"hostCheckInterval,omitempty"`  // --host-check-interval, a Go duration
 	ProcSysNet         *string  `json:"procSysNet,omitempty"`         // --proc-sys-net
@@ -227,6 +228,7 @@ func (c *AgentConfiguration) Settings() []Setting {
 	str("proxy-metrics-addr", "proxyMetricsAddr", c.ProxyMetricsAddr)
 	str("unidle-hold-time", "unidleHoldTime", c.UnidleHoldTime)
 	boolean("egress-firewall", "egressFirewall", c.EgressFirewall)
+	boolean("host-ports", "hostPorts", c.HostPorts)
 	str("resolv-conf", "resolvConf", c.ResolvConf)
 	str("host-check-interval", "hostCheckInterval", c.HostCheckInterval)
 	str("proc-sys-net", "procSysNet", c.ProcSysNet)

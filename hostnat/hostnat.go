@@ -219,6 +219,31 @@ func Build(nodeIPs []netip.Addr, ports []Port) (Ruleset, []Conflict) {
 	return rs, conflicts
 }
 
+// NewRuleset returns a Ruleset of rules, each family sorted by key. A key
+// given twice keeps its first rule; the later ones are returned.
+func NewRuleset(rules []Rule) (Ruleset, []Rule) {
+	var rs Ruleset
+	var dropped []Rule
+	seen := map[Key]bool{}
+	for _, r := range rules {
+		r.Daddr = r.Daddr.Unmap()
+		if seen[r.Key] {
+			dropped = append(dropped, r)
+			continue
+		}
+		seen[r.Key] = true
+		if r.Daddr.Is4() {
+			rs.V4 = append(rs.V4, r)
+		} else {
+			rs.V6 = append(rs.V6, r)
+		}
+	}
+	byKey := func(x, y Rule) int { return x.Key.compare(y.Key) }
+	slices.SortFunc(rs.V4, byKey)
+	slices.SortFunc(rs.V6, byKey)
+	return rs, dropped
+}
+
 // Diff returns the rules of want that old lacks or holds with another
 // target (add), and the rules of old that want lacks or changes (del), for
 // one family's sorted rules.

@@ -270,3 +270,19 @@ func FuzzDecodeElement(f *testing.F) {
 		}
 	})
 }
+
+func TestNewRuleset(t *testing.T) {
+	r := func(d string, port uint16, to string) Rule {
+		return Rule{Key: Key{Daddr: netip.MustParseAddr(d), Proto: ProtoTCP, Port: port}, To: netip.MustParseAddrPort(to)}
+	}
+	rs, dropped := NewRuleset([]Rule{
+		r("172.18.0.3", 9000, "10.244.1.5:80"), r("127.0.0.1", 9000, "10.244.1.6:80"),
+		r("fd00::3", 9000, "[fd00:10::5]:80"), r("172.18.0.3", 9000, "10.244.1.7:80"),
+	})
+	if len(rs.V4) != 2 || rs.V4[0].Daddr.String() != "127.0.0.1" || rs.V4[1].To.String() != "10.244.1.5:80" || len(rs.V6) != 1 {
+		t.Errorf("ruleset %+v", rs)
+	}
+	if len(dropped) != 1 || dropped[0].To.String() != "10.244.1.7:80" {
+		t.Errorf("dropped %v, want the second rule for 172.18.0.3 . tcp . 9000", dropped)
+	}
+}

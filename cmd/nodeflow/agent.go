@@ -19,6 +19,7 @@ import (
 	"nodeflow/conntrack"
 	"nodeflow/controller"
 	"nodeflow/feature/egressfirewall"
+	"nodeflow/feature/hostports"
 	"nodeflow/feature/nodenet"
 	"nodeflow/feature/services"
 	"nodeflow/feature/unidle"
@@ -73,6 +74,8 @@ func agentCommand() *cli.Command {
 				Usage: "how long a packet to an idled service is held before it is rejected"},
 			&cli.BoolFlag{Name: "egress-firewall", Value: true, EnvVars: []string{"NODEFLOW_EGRESS_FIREWALL"},
 				Usage: "enforce EgressFirewall (k8s.ovn.org/v1) and EgressNetworkPolicy (network.openshift.io/v1) on br0"},
+			&cli.BoolFlag{Name: "host-ports", Value: true, EnvVars: []string{"NODEFLOW_HOST_PORTS"},
+				Usage: "serve the hostPorts of this node's pods (on br0, breth0 and, for the host's own connections, nftables)"},
 			&cli.StringFlag{Name: "resolv-conf", Value: "/etc/resolv.conf", EnvVars: []string{"NODEFLOW_RESOLV_CONF"}, Usage: "resolver configuration `FILE` whose nameservers the egress firewall asks for dnsNames"},
 			&cli.StringFlag{Name: "proc-sys-net", Value: hostnet.ProcSysNet, EnvVars: []string{"NODEFLOW_PROC_SYS_NET"},
 				Usage: "`DIR` where the host's /proc/sys/net is mounted writable (a container without privileges has /proc/sys read-only)"},
@@ -188,6 +191,9 @@ func runAgent(c *cli.Context) error {
 	} else {
 		// No service proxy: no DNAT of the host's traffic to services.
 		services.RemoveHostNAT(logrus.StandardLogger())
+	}
+	if c.Bool("host-ports") {
+		a.Use(hostports.New())
 	}
 	if c.Bool("egress-firewall") {
 		a.Use(egressfirewall.New(egressfirewall.Options{Kubeconfig: cfg.Kubeconfig, MgmtSocket: cfg.MgmtSocket, ResolvConf: c.String("resolv-conf")}))

@@ -34,6 +34,9 @@ const (
 	FeatureEgressFirewall Feature = 0x08
 	// FeatureUnidle is an idled service's metered packet-in flows.
 	FeatureUnidle Feature = 0x09
+	// FeatureHostPort is one pod's hostPorts: their DNAT on br0 and their
+	// ingress on breth0.
+	FeatureHostPort Feature = 0x0a
 	// FeatureLearned marks flows that `learn` actions create (session
 	// affinity). The reconciler never deletes or rewrites them.
 	FeatureLearned Feature = 0xfe
@@ -59,6 +62,7 @@ var features = []FeatureInfo{
 	{FeatureServiceGateway, "ServiceGateway", "service-gateway", "one service port's breth0 flows: NodePort, ExternalIP, LoadBalancer ingress"},
 	{FeatureEgressFirewall, "EgressFirewall", "egressfirewall", "one namespace's egress firewall"},
 	{FeatureUnidle, "Unidle", "unidle", "an idled service's metered packet-in"},
+	{FeatureHostPort, "HostPort", "hostport", "one pod's hostPorts: the DNAT on br0, the ingress from the uplink on breth0"},
 	{FeatureLearned, "Learned", "", "flows created by learn actions; never touched by the reconciler"},
 }
 

@@ -23,6 +23,12 @@ const (
 	PriorityOverride Priority = 300
 )
 
+// PriorityHostPort is table 30's DNAT of a pod's hostPort: above the
+// service flows (PriorityHigh), so that a hostPort on a node address wins
+// over a NodePort or ExternalIP on the same address and port, as with the
+// portmap plugin's DNAT ahead of kube-proxy's.
+const PriorityHostPort Priority = 250
+
 // breth0 priorities: the seed's.
 const (
 	// PriorityMasquerade is table 0's host/router masquerade flows.

@@ -139,7 +139,7 @@ var tables = []Table{
 	{Pod, PodConntrack, "Conntrack", "every IP packet: restore service DNAT in the service zone",
 		MissDrop, 0, []Feature{FeatureNode}},
 	{Pod, PodServiceLB, "ServiceLB", "new connections to a service: its select group, or a metered reject packet-in when it has no endpoints",
-		MissGoto, PodSNAT, []Feature{FeatureService, FeatureUnidle}},
+		MissGoto, PodSNAT, []Feature{FeatureService, FeatureUnidle, FeatureHostPort}},
 	{Pod, PodSessionAffinity, "SessionAffinity", "learned client-to-endpoint bindings (resubmit only)",
 		MissReturn, 0, []Feature{FeatureService}},
 	{Pod, PodEndpointDNAT, "EndpointDNAT", "with session affinity: learn the binding and commit the DNAT to the endpoint chosen (other services' buckets commit it themselves)",
@@ -163,7 +163,7 @@ var tables = []Table{
 
 	// breth0
 	{Gateway, GatewayClassifier, "Classifier", "masquerade (priority 500), per-service ingress (110), gateway commits (100), uplink conntrack (50), NORMAL",
-		MissNormal, 0, []Feature{FeatureGateway, FeatureServiceGateway}},
+		MissNormal, 0, []Feature{FeatureGateway, FeatureServiceGateway, FeatureHostPort}},
 	{Gateway, GatewayUplinkReturn, "UplinkReturn", "replies from the uplink by zone-64000 ct_mark: 0x1 to br0, 0x2 to the host",
 		MissNormal, 0, []Feature{FeatureGateway}},
 	{Gateway, GatewayToRouter, "ToRouter", "set the router MAC and output to the patch port",
