@@ -165,9 +165,7 @@ func (f *HostPorts) syncDirty() {
 	f.mu.Lock()
 	keys := make([]string, 0, len(f.dirty))
 	if f.all {
-		for _, k := range f.pods.GetStore().ListKeys() {
-			keys = append(keys, k)
-		}
+		keys = append(keys, f.pods.GetStore().ListKeys()...)
 		for k := range f.mappings {
 			keys = append(keys, k)
 		}
