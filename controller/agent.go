@@ -404,6 +404,18 @@ func (a *Agent) setupKube(ctx context.Context) error {
 		return err
 	}
 	a.nodes = a.informers.Core().V1().Nodes().Informer()
+	// This node's zone label decides topology-aware routing: follow it.
+	zoneOf := func(obj any) {
+		if n, ok := obj.(*corev1.Node); ok && n.Name == a.cfg.NodeName {
+			zone := n.Labels[corev1.LabelTopologyZone]
+			a.updateNode(func(fn *feature.Node) { fn.Zone = zone })
+		}
+	}
+	if _, err := a.nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: zoneOf, UpdateFunc: func(_, cur any) { zoneOf(cur) },
+	}); err != nil {
+		return fmt.Errorf("controller: node informer: %w", err)
+	}
 	a.informers.Start(ctx.Done())
 	if !cache.WaitForCacheSync(ctx.Done(), a.nodes.HasSynced) {
 		return fmt.Errorf("controller: node informer did not sync: %w", ctx.Err())

@@ -134,6 +134,9 @@ type Ports struct {
 type Node struct {
 	// Name is this node's name.
 	Name string
+	// Zone is the node's topology.kubernetes.io/zone label ("" for none),
+	// which topology-aware routing compares with endpoints' zone hints.
+	Zone string
 	// PodBridge and GatewayBridge are the bridges' names (br0, breth0).
 	PodBridge, GatewayBridge string
 	// Ports are the agent's ports on both bridges.
@@ -167,7 +170,7 @@ func (n Node) Addrs() []netip.Addr {
 
 // Equal reports whether n and o hold the same facts.
 func (n Node) Equal(o Node) bool {
-	return n.Name == o.Name && n.PodBridge == o.PodBridge && n.GatewayBridge == o.GatewayBridge && n.Ports == o.Ports &&
+	return n.Name == o.Name && n.Zone == o.Zone && n.PodBridge == o.PodBridge && n.GatewayBridge == o.GatewayBridge && n.Ports == o.Ports &&
 		slices.Equal(n.IPs, o.IPs) && slices.Equal(n.Secondary, o.Secondary) && slices.Equal(n.PodCIDRs, o.PodCIDRs) &&
 		slices.Equal(n.ClusterCIDRs, o.ClusterCIDRs) && slices.Equal(n.ServiceCIDRs, o.ServiceCIDRs) &&
 		n.Masquerade == o.Masquerade && slices.Equal(n.RouterMAC, o.RouterMAC) && slices.Equal(n.MgmtMAC, o.MgmtMAC) &&

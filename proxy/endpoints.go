@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strings"
 	"unique"
 
 	v1 "k8s.io/api/core/v1"
@@ -23,6 +24,52 @@ type Endpoint struct {
 	Ready       bool
 	Serving     bool
 	Terminating bool
+	// Hints are the EndpointSlice controller's topology hints, interned
+	// (the zero handle for none, the usual case).
+	Hints unique.Handle[Hints]
+}
+
+// Hints are an endpoint's topology hints: the zones and nodes whose
+// proxies should use it (EndpointSlice endpoints[].hints.forZones and
+// forNodes), each sorted and joined with commas.
+type Hints struct {
+	Zones, Nodes string
+}
+
+// hinted returns e's hints, false for none.
+func (e *Endpoint) hinted() (Hints, bool) {
+	if e.Hints == (unique.Handle[Hints]{}) {
+		return Hints{}, false
+	}
+	return e.Hints.Value(), true
+}
+
+// hasName reports whether the comma-joined list names name.
+func hasName(list, name string) bool {
+	for n := range strings.SplitSeq(list, ",") {
+		if n == name && n != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// hintsOf returns the interned hints of an EndpointSlice endpoint, the
+// zero handle for none.
+func hintsOf(h *discovery.EndpointHints) unique.Handle[Hints] {
+	if h == nil || len(h.ForZones)+len(h.ForNodes) == 0 {
+		return unique.Handle[Hints]{}
+	}
+	var zones, nodes []string
+	for _, z := range h.ForZones {
+		zones = append(zones, z.Name)
+	}
+	for _, n := range h.ForNodes {
+		nodes = append(nodes, n.Name)
+	}
+	slices.Sort(zones)
+	slices.Sort(nodes)
+	return unique.Make(Hints{Zones: strings.Join(zones, ","), Nodes: strings.Join(nodes, ",")})
 }
 
 // String renders "ip:port".
@@ -112,6 +159,7 @@ func processSlice(s *discovery.EndpointSlice) (*sliceInfo, []error) {
 		ip                          netip.Addr
 		node                        string
 		ready, serving, terminating bool
+		hints                       unique.Handle[Hints]
 	}
 	var eps []parsed
 	info.addrs = make([]netip.Addr, len(s.Endpoints))
@@ -145,6 +193,7 @@ func processSlice(s *discovery.EndpointSlice) (*sliceInfo, []error) {
 		if c := ep.Conditions.Terminating; c != nil {
 			p.terminating = *c
 		}
+		p.hints = hintsOf(ep.Hints)
 		eps = append(eps, p)
 		info.addrs[i] = a
 	}
@@ -179,7 +228,7 @@ func processSlice(s *discovery.EndpointSlice) (*sliceInfo, []error) {
 		list := info.ports[k].eps
 		for _, p := range eps {
 			list = append(list, Endpoint{IP: p.ip, Port: uint16(*port.Port), NodeName: p.node,
-				Ready: p.ready, Serving: p.serving, Terminating: p.terminating})
+				Ready: p.ready, Serving: p.serving, Terminating: p.terminating, Hints: p.hints})
 		}
 		info.ports[k].eps = list
 	}
@@ -209,21 +258,30 @@ func sortEndpoints(l []Endpoint) []Endpoint {
 }
 
 // Categorize applies kube-proxy's rules to the endpoints of one service
-// port on node nodeName and returns the endpoints for internal traffic
-// (ClusterIP) and for external traffic (NodePort, ExternalIPs, ingress IPs).
+// port on node nodeName, in zone (its topology.kubernetes.io/zone label,
+// "" for none), and returns the endpoints for internal traffic (ClusterIP)
+// and for external traffic (NodePort, ExternalIPs, ingress IPs).
 //
 //   - Cluster-wide, the ready endpoints are used; when none is ready, the
 //     serving endpoints that are terminating are used instead, so that
 //     connections drain instead of failing during a rollout.
-//   - With a Local traffic policy, the same rule is applied to the
-//     endpoints on this node only; with none there, that traffic has no
-//     endpoints (it is dropped, not sent to another node).
+//   - Topology: when every ready endpoint has node hints and one of them
+//     names this node, cluster-wide traffic uses the ready endpoints
+//     hinted for this node (trafficDistribution PreferSameNode); otherwise,
+//     when every ready endpoint has zone hints and one names this node's
+//     zone, those hinted for the zone (PreferSameZone, PreferClose, the
+//     topology-mode annotation). Any other case uses every ready endpoint.
+//   - With a Local traffic policy, the ready (or else serving terminating)
+//     endpoints on this node only are used, hints or not; with none there,
+//     that traffic has no endpoints (it is dropped, not sent to another
+//     node).
 //
 // Both results are sorted by address and port, and may be eps itself:
 // read them, do not change them.
-func Categorize(p *ServicePort, eps []Endpoint, nodeName string) (internal, external []Endpoint) {
+func Categorize(p *ServicePort, eps []Endpoint, nodeName, zone string) (internal, external []Endpoint) {
+	byNode, byZone := topologyMode(eps, nodeName, zone)
 	pick := func(local bool) []Endpoint {
-		if !local && allReady(eps) {
+		if !local && !byNode && !byZone && allReady(eps) {
 			// Shared with the tracker, not copied.
 			return eps
 		}
@@ -234,6 +292,12 @@ func Categorize(p *ServicePort, eps []Endpoint, nodeName string) (internal, exte
 			}
 			switch {
 			case e.Ready:
+				if !local && (byNode || byZone) {
+					h, _ := e.hinted()
+					if byNode && !hasName(h.Nodes, nodeName) || byZone && !hasName(h.Zones, zone) {
+						continue
+					}
+				}
 				ready = append(ready, e)
 			case e.Serving && e.Terminating:
 				terminating = append(terminating, e)
@@ -253,6 +317,38 @@ func Categorize(p *ServicePort, eps []Endpoint, nodeName string) (internal, exte
 		external = pick(true)
 	}
 	return internal, external
+}
+
+// topologyMode says whether the ready endpoints are chosen by their node
+// hints (every ready endpoint has some, and one names nodeName) or else by
+// their zone hints (the same for zone), as kube-proxy decides.
+func topologyMode(eps []Endpoint, nodeName, zone string) (byNode, byZone bool) {
+	anyReady, allNodes, allZones, forNode, forZone := false, true, true, false, false
+	for i := range eps {
+		e := &eps[i]
+		if !e.Ready {
+			continue
+		}
+		anyReady = true
+		h, _ := e.hinted()
+		if h.Nodes == "" {
+			allNodes = false
+		} else if hasName(h.Nodes, nodeName) {
+			forNode = true
+		}
+		if h.Zones == "" {
+			allZones = false
+		} else if hasName(h.Zones, zone) {
+			forZone = true
+		}
+	}
+	if !anyReady {
+		return false, false
+	}
+	if allNodes && forNode {
+		return true, false
+	}
+	return false, allZones && forZone
 }
 
 // allReady reports whether every endpoint of eps is ready.

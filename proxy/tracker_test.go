@@ -328,7 +328,7 @@ func TestCategorize(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			in, ex := Categorize(&tc.port, tc.eps, "me")
+			in, ex := Categorize(&tc.port, tc.eps, "me", "")
 			if !reflect.DeepEqual(in, tc.internal) || !reflect.DeepEqual(ex, tc.external) {
 				t.Errorf("got internal %v external %v, want %v %v", in, ex, tc.internal, tc.external)
 			}

@@ -290,7 +290,7 @@ func (p *Proxy) watch(h feature.Host) error {
 func (p *Proxy) nodeModel() service.Node {
 	a := p.h.Node()
 	n := service.Node{
-		Name: a.Name, ClusterCIDRs: a.ClusterCIDRs, Masquerade: a.Masquerade,
+		Name: a.Name, Zone: a.Zone, ClusterCIDRs: a.ClusterCIDRs, Masquerade: a.Masquerade,
 		UplinkPort: a.Ports.Uplink, PatchPort: a.Ports.GatewayPatch,
 	}
 	have := map[proxy.Family]bool{}
@@ -339,15 +339,15 @@ func outside(addrs []netip.Addr, cidrs []netip.Prefix) []netip.Addr {
 }
 
 func sameNode(x, y service.Node) bool {
-	return x.Name == y.Name && slices.Equal(x.IPs, y.IPs) && slices.Equal(x.Secondary, y.Secondary) &&
+	return x.Name == y.Name && x.Zone == y.Zone && slices.Equal(x.IPs, y.IPs) && slices.Equal(x.Secondary, y.Secondary) &&
 		slices.Equal(x.ClusterCIDRs, y.ClusterCIDRs) && x.Masquerade == y.Masquerade &&
 		x.UplinkPort == y.UplinkPort && x.PatchPort == y.PatchPort
 }
 
 // usedEndpoints returns the endpoints the port's groups hold: the union of
 // those for internal and external traffic.
-func usedEndpoints(port *proxy.ServicePort, eps []proxy.Endpoint, nodeName string) []proxy.Endpoint {
-	in, ex := proxy.Categorize(port, eps, nodeName)
+func usedEndpoints(port *proxy.ServicePort, eps []proxy.Endpoint, nodeName, zone string) []proxy.Endpoint {
+	in, ex := proxy.Categorize(port, eps, nodeName, zone)
 	if len(in) == len(ex) && (len(in) == 0 || &in[0] == &ex[0]) {
 		// The same endpoints for both (the usual case), in the tracker's
 		// order (sorted, without duplicates): no copy.
@@ -476,7 +476,7 @@ func (p *Proxy) sync(ctx context.Context, full bool) error {
 			// every sync, to take them over once it lets go.
 			p.failed[name] = struct{}{}
 		}
-		used := usedEndpoints(port, eps, node.Name)
+		used := usedEndpoints(port, eps, node.Name, node.Zone)
 		p.forget(name, old, out.GroupIDs)
 		p.idMu.Lock()
 		for _, id := range out.GroupIDs {

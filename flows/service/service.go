@@ -20,6 +20,9 @@ import (
 type Node struct {
 	// Name is the node's name, compared with endpoints' nodeName.
 	Name string
+	// Zone is the node's topology.kubernetes.io/zone label ("" for none),
+	// compared with endpoints' zone hints.
+	Zone string
 	// IPs holds the node IP of each family (the address on breth0's LOCAL
 	// port); NodePorts listen on them.
 	IPs []netip.Addr
@@ -207,7 +210,7 @@ func (b *builder) family(all []proxy.Endpoint) error {
 		}
 		return int(x.Port) - int(y.Port)
 	})
-	internal, external := proxy.Categorize(p, eps, b.node.Name)
+	internal, external := proxy.Categorize(p, eps, b.node.Name, b.node.Zone)
 	cip, _ := p.ClusterIP(b.fam)
 	internalVIPs := []vip{{cip, p.Port}}
 	var externalVIPs []vip
