@@ -28,6 +28,9 @@ var ConformanceSubsets = map[string]string{
 	"conformance": `\[sig-network\].*\[Conformance\]`,
 	// sig-network is all of [sig-network].
 	"sig-network": `\[sig-network\]`,
+	// topology is the topology-aware routing tests, which want three
+	// zones of two nodes (testbed/topology/zones.yaml).
+	"topology": `\[sig-network\] (Traffic Distribution|Topology Hints) `,
 }
 
 // ConformanceSkip is a set of upstream tests the testbed does not run, and
