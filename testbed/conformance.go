@@ -63,15 +63,63 @@ var OldDatapathSkips = []ConformanceSkip{
 		"sends a UDP datagram larger than the MTU through a Service: this Open vSwitch's userspace datapath gives its later fragments no ports (fixed in 2.17.12, 3.0.8, 3.1.7, 3.2.5, 3.3.4, 3.4.2, 3.5.0)"},
 }
 
-// Skips returns the tests left out of a run against Open vSwitch version
-// ovsVersion: ConformanceSkips, and OldDatapathSkips when that version
-// needs them.
-func Skips(ovsVersion string) []ConformanceSkip {
+// OldIperfSkips are the tests left out when the nodes' iperf is older than
+// 2.2.0: the upstream test parses the 17 CSV fields of iperf 2.2's
+// enhanced report, which the upstream agnhost image ships and older iperf
+// does not print (Debian 12 has 2.1.8). The testbed runs the image's
+// programs from the node's packages and cannot fetch another iperf.
+var OldIperfSkips = []ConformanceSkip{
+	{`IPerf2.* should run iperf2`, "parses iperf 2.2's 17-field CSV report; the nodes' iperf is older (Debian 12: 2.1.8) and the testbed cannot fetch the image's"},
+}
+
+// Versions are the versions of the node software some upstream tests
+// depend on.
+type Versions struct {
+	// OVS is ovs-vswitchd's ("3.1.0"), Iperf iperf's ("2.1.8"); "" when
+	// unknown.
+	OVS, Iperf string
+}
+
+// DetectVersions asks ovs-vswitchd and iperf for their versions.
+func DetectVersions() Versions {
+	return Versions{OVS: VswitchdVersion(), Iperf: iperfVersion()}
+}
+
+// Skips returns the tests left out of a run against nodes with versions
+// v: ConformanceSkips, and OldDatapathSkips and OldIperfSkips when those
+// versions need them.
+func Skips(v Versions) []ConformanceSkip {
 	out := slices.Clone(ConformanceSkips)
-	if !conntrack.FragmentPortsFixed(ovsVersion) {
+	if !conntrack.FragmentPortsFixed(v.OVS) {
 		out = append(out, OldDatapathSkips...)
 	}
+	if !atLeast(v.Iperf, 2, 2, 0) {
+		out = append(out, OldIperfSkips...)
+	}
 	return out
+}
+
+// atLeast reports whether version ("2.1.8") is at least major.minor.patch;
+// an unparsable one is not.
+func atLeast(version string, want ...int) bool {
+	parts := strings.SplitN(version, ".", 3)
+	if len(parts) != 3 {
+		return false
+	}
+	for i, p := range parts {
+		end := 0
+		for end < len(p) && p[end] >= '0' && p[end] <= '9' {
+			end++
+		}
+		n, err := strconv.Atoi(p[:end])
+		if err != nil {
+			return false
+		}
+		if n != want[i] {
+			return n > want[i]
+		}
+	}
+	return true
 }
 
 // VswitchdVersion returns the version ovs-vswitchd --version prints
@@ -87,6 +135,17 @@ func VswitchdVersion() string {
 		return ""
 	}
 	return fields[len(fields)-1]
+}
+
+// iperfVersion returns the version `iperf -v` prints ("iperf version
+// 2.1.8 (12 August 2022) pthreads"), or "".
+func iperfVersion() string {
+	out, _ := exec.Command("iperf", "-v").CombinedOutput()
+	f := strings.Fields(string(out))
+	if len(f) >= 3 && f[0] == "iperf" && f[1] == "version" {
+		return f[2]
+	}
+	return ""
 }
 
 // ConformanceOptions configure RunConformance.
@@ -105,9 +164,9 @@ type ConformanceOptions struct {
 	NumNodes int
 	// Focus selects the tests (a regular expression on the full name).
 	Focus string
-	// OVSVersion is the nodes' Open vSwitch version, which decides the
-	// skips (Skips).
-	OVSVersion string
+	// Versions are the nodes' software versions, which decide some skips
+	// (Skips).
+	Versions Versions
 	// Skip leaves out tests besides Skips ("" for none).
 	Skip string
 	// OutDir receives e2e.log, report.json and report.md.
@@ -135,7 +194,7 @@ type ConformanceSpec struct {
 // skipRegexp is the run's skip expression.
 func (o ConformanceOptions) skipRegexp() string {
 	var parts []string
-	for _, s := range Skips(o.OVSVersion) {
+	for _, s := range Skips(o.Versions) {
 		parts = append(parts, s.Pattern)
 	}
 	if o.Skip != "" {

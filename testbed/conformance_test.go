@@ -63,12 +63,25 @@ func TestReadConformanceReport(t *testing.T) {
 func TestSkipsFollowTheDatapath(t *testing.T) {
 	const large = "[sig-network] Networking Granular Checks: Services should be able to handle large requests: udp"
 	for v, skipped := range map[string]bool{"3.1.0": true, "3.1.7": false, "3.5.0": false} {
-		re := regexp.MustCompile(ConformanceOptions{OVSVersion: v}.skipRegexp())
+		re := regexp.MustCompile(ConformanceOptions{Versions: Versions{OVS: v}}.skipRegexp())
 		if re.MatchString(large) != skipped {
 			t.Errorf("Open vSwitch %s: large UDP test skipped %v, want %v", v, !skipped, skipped)
 		}
 	}
 	if v := VswitchdVersion(); v != "" && !regexp.MustCompile(`^\d+\.\d+\.\d+`).MatchString(v) {
 		t.Errorf("VswitchdVersion() = %q, not a version", v)
+	}
+}
+
+func TestIperfSkip(t *testing.T) {
+	const name = "[sig-network] Networking IPerf2 [Feature:Networking-Performance] should run iperf2"
+	for v, skipped := range map[string]bool{"2.1.8": true, "2.2.0": false, "2.2.1": false, "3.0.0": false, "": true} {
+		re := regexp.MustCompile(ConformanceOptions{Versions: Versions{OVS: "3.5.0", Iperf: v}}.skipRegexp())
+		if re.MatchString(name) != skipped {
+			t.Errorf("iperf %q: skipped %v, want %v", v, re.MatchString(name), skipped)
+		}
+	}
+	if v := iperfVersion(); v != "" && !atLeast(v, 2, 0, 0) {
+		t.Errorf("iperfVersion() = %q", v)
 	}
 }

@@ -367,7 +367,7 @@ func conformanceCommand() *cli.Command {
 			}
 			res, err := testbed.RunConformance(testbed.ConformanceOptions{
 				E2ETest: bin, Ginkgo: ginkgo, Procs: c.Int("procs"), Kubeconfig: st.Kubeconfig, NumNodes: nodes, Focus: focus, Skip: c.String("skip"),
-				OVSVersion: testbed.VswitchdVersion(), OutDir: out, Timeout: c.Duration("timeout"), Log: os.Stdout,
+				Versions: testbed.DetectVersions(), OutDir: out, Timeout: c.Duration("timeout"), Log: os.Stdout,
 			})
 			if err != nil {
 				return err

@@ -26,7 +26,7 @@ func TestUpstreamServicesConformance(t *testing.T) {
 	}
 	res, err := testbed.RunConformance(testbed.ConformanceOptions{
 		E2ETest: testbed.DefaultE2ETest(), Ginkgo: testbed.DefaultGinkgo(), Procs: 2, Kubeconfig: e.state.Kubeconfig, NumNodes: 2,
-		Focus: testbed.ConformanceSubsets["services"], OVSVersion: testbed.VswitchdVersion(), OutDir: out, Timeout: 40 * time.Minute,
+		Focus: testbed.ConformanceSubsets["services"], Versions: testbed.DetectVersions(), OutDir: out, Timeout: 40 * time.Minute,
 	})
 	if err != nil {
 		t.Fatal(err)
