@@ -21,12 +21,12 @@ var fragmentFixes = [][3]int{{2, 17, 12}, {3, 0, 8}, {3, 1, 7}, {3, 2, 5}, {3, 3
 // others miss the service, and the datagram is lost. The kernel datapath
 // is not affected. A version it cannot parse counts as fixed.
 func FragmentPortsFixed(ovsVersion string) bool {
-	v, ok := parseVersion(ovsVersion)
+	v, ok := ParseVersion(ovsVersion)
 	if !ok {
 		return true
 	}
 	last := fragmentFixes[len(fragmentFixes)-1]
-	if compareVersion(v, last) >= 0 {
+	if CompareVersion(v, last) >= 0 {
 		return true
 	}
 	for _, f := range fragmentFixes {
@@ -37,9 +37,9 @@ func FragmentPortsFixed(ovsVersion string) bool {
 	return false
 }
 
-// parseVersion parses "MAJOR.MINOR.PATCH", ignoring anything after the
-// patch number ("3.1.0-2+deb12u1", "3.3.90").
-func parseVersion(s string) ([3]int, bool) {
+// ParseVersion parses "MAJOR.MINOR.PATCH", ignoring anything after each
+// number ("3.1.0-2+deb12u1", "3.3.90"); false when s is not one.
+func ParseVersion(s string) ([3]int, bool) {
 	var v [3]int
 	parts := strings.SplitN(strings.TrimSpace(s), ".", 3)
 	if len(parts) != 3 {
@@ -59,7 +59,8 @@ func parseVersion(s string) ([3]int, bool) {
 	return v, true
 }
 
-func compareVersion(a, b [3]int) int {
+// CompareVersion compares two parsed versions as cmp.Compare does.
+func CompareVersion(a, b [3]int) int {
 	for i := range a {
 		if a[i] != b[i] {
 			return a[i] - b[i]

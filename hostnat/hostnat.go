@@ -204,18 +204,11 @@ func Build(nodeIPs []netip.Addr, ports []Port) (Ruleset, []Conflict) {
 			add(p, ip, p.Port)
 		}
 	}
-	var rs Ruleset
+	rules := make([]Rule, 0, len(want))
 	for k, o := range want {
-		r := Rule{Key: k, To: o.to}
-		if k.Daddr.Is4() {
-			rs.V4 = append(rs.V4, r)
-		} else {
-			rs.V6 = append(rs.V6, r)
-		}
+		rules = append(rules, Rule{Key: k, To: o.to})
 	}
-	byKey := func(x, y Rule) int { return x.Key.compare(y.Key) }
-	slices.SortFunc(rs.V4, byKey)
-	slices.SortFunc(rs.V6, byKey)
+	rs, _ := NewRuleset(rules) // keys are unique
 	return rs, conflicts
 }
 

@@ -101,25 +101,9 @@ func Skips(v Versions) []ConformanceSkip {
 
 // atLeast reports whether version ("2.1.8") is at least major.minor.patch;
 // an unparsable one is not.
-func atLeast(version string, want ...int) bool {
-	parts := strings.SplitN(version, ".", 3)
-	if len(parts) != 3 {
-		return false
-	}
-	for i, p := range parts {
-		end := 0
-		for end < len(p) && p[end] >= '0' && p[end] <= '9' {
-			end++
-		}
-		n, err := strconv.Atoi(p[:end])
-		if err != nil {
-			return false
-		}
-		if n != want[i] {
-			return n > want[i]
-		}
-	}
-	return true
+func atLeast(version string, major, minor, patch int) bool {
+	v, ok := conntrack.ParseVersion(version)
+	return ok && conntrack.CompareVersion(v, [3]int{major, minor, patch}) >= 0
 }
 
 // VswitchdVersion returns the version ovs-vswitchd --version prints
