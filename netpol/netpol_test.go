@@ -128,7 +128,7 @@ func TestMatrix(t *testing.T) {
 		})}, v1.ProtocolTCP, 80, "XXXXXX...\n" + strings.Repeat("X........\n", 8)},
 		{"policyTypes Egress alone: x/a reaches namespace z only", []*networkingv1.NetworkPolicy{policy("x", "egress", networkingv1.NetworkPolicySpec{
 			PodSelector: *sel("pod", "a"), PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeEgress},
-			Egress:      []networkingv1.NetworkPolicyEgressRule{{To: []networkingv1.NetworkPolicyPeer{{NamespaceSelector: sel("ns", "z")}}}},
+			Egress: []networkingv1.NetworkPolicyEgressRule{{To: []networkingv1.NetworkPolicyPeer{{NamespaceSelector: sel("ns", "z")}}}},
 		})}, v1.ProtocolTCP, 80, "XXXXXX...\n" + strings.Repeat(".........\n", 8)},
 		{"union: two policies on x/a, each admitting one source", []*networkingv1.NetworkPolicy{
 			policy("x", "from-b", networkingv1.NetworkPolicySpec{PodSelector: *sel("pod", "a"),
