@@ -100,10 +100,10 @@ func apply(ctx context.Context, s Step, db *ovsdb.Client, log logrus.FieldLogger
 		}
 		log.WithField("interface", s.Link).Info("turned the uplink's promiscuous mode off (Open vSwitch left it on)")
 	case DeleteNFTable:
-		if err := deleteNFTable(s.Family); err != nil {
+		if err := deleteNFTable(s.Family, s.Table); err != nil {
 			return fmt.Errorf("cleanup: %s: %w", s, err)
 		}
-		log.WithFields(logrus.Fields{"family": s.Family, "table": nftTable}).Info("deleted the nftables table")
+		log.WithFields(logrus.Fields{"family": s.Family, "table": s.Table}).Info("deleted the nftables table")
 	default:
 		return fmt.Errorf("cleanup: unknown step %q", s.Kind)
 	}
@@ -164,9 +164,9 @@ func deleteBridge(ctx context.Context, db *ovsdb.Client, b Bridge) error {
 	return nil
 }
 
-// deleteNFTable deletes nodeflow's table of family ("ip", "ip6").
-func deleteNFTable(family string) error {
-	t := &nftables.Table{Name: nftTable}
+// deleteNFTable deletes the table name of family ("ip", "ip6").
+func deleteNFTable(family, name string) error {
+	t := &nftables.Table{Name: name}
 	for f, name := range nftFamilies {
 		if name == family {
 			t.Family = f

@@ -23,9 +23,6 @@ import (
 	"nodeflow/ovsdb"
 )
 
-// nftTable is the name of nodeflow's nftables tables (package hostnat).
-const nftTable = hostnat.DefaultTable
-
 // nftFamilies are the families hostnat makes its table in.
 var nftFamilies = map[nftables.TableFamily]string{nftables.TableFamilyIPv4: "ip", nftables.TableFamilyIPv6: "ip6"}
 
@@ -207,8 +204,8 @@ func inspectSysctls(o Options, f *Facts) error {
 	return nil
 }
 
-// inspectNFTables lists the families that hold nodeflow's table.
-func inspectNFTables() ([]string, error) {
+// inspectNFTables lists nodeflow's tables present (hostnat.Tables).
+func inspectNFTables() ([]NFTable, error) {
 	c, err := nftables.New()
 	if err != nil {
 		return nil, fmt.Errorf("cleanup: nftables: %w", err)
@@ -217,13 +214,13 @@ func inspectNFTables() ([]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cleanup: nftables: list tables: %w", err)
 	}
-	var out []string
+	var out []NFTable
 	for _, t := range ts {
-		if fam, ok := nftFamilies[t.Family]; ok && t.Name == nftTable {
-			out = append(out, fam)
+		if fam, ok := nftFamilies[t.Family]; ok && slices.Contains(hostnat.Tables, t.Name) {
+			out = append(out, NFTable{Family: fam, Name: t.Name})
 		}
 	}
-	slices.Sort(out)
+	slices.SortFunc(out, func(x, y NFTable) int { return strings.Compare(x.Family+" "+x.Name, y.Family+" "+y.Name) })
 	return out, nil
 }
 

@@ -141,8 +141,8 @@ type Facts struct {
 	// checksum offload, State its content; "" and nil when there is none.
 	StateFile string
 	State     *hostnet.UplinkState
-	// NFTables are the families ("ip", "ip6") that hold nodeflow's table.
-	NFTables []string
+	// NFTables are nodeflow's nftables tables present (hostnat.Tables).
+	NFTables []NFTable
 	// CNIConf are the agent's CNI configuration file, and its temporary
 	// file, where they exist.
 	CNIConf []ConfFile
@@ -192,8 +192,13 @@ type Step struct {
 	Route netlink.Route
 	// Bridge is DeleteBridge's bridge.
 	Bridge Bridge
-	// Family is DeleteNFTable's family ("ip", "ip6").
-	Family string
+	// Family is DeleteNFTable's family ("ip", "ip6"), Table its table.
+	Family, Table string
+}
+
+// NFTable is one nftables table: its family ("ip", "ip6") and name.
+type NFTable struct {
+	Family, Name string
 }
 
 // String describes the step in one line.
@@ -210,7 +215,7 @@ func (s Step) String() string {
 	case DeleteBridge:
 		return fmt.Sprintf("%s %s", s.Kind, s.Bridge.Name)
 	case DeleteNFTable:
-		return fmt.Sprintf("%s %s %s", s.Kind, s.Family, nftTable)
+		return fmt.Sprintf("%s %s %s", s.Kind, s.Family, s.Table)
 	case PromiscOff:
 		return fmt.Sprintf("%s on %s", s.Kind, s.Link)
 	}
@@ -323,8 +328,8 @@ func Make(o Options, f Facts) Plan {
 	}
 
 	// 5. The rest.
-	for _, fam := range f.NFTables {
-		p.Steps = append(p.Steps, Step{Kind: DeleteNFTable, Family: fam})
+	for _, t := range f.NFTables {
+		p.Steps = append(p.Steps, Step{Kind: DeleteNFTable, Family: t.Family, Table: t.Name})
 	}
 	if f.Socket != "" {
 		if f.NotSocket {

@@ -16,6 +16,13 @@ import (
 // DefaultTable is the name of nodeflow's tables (one per family).
 const DefaultTable = "nodeflow"
 
+// HostPortsTable is the name of the tables of the hostPort feature's
+// rules (feature/hostports), programmed by an Applier of their own.
+const HostPortsTable = "nodeflow-hostports"
+
+// Tables are the names of every nftables table nodeflow creates.
+var Tables = []string{DefaultTable, HostPortsTable}
+
 // Names inside each table.
 const (
 	// MapName is the DNAT map.

@@ -42,7 +42,7 @@ import (
 )
 
 // NFTable is the name of the feature's nftables tables.
-const NFTable = "nodeflow-hostports"
+const NFTable = hostnat.HostPortsTable
 
 // retryInterval is the wait before retrying a failed nftables apply.
 const retryInterval = 5 * time.Second
