@@ -28,9 +28,11 @@ var ConformanceSubsets = map[string]string{
 	"conformance": `\[sig-network\].*\[Conformance\]`,
 	// sig-network is all of [sig-network].
 	"sig-network": `\[sig-network\]`,
-	// topology is the topology-aware routing tests, which want three
-	// zones of two nodes (testbed/topology/zones.yaml).
-	"topology": `\[sig-network\] (Traffic Distribution|Topology Hints) `,
+	// zones is the tests that want more nodes than the default testbed's
+	// two: the topology-aware routing tests (three zones of two nodes),
+	// and the health-check node port test (three nodes). They run on
+	// testbed/topology/zones.yaml.
+	"zones": `\[sig-network\] (Traffic Distribution|Topology Hints) |HealthCheckNodePort correctly when ExternalTrafficPolicy changes`,
 }
 
 // ConformanceSkip is a set of upstream tests the testbed does not run, and
