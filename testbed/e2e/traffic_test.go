@@ -43,7 +43,8 @@ type serviceTraffic struct {
 
 // serviceUnderTraffic deploys web pods on both nodes and a client pod on
 // each, puts a dual-stack Service (webPorts) in front of the web pods, and
-// waits until every client reaches it.
+// waits until every client reaches every web pod through it, on its TCP
+// and its UDP port (the pods' readiness says nothing of their UDP server).
 func serviceUnderTraffic(t *testing.T, e *env, ns string) (clients []netPod, vips []netip.Addr) {
 	t.Helper()
 	web := deployPods(t, e, ns, "web", 2)
@@ -64,6 +65,7 @@ func serviceUnderTraffic(t *testing.T, e *env, ns string) (clients []netPod, vip
 	for _, c := range clients {
 		for _, vip := range vips {
 			reach(t, c.node+" to "+vip.String(), c.netns, false, vip, 80, backends, netip.Addr{})
+			reach(t, c.node+" to "+vip.String()+" over UDP", c.netns, true, vip, 53, backends, netip.Addr{})
 		}
 	}
 	return clients, vips
