@@ -36,12 +36,12 @@ type Hints struct {
 	Zones, Nodes string
 }
 
-// hinted returns e's hints, false for none.
-func (e *Endpoint) hinted() (Hints, bool) {
+// hints returns e's hints, the zero Hints for none.
+func (e *Endpoint) hints() Hints {
 	if e.Hints == (unique.Handle[Hints]{}) {
-		return Hints{}, false
+		return Hints{}
 	}
-	return e.Hints.Value(), true
+	return e.Hints.Value()
 }
 
 // hasName reports whether the comma-joined list names name.
@@ -293,7 +293,7 @@ func Categorize(p *ServicePort, eps []Endpoint, nodeName, zone string) (internal
 			switch {
 			case e.Ready:
 				if !local && (byNode || byZone) {
-					h, _ := e.hinted()
+					h := e.hints()
 					if byNode && !hasName(h.Nodes, nodeName) || byZone && !hasName(h.Zones, zone) {
 						continue
 					}
@@ -330,7 +330,7 @@ func topologyMode(eps []Endpoint, nodeName, zone string) (byNode, byZone bool) {
 			continue
 		}
 		anyReady = true
-		h, _ := e.hinted()
+		h := e.hints()
 		if h.Nodes == "" {
 			allNodes = false
 		} else if hasName(h.Nodes, nodeName) {
@@ -340,6 +340,9 @@ func topologyMode(eps []Endpoint, nodeName, zone string) (byNode, byZone bool) {
 			allZones = false
 		} else if hasName(h.Zones, zone) {
 			forZone = true
+		}
+		if !allNodes && !allZones {
+			return false, false // an endpoint without hints: the usual case, decided at once
 		}
 	}
 	if !anyReady {

@@ -63,15 +63,14 @@ func TestSliceHintsParsed(t *testing.T) {
 	if len(eps) != 3 {
 		t.Fatalf("endpoints %v", eps)
 	}
-	got, ok := eps[0].hinted()
-	if !ok || got != (Hints{Zones: "a,b", Nodes: "n1"}) {
-		t.Errorf("hints %+v (%v), want zones a,b and node n1", got, ok)
+	if got := eps[0].hints(); got != (Hints{Zones: "a,b", Nodes: "n1"}) {
+		t.Errorf("hints %+v, want zones a,b and node n1", got)
 	}
 	if eps[0].Hints != eps[1].Hints {
 		t.Error("equal hints are not one interned value")
 	}
-	if _, ok := eps[2].hinted(); ok {
-		t.Error("an endpoint without hints has some")
+	if got := eps[2].hints(); got != (Hints{}) {
+		t.Errorf("an endpoint without hints has %+v", got)
 	}
 	// The same slice parsed again changes nothing.
 	if tr.Record(s, s.DeepCopy()); len(tr.Update()) != 0 {

@@ -61,10 +61,8 @@ type HostPorts struct {
 	mappings map[string][]hostport.Mapping
 	// warned holds the last warning given for each pod, so that each is
 	// given once.
-	warned  map[string]string
-	nftOK   bool
-	kick    chan struct{}
-	started bool
+	warned map[string]string
+	kick   chan struct{}
 }
 
 // New returns the feature.
@@ -111,30 +109,28 @@ func (f *HostPorts) Sync(ctx context.Context) error {
 	return nil
 }
 
-// Run implements feature.Feature.
+// Run implements feature.Feature: it rebuilds the pods that change and
+// programs the host's rules, retrying a failed apply after retryInterval.
 func (f *HostPorts) Run(ctx context.Context) {
 	f.applier = hostnat.NewApplier(hostnat.Options{Table: NFTable})
-	f.mu.Lock()
-	f.started = true
-	f.mu.Unlock()
-	f.applyHost()
-	retry := time.NewTimer(retryInterval)
-	defer retry.Stop()
+	var retry <-chan time.Time // set while the last apply failed
+	apply := func() {
+		retry = nil
+		if err := f.applyHost(); err != nil {
+			f.log.WithError(err).Error("cannot program the host's DNAT to its hostPorts; retrying")
+			retry = time.After(retryInterval)
+		}
+	}
+	apply()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-f.kick:
 			f.syncDirty()
-			f.applyHost()
-		case <-retry.C:
-			f.mu.Lock()
-			failed := !f.nftOK
-			f.mu.Unlock()
-			if failed {
-				f.applyHost()
-			}
-			retry.Reset(retryInterval)
+			apply()
+		case <-retry:
+			apply()
 		}
 	}
 }
@@ -249,13 +245,10 @@ func (f *HostPorts) event(pod *v1.Pod, msg string) {
 	}
 }
 
-// applyHost programs the host's own DNAT rules from the pods' mappings.
-func (f *HostPorts) applyHost() {
+// applyHost programs the host's own DNAT rules from the pods' mappings
+// (the applier sends nothing when they did not change).
+func (f *HostPorts) applyHost() error {
 	f.mu.Lock()
-	if !f.started {
-		f.mu.Unlock()
-		return
-	}
 	keys := make([]string, 0, len(f.mappings))
 	for k := range f.mappings {
 		keys = append(keys, k)
@@ -271,13 +264,7 @@ func (f *HostPorts) applyHost() {
 	for _, r := range dropped {
 		f.log.WithField("rule", r.String()).Warn("two pods want one hostPort on the host; the first in name order keeps it")
 	}
-	err := f.applier.Apply(rs)
-	f.mu.Lock()
-	f.nftOK = err == nil
-	f.mu.Unlock()
-	if err != nil {
-		f.log.WithError(err).Error("cannot program the host's DNAT to its hostPorts; retrying")
-	}
+	return f.applier.Apply(rs)
 }
 
 // HostRules returns the nftables DNAT rules that take the host's own

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"nodeflow/testbed"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -23,6 +24,7 @@ import (
 // takes its flows and its host rules away.
 func TestHostPorts(t *testing.T) {
 	e := up(t)
+	requireTool(t, "agnhost", testbed.DefaultAgnhost())
 	ctx := context.Background()
 	ns := createNamespace(t, e, "e2e-hostports")
 	node1, _ := e.state.Member("node1")
