@@ -72,7 +72,7 @@ type actCtx uint8
 
 const (
 	actCtxTop actCtx = iota // apply_actions, write_actions, packet-out, bucket
-	actCtxCT                // nested in ct(): only nat and set_field/load of ct_mark/ct_label
+	actCtxCT                // nested in ct(): only nat and set_field/load/move into ct_mark/ct_label
 )
 
 func unmarshalActions(b []byte, v Version, ctx actCtx) ([]Action, error) {
@@ -106,7 +106,7 @@ func decodeAction(b []byte, v Version, ctx actCtx) (Action, error) {
 	if t == atExperimenter {
 		return decodeExperimenterAction(b, v, ctx)
 	}
-	if ctx == actCtxCT && t != atSetField {
+	if ctx == actCtxCT && t != atSetField && t != atCopyField {
 		return nil, fmt.Errorf("not allowed inside ct: %w", ErrMalformed)
 	}
 	fn := stdDecoders[t]
@@ -140,7 +140,7 @@ func decodeExperimenterAction(b []byte, v Version, ctx actCtx) (Action, error) {
 	switch exp {
 	case ExperimenterNicira:
 		st := binary.BigEndian.Uint16(b[8:10])
-		if ctx == actCtxCT && st != nxastNAT && st != nxastRegLoad && st != nxastRegLoad2 {
+		if ctx == actCtxCT && st != nxastNAT && st != nxastRegLoad && st != nxastRegLoad2 && st != nxastRegMove {
 			return nil, fmt.Errorf("not allowed inside ct: %w", ErrMalformed)
 		}
 		fn = nxDecoders[st]

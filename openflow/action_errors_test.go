@@ -191,6 +191,8 @@ func TestAppendActionsErrors(t *testing.T) {
 		{"load of 65 bits", Version13, []Action{RegLoad{Dst: actRef("ct_label[0..64]"), Value: 1}}, ErrUnsupported, "do not fit ofs_nbits"},
 		{"ct output nested", Version15, []Action{CT{Commit: true, RecircTable: CTNoRecirc, Actions: []Action{Output{Port: 1}}}}, ErrMalformed, "action 0 (ct): nested action 0 (output): not allowed inside ct"},
 		{"ct set reg nested", Version15, []Action{CT{Commit: true, Actions: []Action{SetField{Field: actField("reg0", []byte{0, 0, 0, 1}, nil)}}}}, ErrMalformed, "ct cannot set reg0"},
+		{"ct move into reg nested", Version15, []Action{CT{Commit: true, Actions: []Action{RegMove{Src: actRef("tun_src"), Dst: actRef("reg0")}}}}, ErrMalformed, "ct cannot move into NXM_NX_REG0[]"},
+		{"ct move without commit", Version13, []Action{CT{Actions: []Action{RegMove{Src: actRef("tun_src"), Dst: actRef("ct_label[0..31]")}}}}, ErrMalformed, "needs ct(commit)"},
 		{"ct exec without commit", Version15, []Action{CT{Actions: []Action{SetField{Field: actField("ct_mark", []byte{0, 0, 0, 1}, nil)}}}}, ErrMalformed, "needs ct(commit)"},
 		{"ct force without commit", Version15, []Action{CT{Force: true}}, ErrMalformed, "force needs commit"},
 		{"ct zone of 8 bits", Version15, []Action{CT{ZoneSrc: actRef("reg0[0..7]")}}, ErrMalformed, "must be 16 bits"},

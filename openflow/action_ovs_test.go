@@ -271,6 +271,12 @@ func actOracleCases() []actOracleCase {
 			want: actApply(CT{Commit: true, RecircTable: CTNoRecirc, Actions: []Action{SetField{Field: actField("ct_mark", []byte{0, 0, 0, 1}, nil)}}})},
 		{name: "ct exec masked label and mark", acts: "ct(commit,exec(load:0x1->NXM_NX_CT_LABEL[0],set_field:0x2/0x2->ct_mark))"},
 		{name: "ct exec label", acts: "ct(commit,zone=1,exec(set_field:1->ct_label))"},
+		{name: "ct exec move into label", acts: "ct(commit,zone=65000,exec(move:NXM_NX_TUN_IPV4_SRC[]->NXM_NX_CT_LABEL[0..31]))",
+			want: actApply(CT{Commit: true, Zone: 65000, RecircTable: CTNoRecirc, Actions: []Action{
+				RegMove{Src: actRef("tun_src"), Dst: actRef("ct_label[0..31]")},
+			}})},
+		{name: "ct exec move and mark", acts: "ct(commit,zone=65000,exec(move:NXM_NX_TUN_IPV4_SRC[]->NXM_NX_CT_LABEL[0..31],set_field:0x10/0x10->ct_mark))"},
+		{name: "ct exec move into mark", acts: "ct(commit,exec(move:NXM_NX_REG0[0..7]->NXM_NX_CT_MARK[8..15]))"},
 		{name: "ct exec wide masked label", acts: "ct(commit,exec(set_field:0xffffffffffffffffffff/0xffffffffffffffffffff->ct_label))"},
 		{name: "ct exec split label", acts: "ct(commit,exec(set_field:0x1000000000000000100000000/0x1000000000000000100000000->ct_label))"},
 		{name: "ct service dnat", acts: "ct(commit,table=15,zone=65000,nat(dst=10.128.0.2:8080),exec(set_field:0x2->ct_mark))"},

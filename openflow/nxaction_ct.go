@@ -29,8 +29,8 @@ const (
 // != 0), whose 16 bits then hold it. RecircTable is the table the packet
 // continues in after conntrack, with the ct_* fields filled in; CTNoRecirc
 // (0xff) means none, so the zero value recirculates to table 0: set it.
-// Actions holds the nested actions: at most NAT, and SetField or RegLoad of
-// ct_mark and ct_label. Any of those other than an argument-less NAT needs
+// Actions holds the nested actions: at most NAT, and SetField, RegLoad or
+// RegMove into ct_mark and ct_label. Any of those other than an argument-less NAT needs
 // Commit.
 //
 //	 0: 2 bytes: type = 0xffff
@@ -213,6 +213,11 @@ func checkCTNested(a Action) error {
 			return nil
 		}
 		return fmt.Errorf("ct cannot load %s: %w", a.Dst, ErrMalformed)
+	case RegMove:
+		if isCTMarkOrLabel(a.Dst.Class, a.Dst.Field) {
+			return nil
+		}
+		return fmt.Errorf("ct cannot move into %s: %w", a.Dst, ErrMalformed)
 	}
 	return fmt.Errorf("not allowed inside ct: %w", ErrMalformed)
 }

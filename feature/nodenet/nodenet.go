@@ -179,6 +179,7 @@ func (n *NodeNet) Run(ctx context.Context) {
 		go n.watchOVSDB(ctx, ifc)
 	}
 	go n.watchNetlink(ctx)
+	go n.publishPipeline(ctx)
 	t := time.NewTicker(n.opts.HostCheckInterval)
 	defer t.Stop()
 	for {

@@ -2,6 +2,7 @@ package nodenet
 
 import (
 	"net/netip"
+	"nodeflow/flows/plan"
 	"strings"
 	"testing"
 
@@ -40,6 +41,34 @@ func TestRemoteOf(t *testing.T) {
 				t.Fatalf("err = %v, want one naming n2 and containing %q", err, tc.want)
 			}
 		})
+	}
+}
+
+func TestRemoteOfPipeline(t *testing.T) {
+	for _, tc := range []struct {
+		annotation string
+		set        bool
+		want       bool
+	}{
+		{set: false, want: false},
+		{annotation: "3", set: true, want: false},
+		{annotation: "4", set: true, want: true},
+		{annotation: "12", set: true, want: true},
+		{annotation: "four", set: true, want: false},
+		{annotation: "-4", set: true, want: false},
+	} {
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n2"}, Spec: corev1.NodeSpec{PodCIDRs: []string{"10.244.1.0/24"}},
+			Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "172.30.0.12"}}}}
+		if tc.set {
+			n.Annotations = map[string]string{plan.PipelineAnnotation: tc.annotation}
+		}
+		r, err := RemoteOf(n)
+		if err != nil {
+			t.Fatalf("annotation %q: %v", tc.annotation, err)
+		}
+		if r.ReturnsByTunnel != tc.want {
+			t.Errorf("annotation %q (set %v): ReturnsByTunnel = %v, want %v", tc.annotation, tc.set, r.ReturnsByTunnel, tc.want)
+		}
 	}
 }
 

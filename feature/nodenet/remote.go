@@ -34,6 +34,7 @@ func RemoteOf(n *corev1.Node) (node.Remote, error) {
 	if len(r.PodCIDRs) == 0 {
 		return r, fmt.Errorf("node %s: no podCIDR yet", n.Name)
 	}
+	r.ReturnsByTunnel = pipelineOf(n) >= ReturnsByTunnelSince
 	return r, nil
 }
 

@@ -64,6 +64,24 @@ const (
 	// PriorityGatewayToPodEstablished re-applies that SNAT to the
 	// connection's established original-direction packets.
 	PriorityGatewayToPodEstablished plan.Priority = 120
+	// PriorityHostToRemotePod commits the SNAT to the node IP of a new
+	// service connection from the host (its masquerade address) to a pod
+	// on a node that returns such connections' replies through the tunnel
+	// (Remote.ReturnsByTunnel), between the local pod subnet and the
+	// router-address SNAT.
+	PriorityHostToRemotePod plan.Priority = 135
+	// PriorityTunnelPodSource lets new connections from the tunnel whose
+	// source is in the cluster's pod networks through routing untracked,
+	// above PriorityTunnelPeer.
+	PriorityTunnelPodSource plan.Priority = 106
+	// PriorityTunnelPeer commits new connections from the tunnel to a
+	// local pod from any other source (another node's host) with
+	// plan.ReturnByTunnel, between the local subnet and the host's
+	// addresses.
+	PriorityTunnelPeer plan.Priority = 105
+	// PriorityTunnelReturn routes the replies of those connections to the
+	// tunnel table, above PriorityReply.
+	PriorityTunnelReturn plan.Priority = 65
 	// PriorityNextHopBase is the priority of a /0 next hop; a /N adds N, so
 	// that the longest prefix wins.
 	PriorityNextHopBase plan.Priority = 100
@@ -220,6 +238,8 @@ var (
 	refARPSpa  = openflow.MustParseFieldRef("NXM_OF_ARP_SPA[]")
 	refARPTpa  = openflow.MustParseFieldRef("NXM_OF_ARP_TPA[]")
 	refTunID   = openflow.MustParseFieldRef("NXM_NX_TUN_ID[0..23]")
+	refTunSrc  = openflow.MustParseFieldRef("NXM_NX_TUN_IPV4_SRC[]")
+	refTunDst  = openflow.MustParseFieldRef("NXM_NX_TUN_IPV4_DST[]")
 	ethTypeARP = openflow.EthType(0x0806)
 )
 
@@ -246,7 +266,9 @@ func arpReply(ip netip.Addr, mac net.HardwareAddr) []openflow.Instruction {
 //	table 25  every IP packet through the service zone
 //	table 40  SNAT after DNAT, by ct_mark
 //	table 50  cluster and service destinations bypass the egress firewall
-//	table 60  local subnet, the host, replies to the gateway, default route
+//	table 60  local subnet, the host, replies to the gateway, default route;
+//	          commit connections from other nodes' hosts through the tunnel
+//	table 80  their replies back to the tunnel endpoint they came from
 //	table 70  delivery to mp0
 //	table 90  pod egress SNAT to the node IP
 func NodeFlows(c Config) ([]openflow.Flow, error) {
@@ -337,6 +359,41 @@ func NodeFlows(c Config) ([]openflow.Flow, error) {
 		f := famOf(ip)
 		add(flow(plan.PodRouting, PriorityHost, then(nil, plan.PodLocalDelivery), f.eth(), f.dst(ip)))
 	}
+	// A connection from another node's host (SNATed to its node IP)
+	// through the tunnel to a local pod is committed with the tunnel
+	// endpoint it came from, and its replies go back the same way: out of
+	// the uplink, they would reach a host that does not know them.
+	// Connections from the pod networks need no state for that.
+	newTrkOnly := openflow.CtState(openflow.CtNew|openflow.CtTrk, openflow.CtNew|openflow.CtTrk)
+	for _, p := range c.PodCIDRs {
+		f := famOfPrefix(p)
+		for _, src := range c.ClusterCIDRs {
+			if famOfPrefix(src).v6 == f.v6 {
+				add(flow(plan.PodRouting, PriorityTunnelPodSource, then(nil, plan.PodLocalDelivery),
+					f.eth(), plan.FromTunnel.Match(), newTrkOnly, f.srcNet(src), f.dstNet(p)))
+			}
+		}
+		add(flow(plan.PodRouting, PriorityTunnelPeer, []openflow.Instruction{
+			openflow.ApplyActions{Actions: []openflow.Action{ctAct(true, conntrack.ZoneService, plan.TableID(openflow.CTNoRecirc),
+				openflow.RegMove{Src: refTunSrc, Dst: plan.TunnelPeerIP.Ref()},
+				plan.ReturnByTunnel.Load(),
+			)}},
+			openflow.GotoTable{Table: uint8(plan.PodLocalDelivery)},
+		}, f.eth(), plan.FromTunnel.Match(), newTrkOnly, f.dstNet(p)))
+	}
+	for _, f := range c.families() {
+		add(
+			flow(plan.PodRouting, PriorityTunnelReturn, then(nil, plan.PodTunnelEgress), f.eth(),
+				openflow.CtState(openflow.CtRpl|openflow.CtTrk, openflow.CtRpl|openflow.CtTrk), plan.ReturnByTunnel.Match()),
+			flow(plan.PodTunnelEgress, plan.PriorityLow, apply(
+				openflow.RegMove{Src: plan.TunnelPeerIP.Ref(), Dst: refTunDst},
+				openflow.RegMove{Src: plan.NamespaceID.Ref(), Dst: refTunID},
+				setEthSrc(c.RouterMAC),
+				out(c.TunnelPort),
+			), f.eth(), openflow.CtState(openflow.CtRpl|openflow.CtTrk, openflow.CtRpl|openflow.CtTrk), plan.ReturnByTunnel.Match()),
+		)
+	}
+
 	for _, f := range c.families() {
 		// Replies of connections that came in from the gateway (a
 		// NodePort client, the host through the masquerade) go back to it.

@@ -75,8 +75,10 @@ func all(t *testing.T) map[string][]openflow.Flow {
 		return fs
 	}
 	return map[string][]openflow.Flow{
-		"node-local.flows":   must(NodeFlows(c)),
-		"node-remote.flows":  must(RemoteFlows(c, testRemote())),
+		"node-local.flows":  must(NodeFlows(c)),
+		"node-remote.flows": must(RemoteFlows(c, testRemote())),
+		"node-remote-returns-by-tunnel.flows": must(RemoteFlows(c, Remote{Name: "node3", TunnelIP: netip.MustParseAddr("172.30.0.13"),
+			PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.2.0/24"), netip.MustParsePrefix("fd00:10:244:2::/64")}, ReturnsByTunnel: true})),
 		"pod.flows":          must(PodFlows(c, testPod())),
 		"nexthops.flows":     must(GatewayOutputFlows(c, testHops())),
 		"nd.flows":           NDFlows([]uint32{3, 4, 5}),
@@ -120,7 +122,8 @@ func TestGolden(t *testing.T) {
 func TestTablesAndFeatures(t *testing.T) {
 	owners := map[string]string{
 		"node-local.flows": OwnerLocal, "node-remote.flows": RemoteOwner("node2"), "pod.flows": PodOwner("default", "a"),
-		"nexthops.flows": OwnerNextHops, "nd.flows": OwnerND, "pipeline-br0.flows": gateway.PipelineOwner(plan.Pod),
+		"node-remote-returns-by-tunnel.flows": RemoteOwner("node3"),
+		"nexthops.flows":                      OwnerNextHops, "nd.flows": OwnerND, "pipeline-br0.flows": gateway.PipelineOwner(plan.Pod),
 	}
 	for name, fs := range all(t) {
 		feat, err := plan.OwnerFeature(owners[name])

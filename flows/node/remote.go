@@ -17,6 +17,11 @@ type Remote struct {
 	TunnelIP netip.Addr
 	// PodCIDRs are its pod subnets.
 	PodCIDRs []netip.Prefix
+	// ReturnsByTunnel says that its agent sends the replies of connections
+	// from other nodes' hosts back through the tunnel (pipeline 4 and
+	// later): the host's service connections to its pods can then keep
+	// the node IP as their source.
+	ReturnsByTunnel bool
 }
 
 // Validate reports the first problem of r, naming the node and the field.
@@ -38,6 +43,9 @@ func (r Remote) Validate() error {
 // RemoteFlows returns the flows for one remote node (owner RemoteOwner):
 //
 //	table 15  VXLAN from its IP: the VNI becomes the namespace id
+//	table 40  with ReturnsByTunnel: the host's new service connections
+//	          to its pods SNATed to the node IP (else table 40's default,
+//	          the router address)
 //	table 60  its pod subnets to the tunnel table
 //	table 80  set tun_dst and the VNI, output to vxlan0
 //
@@ -66,6 +74,16 @@ func RemoteFlows(c Config, r Remote) ([]openflow.Flow, error) {
 	}
 	for _, p := range r.PodCIDRs {
 		f := famOfPrefix(p)
+		nodeIP, okNode := c.nodeIP(f.v6)
+		masq, okMasq := c.masq(f.v6)
+		if r.ReturnsByTunnel && okNode && okMasq {
+			// The host through breth0's masquerade: the pod sees the node
+			// IP, as it would a host-network client's; established
+			// packets re-apply it by table 40's router-address flows,
+			// whose ct(nat) applies whatever SNAT was committed.
+			fs = append(fs, flow(plan.PodSNAT, PriorityHostToRemotePod, commitSNAT(nodeIP),
+				f.eth(), plan.FromGateway.Match(), newDNAT, f.src(masq.Host), f.dstNet(p)))
+		}
 		fs = append(fs,
 			flow(plan.PodRouting, plan.PriorityNormal, then(nil, plan.PodTunnelEgress), f.eth(), f.dstNet(p)),
 			flow(plan.PodTunnelEgress, plan.PriorityNormal, apply(

@@ -275,6 +275,14 @@ var (
 	// commit and used for the connection's whole life (ANCHORS:
 	// SNAT-after-DNAT is remembered in ct_mark).
 	SNATKind = mustField("SNATKind", Pod, SpaceCtMark, 0, 0, 3, "zone 65000: SNAT needed after the DNAT")
+	// TunnelPeer, in the service zone's ct_mark, says that a connection
+	// came in through the tunnel from an address outside the cluster's pod
+	// networks (another node's host, SNATed to its node IP): its replies
+	// go back through the tunnel to TunnelPeerIP, not out of the uplink.
+	TunnelPeer = mustField("TunnelPeer", Pod, SpaceCtMark, 0, 4, 4, "zone 65000: came in through the tunnel from another node's host")
+	// TunnelPeerIP, in the service zone's ct_label, is the tunnel source
+	// of such a connection: where its replies go.
+	TunnelPeerIP = mustField("TunnelPeerIP", Pod, SpaceCtLabel, 0, 0, 31, "zone 65000: the VXLAN endpoint a TunnelPeer connection came from")
 )
 
 // breth0 fields.
@@ -299,18 +307,22 @@ var (
 	// those connections (a pod reaching itself, a remote pod reached from
 	// breth0) from the packet, the mark's connections included.
 
+	// ReturnByTunnel: the connection's replies go back through the tunnel
+	// (TunnelPeer).
+	ReturnByTunnel = mustMark("ReturnByTunnel", TunnelPeer, 1)
+
 	OriginRouter = mustMark("OriginRouter", GatewayOrigin, 1)
 	OriginHost   = mustMark("OriginHost", GatewayOrigin, 2)
 )
 
 var declaredFields = []Field{
 	PktSource, EndpointSelected, NamespaceID, EndpointIPv4, EndpointPort, ServiceID, EndpointIPv6, SNATKind,
-	GatewayOrigin, AffinityChecked,
+	TunnelPeer, TunnelPeerIP, GatewayOrigin, AffinityChecked,
 }
 
 var declaredMarks = []Mark{
 	FromPod, FromTunnel, FromGateway, FromHost, EndpointChosen,
-	SNATToNodeIP, OriginRouter, OriginHost, AffinityLookedUp,
+	SNATToNodeIP, ReturnByTunnel, OriginRouter, OriginHost, AffinityLookedUp,
 }
 
 // Alias declares an intended overlap between two fields.

@@ -130,7 +130,8 @@ var (
 		podRecirc(PodConntrack, "ct(zone=65000,nat,table=30)"),
 	)
 	snatNodeIP  = seq(podRecirc(PodSNAT, "+new, SNATToNodeIP: ct(commit,zone=65001,nat(src=node IP),table=50)"))
-	snatGateway = seq(podRecirc(PodSNAT, "+new+dnat, from breth0 to a remote pod, or from a pod to itself: ct(commit,zone=65001,nat(src=gateway),table=50)"))
+	snatGateway = seq(podRecirc(PodSNAT, "+new+dnat, from the uplink to a remote pod, or from a pod to itself: ct(commit,zone=65001,nat(src=gateway),table=50)"))
+	snatHostIP  = seq(podRecirc(PodSNAT, "+new+dnat, from the host masquerade address to a remote pod (its node returns by tunnel): ct(commit,zone=65001,nat(src=node IP),table=50)"))
 	toUplink    = seq(
 		pod(PodRouting, "ct_state=+snat-rpl (SNAT done): goto 95"),
 		pod(PodGatewayOutput, "next hop's MAC, IN_PORT or output:patch"),
@@ -188,7 +189,7 @@ var paths = []Path{
 	{"pod -> ClusterIP -> outside endpoint, judged by an egress firewall", steps(podIngress, svcLookup, svcNew, snatNodeIP, judged, toUplink)},
 	{"host -> ClusterIP -> local pod", steps(hostToSvc, svcLookup, svcNew, noSNAT, toLocal)},
 	{"host -> ClusterIP -> local pod (reply)", steps(podIngress, svcLookup, replyToHostMasq)},
-	{"host -> ClusterIP -> remote pod", steps(hostToSvc, svcLookup, svcNew, snatGateway, toTunnel)},
+	{"host -> ClusterIP -> remote pod", steps(hostToSvc, svcLookup, svcNew, snatHostIP, toTunnel)},
 	{"host -> ClusterIP -> remote pod (reply)", steps(fromTunnel, unSNAT, replyToHostMasq)},
 	{"host -> ClusterIP -> host endpoint, this node (the longest)", steps(hostToSvc, svcLookup, svcNew, snatNodeIP, noBypass, hostHairpin)},
 	{"host -> ClusterIP -> host endpoint, this node (reply)", steps(hostHairpinReply, replyToHostMasq)},
@@ -204,6 +205,15 @@ var paths = []Path{
 	{"host -> ClusterIP -> secondary IP of this node (reply)", steps(hostHairpinReply, replyToHostMasq)},
 	{"host -> ClusterIP -> host endpoint, other node", steps(hostToSvc, svcLookup, svcNew, snatNodeIP, noBypass, toUplink)},
 	{"host -> ClusterIP -> host endpoint, other node (reply)", steps(fromUplinkToBr0, replyToHostMasq)},
+	{"host -> ClusterIP -> remote pod (receiving node)", steps(fromTunnel, svcLookup, svcEst,
+		seq(pod(PodEgressFirewall, "cluster destination: goto 60"),
+			pod(PodRouting, "FromTunnel, +new, source outside the pod networks: ct(commit,zone=65000,exec(TunnelPeerIP=tun_src,ReturnByTunnel)), goto 70"),
+			pod(PodLocalDelivery, "set MACs, output:pod")))},
+	{"host -> ClusterIP -> remote pod (receiving node, reply)", steps(podIngress, svcLookup, svcEst,
+		seq(pod(PodEgressFirewall, "+rpl: goto 60"),
+			pod(PodRouting, "+rpl, ReturnByTunnel: goto 80"),
+			pod(PodTunnelEgress, "tun_dst from TunnelPeerIP, tun_id; output:vxlan0, tunnel push"),
+			gw(GatewayClassifier, "p600 in_port=LOCAL, VXLAN from the node IP: output:eth0")))},
 	{"outside -> NodePort -> local pod", steps(nodePortIn, svcNew, noSNAT, toLocal)},
 	{"outside -> NodePort -> local pod (reply)", steps(podIngress, svcLookup, svcEst, noBypass, replyToUplink)},
 	{"outside -> NodePort -> remote pod", steps(nodePortIn, svcNew, snatGateway, toTunnel)},

@@ -130,4 +130,14 @@ const ControllerID uint16 = 0x6e66 // "nf"
 // 3: service buckets commit the DNAT themselves (table 35 only for session
 // affinity); table 40 decides the hairpin and breth0-to-remote-pod SNAT
 // from the packet, not from ct_mark.
-const PipelineVersion = 3
+//
+// 4: the host's service connections to pods on other nodes are SNATed to
+// the node IP, not the router address, when the other node's agent returns
+// their replies through the tunnel (it commits them with ReturnByTunnel
+// and says so with the Node annotation PipelineAnnotation).
+const PipelineVersion = 4
+
+// PipelineAnnotation is the Node annotation in which each agent publishes
+// the PipelineVersion it runs, so that the other nodes know what it can
+// receive.
+const PipelineAnnotation = "nodeflow.io/pipeline"

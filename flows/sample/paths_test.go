@@ -30,6 +30,9 @@ type probe struct {
 	wantSrc       netip.Addr
 	wantDst       netip.AddrPort
 	wantTunnelled bool
+	// replyTunnelled says the reply leaves by in inside VXLAN, to the
+	// tunnel endpoint the first packet came from.
+	replyTunnelled bool
 }
 
 // Endpoints of the sample's addresses, as probes address them.
@@ -80,6 +83,17 @@ func fromOutside(sport uint16, port uint16) func(c *Config) segment {
 	}
 }
 
+// fromRemoteHost is the other node's host's first segment to dst, in VXLAN
+// as the other node sends a service connection of its host: SNATed to its
+// node IP, VNI 0.
+func fromRemoteHost(sport uint16, dst netip.AddrPort) func(c *Config) segment {
+	return func(c *Config) segment {
+		return segment{srcMAC: conntrack.MAC(node.RouterIP(c.Remote.PodCIDRs[0])), dstMAC: c.RouterMAC(),
+			src: netip.AddrPortFrom(c.Remote.IPs[0], sport), dst: dst, syn: true,
+			tunnel: &underlay{srcMAC: c.Remote.MAC, dstMAC: c.Local.MAC, src: c.Remote.IPs[0], dst: c.Local.IPs[0]}}
+	}
+}
+
 // fromRemotePod is the other node's pod's first segment to dst, in VXLAN
 // as the other node sends it.
 func fromRemotePod(sport uint16, dst netip.AddrPort) func(c *Config) segment {
@@ -123,7 +137,9 @@ var probes = []probe{
 	{first: "host -> ClusterIP -> local pod", reply: "host -> ClusterIP -> local pod (reply)",
 		in: gatewayBridge, seg: fromHost(40010, toLocal), out: "a", wantSrc: netip.MustParseAddr("169.254.169.2"), wantDst: localEP},
 	{first: "host -> ClusterIP -> remote pod", reply: "host -> ClusterIP -> remote pod (reply)",
-		in: gatewayBridge, seg: fromHost(40011, toRemote), out: uplinkName, wantSrc: gatewayIP, wantDst: remoteEP, wantTunnelled: true},
+		in: gatewayBridge, seg: fromHost(40011, toRemote), out: uplinkName, wantSrc: nodeIP, wantDst: remoteEP, wantTunnelled: true},
+	{first: "host -> ClusterIP -> remote pod (receiving node)", reply: "host -> ClusterIP -> remote pod (receiving node, reply)",
+		in: uplinkName, seg: fromRemoteHost(40022, localEP), out: "a", wantSrc: netip.MustParseAddr("172.18.0.4"), wantDst: localEP, replyTunnelled: true},
 	{first: "host -> ClusterIP -> host endpoint, this node (the longest)", reply: "host -> ClusterIP -> host endpoint, this node (reply)",
 		established: "host -> ClusterIP -> host endpoint, this node (established)",
 		in:          gatewayBridge, seg: fromHost(40012, toHost), out: gatewayBridge, wantSrc: netip.MustParseAddr("169.254.169.1"), wantDst: hostEP},
@@ -202,6 +218,9 @@ func TestRecirculationBudget(t *testing.T) {
 			}
 			if answer.src != orig.dst || answer.dst != orig.src {
 				t.Errorf("the reply reached %s as %s, want it from %s to %s", pr.in, answer, orig.dst, orig.src)
+			}
+			if (answer.tunnel != nil) != pr.replyTunnelled || pr.replyTunnelled && (answer.tunnel.dst != orig.tunnel.src || answer.tunnel.src != orig.tunnel.dst) {
+				t.Errorf("the reply reached %s as %s; want it tunnelled %v, back to the first packet's tunnel endpoint", pr.in, answer, pr.replyTunnelled)
 			}
 			if pr.established == "" {
 				return

@@ -244,6 +244,9 @@ func refShape(b plan.Bridge, ref string) string {
 		index, _ = strconv.Atoi(name[3:])
 	case name == "ct_mark":
 		space, index = plan.SpaceCtMark, 0
+	case name == "ct_label" && lowWord(bits):
+		// Only ct_label's low 32 bits are named here, as one word.
+		space, index = plan.SpaceCtLabel, 0
 	}
 	if index < 0 {
 		if bits != "" {
@@ -261,6 +264,16 @@ func refShape(b plan.Bridge, ref string) string {
 		mask = 1 << l
 	}
 	return strings.Join(fieldsShape(b, space, map[int]regMatch{index: {0, mask}}, false), "+")
+}
+
+// lowWord reports whether a bit range "a..b" or "a" lies in bits 0..31.
+func lowWord(bits string) bool {
+	_, hi, ok := strings.Cut(bits, "..")
+	if !ok {
+		hi = bits
+	}
+	h, err := strconv.Atoi(hi)
+	return err == nil && h < 32
 }
 
 // actionsShape renders the shape of an instruction list in ovs-ofctl text.

@@ -34,10 +34,11 @@ import (
 //   - a pod on node1 is reached straight from br0's DNAT: it sees the host
 //     masquerade address;
 //   - a pod on node2 is reached through the tunnel after br0 SNATs the
-//     connection to node1's gateway address of the pod subnet (table 40,
-//     from breth0 to a remote pod, so that the reply comes back through
-//     node1's br0 and breth0): it sees node1's router address (10.244.x.1,
-//     or the IPv6 one).
+//     connection to node1's IP (table 40, from the host masquerade address
+//     to a remote pod whose node publishes pipeline 4): it sees node1's IP,
+//     as a host-network client's; node2 commits the connection and sends
+//     the reply back through the tunnel (plan.ReturnByTunnel), so that it
+//     comes back through node1's br0 and breth0.
 //
 // node1's host to node2's IP on a node port is not DNATed on node1 (not one
 // of its addresses): it leaves by the fabric and is load-balanced by node2
@@ -107,13 +108,12 @@ func TestServicesHostNAT(t *testing.T) {
 	// node1's host (see the file comment).
 	want := func(v6 bool) map[string]netip.Addr {
 		masq := netip.MustParseAddr(conntrackHostMasq(v6))
-		router := routerOf(t, e, n1.Name, v6)
 		out := map[string]netip.Addr{}
 		for _, p := range web {
 			if p.node == n1.Name {
 				out[p.name] = masq
 			} else {
-				out[p.name] = router
+				out[p.name] = addr(t, n1, v6)
 			}
 		}
 		return out
