@@ -17,6 +17,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"nodeflow/flows/node"
+	"nodeflow/flows/plan"
 	"nodeflow/testbed"
 )
 
@@ -185,6 +186,19 @@ func TestServicesHostNAT(t *testing.T) {
 		}
 	}
 
+	t.Run("pipeline-annotation", func(t *testing.T) {
+		// What lets node1 keep its IP toward node2's pods: node2's agent
+		// says it returns such connections through the tunnel.
+		for _, m := range []*testbed.Member{n1, n2} {
+			k, err := e.client.CoreV1().Nodes().Get(context.Background(), m.Name, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, want := k.Annotations[plan.PipelineAnnotation], strconv.Itoa(plan.PipelineVersion); got != want {
+				t.Errorf("node %s: annotation %s = %q, want %q", m.Name, plan.PipelineAnnotation, got, want)
+			}
+		}
+	})
 	t.Run("tables", func(t *testing.T) {
 		cips := svcAddrs(t, svc)
 		for _, v6 := range []bool{false, true} {
