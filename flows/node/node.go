@@ -329,7 +329,7 @@ func NodeFlows(c Config) ([]openflow.Flow, error) {
 		// connection; a pod on this node answers through br0 anyway.
 		for _, p := range c.PodCIDRs {
 			if famOfPrefix(p).v6 == f.v6 {
-				add(flow(plan.PodSNAT, PriorityGatewayToLocalPod, then(nil, plan.PodEgressFirewall), f.eth(), plan.FromGateway.Match(), f.dstNet(p)))
+				add(flow(plan.PodSNAT, PriorityGatewayToLocalPod, then(nil, plan.PodEgressPolicy), f.eth(), plan.FromGateway.Match(), f.dstNet(p)))
 			}
 		}
 		dsts := c.clusterNets(f)
@@ -351,7 +351,7 @@ func NodeFlows(c Config) ([]openflow.Flow, error) {
 	for _, p := range c.PodCIDRs {
 		f := famOfPrefix(p)
 		add(
-			flow(plan.PodRouting, plan.PriorityNormal, then(nil, plan.PodLocalDelivery), f.eth(), f.dstNet(p)),
+			flow(plan.PodRouting, plan.PriorityNormal, then(nil, plan.PodIngressPolicy), f.eth(), f.dstNet(p)),
 			flow(plan.PodRouting, PriorityHost, then(nil, plan.PodLocalDelivery), f.eth(), f.dst(MgmtIP(p))),
 		)
 	}
@@ -369,7 +369,7 @@ func NodeFlows(c Config) ([]openflow.Flow, error) {
 		f := famOfPrefix(p)
 		for _, src := range c.ClusterCIDRs {
 			if famOfPrefix(src).v6 == f.v6 {
-				add(flow(plan.PodRouting, PriorityTunnelPodSource, then(nil, plan.PodLocalDelivery),
+				add(flow(plan.PodRouting, PriorityTunnelPodSource, then(nil, plan.PodIngressPolicy),
 					f.eth(), plan.FromTunnel.Match(), newTrkOnly, f.srcNet(src), f.dstNet(p)))
 			}
 		}
@@ -378,7 +378,7 @@ func NodeFlows(c Config) ([]openflow.Flow, error) {
 				openflow.RegMove{Src: refTunSrc, Dst: plan.TunnelPeerIP.Ref()},
 				plan.ReturnByTunnel.Load(),
 			)}},
-			openflow.GotoTable{Table: uint8(plan.PodLocalDelivery)},
+			openflow.GotoTable{Table: uint8(plan.PodIngressPolicy)},
 		}, f.eth(), plan.FromTunnel.Match(), newTrkOnly, f.dstNet(p)))
 	}
 	for _, f := range c.families() {
@@ -443,15 +443,15 @@ var (
 )
 
 // commitSNAT commits a new connection's SNAT to src in the SNAT zone and
-// goes on to table 50.
+// goes on to table 45.
 func commitSNAT(src netip.Addr) []openflow.Instruction {
-	return apply(ctAct(true, conntrack.ZoneSNAT, plan.PodEgressFirewall, openflow.NAT{Src: true, MinAddr: src}))
+	return apply(ctAct(true, conntrack.ZoneSNAT, plan.PodEgressPolicy, openflow.NAT{Src: true, MinAddr: src}))
 }
 
 // reapplySNAT applies an established connection's SNAT in the SNAT zone
-// and goes on to table 50.
+// and goes on to table 45.
 func reapplySNAT() []openflow.Instruction {
-	return apply(ctAct(false, conntrack.ZoneSNAT, plan.PodEgressFirewall, openflow.NAT{}))
+	return apply(ctAct(false, conntrack.ZoneSNAT, plan.PodEgressPolicy, openflow.NAT{}))
 }
 
 // clusterNets returns, for family f, one destination match per cluster

@@ -37,6 +37,8 @@ const (
 	// FeatureHostPort is one pod's hostPorts: their DNAT on br0 and their
 	// ingress on breth0.
 	FeatureHostPort Feature = 0x0a
+	// FeatureNetworkPolicy is NetworkPolicy on br0 (tables 45 and 65).
+	FeatureNetworkPolicy Feature = 0x0b
 	// FeatureLearned marks flows that `learn` actions create (session
 	// affinity). The reconciler never deletes or rewrites them.
 	FeatureLearned Feature = 0xfe
@@ -63,6 +65,7 @@ var features = []FeatureInfo{
 	{FeatureEgressFirewall, "EgressFirewall", "egressfirewall", "one namespace's egress firewall"},
 	{FeatureUnidle, "Unidle", "unidle", "an idled service's metered packet-in"},
 	{FeatureHostPort, "HostPort", "hostport", "one pod's hostPorts: the DNAT on br0, the ingress from the uplink on breth0"},
+	{FeatureNetworkPolicy, "NetworkPolicy", "netpol", "NetworkPolicy: a policy's rules, a pod's isolation and clauses, a peer's clauses"},
 	{FeatureLearned, "Learned", "", "flows created by learn actions; never touched by the reconciler"},
 }
 

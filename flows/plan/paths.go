@@ -74,17 +74,20 @@ var (
 	svcNew = seq(
 		podRecirc(PodServiceLB, "+new, VIP:port: group:N; its bucket: ct(commit,zone=65000,nat(dst=ep),exec(SNATKind),table=40)"),
 	)
-	svcEst    = seq(pod(PodServiceLB, "not new: goto 40"), pod(PodSNAT, "no SNAT needed: goto 50"))
-	noSNAT    = seq(pod(PodSNAT, "no SNAT needed: goto 50"))
-	noBypass  = seq(pod(PodEgressFirewall, "not a cluster destination: goto 60"))
-	judged    = seq(pod(PodEgressFirewall, "the namespace's rules, the first match: Allow goto 60 (Deny: drop)"))
-	toOutside = seq(pod(PodRouting, "FromPod, default route: goto 90"),
+	ingressPol = pod(PodIngressPolicy, "established, the node's host, hairpin, or allowed by the destination pod's policies: goto 70 (new: committed in zone 65000)")
+	egressPol  = pod(PodEgressPolicy, "established, or allowed by the source pod's policies: goto 50 (new: committed in zone 65000 unless to a local pod)")
+	svcEst     = seq(pod(PodServiceLB, "not new: goto 40"), pod(PodSNAT, "no SNAT needed: goto 45"), egressPol)
+	noSNAT     = seq(pod(PodSNAT, "no SNAT needed: goto 45"), egressPol)
+	noBypass   = seq(pod(PodEgressFirewall, "not a cluster destination: goto 60"))
+	judged     = seq(pod(PodEgressFirewall, "the namespace's rules, the first match: Allow goto 60 (Deny: drop)"))
+	toOutside  = seq(pod(PodRouting, "FromPod, default route: goto 90"),
 		podRecirc(PodEgressSNAT, "ct(commit,zone=65001,nat(src=node IP),table=95)"),
 		pod(PodGatewayOutput, "default gateway's MAC, output:patch"),
 		gw(GatewayClassifier, "p100 in_port=patch: ct(commit,zone=64000,exec(ct_mark=0x1)),output:eth0"))
 	toLocal = seq(
 		pod(PodEgressFirewall, "cluster destination: goto 60"),
-		pod(PodRouting, "local pod subnet: goto 70"),
+		pod(PodRouting, "local pod subnet: goto 65"),
+		ingressPol,
 		pod(PodLocalDelivery, "set MACs, output:pod (IN_PORT to the sender)"),
 	)
 	toTunnel = seq(
@@ -129,9 +132,9 @@ var (
 		podRecirc(PodUnSNAT, "nw_dst=node IP: ct(zone=65001,nat,table=25)"),
 		podRecirc(PodConntrack, "ct(zone=65000,nat,table=30)"),
 	)
-	snatNodeIP  = seq(podRecirc(PodSNAT, "+new, SNATToNodeIP: ct(commit,zone=65001,nat(src=node IP),table=50)"))
-	snatGateway = seq(podRecirc(PodSNAT, "+new+dnat, from the uplink to a remote pod, or from a pod to itself: ct(commit,zone=65001,nat(src=gateway),table=50)"))
-	snatHostIP  = seq(podRecirc(PodSNAT, "+new+dnat, from the host masquerade address to a remote pod (its node returns by tunnel): ct(commit,zone=65001,nat(src=node IP),table=50)"))
+	snatNodeIP  = seq(podRecirc(PodSNAT, "+new, SNATToNodeIP: ct(commit,zone=65001,nat(src=node IP),table=45)"), egressPol)
+	snatGateway = seq(podRecirc(PodSNAT, "+new+dnat, from the uplink to a remote pod, or from a pod to itself: ct(commit,zone=65001,nat(src=gateway),table=45)"), egressPol)
+	snatHostIP  = seq(podRecirc(PodSNAT, "+new+dnat, from the host masquerade address to a remote pod (its node returns by tunnel): ct(commit,zone=65001,nat(src=node IP),table=45)"), egressPol)
 	toUplink    = seq(
 		pod(PodRouting, "ct_state=+snat-rpl (SNAT done): goto 95"),
 		pod(PodGatewayOutput, "next hop's MAC, IN_PORT or output:patch"),
@@ -195,7 +198,7 @@ var paths = []Path{
 	{"host -> ClusterIP -> host endpoint, this node (reply)", steps(hostHairpinReply, replyToHostMasq)},
 	{"host -> ClusterIP -> host endpoint, this node (established)", steps(hostToSvc, svcLookup,
 		seq(pod(PodServiceLB, "not new: goto 40"),
-			podRecirc(PodSNAT, "+est-rpl, SNATToNodeIP: ct(zone=65001,nat,table=50)")),
+			podRecirc(PodSNAT, "+est-rpl, SNATToNodeIP: ct(zone=65001,nat,table=45)"), egressPol),
 		noBypass, hostHairpin)},
 	{"host -> ClusterIP -> secondary IP of this node", steps(hostToSvc, svcLookup, svcNew, snatNodeIP, noBypass,
 		seq(pod(PodRouting, "ct_state=+snat-rpl (SNAT done): goto 95"), pod(PodGatewayOutput, "next hop's MAC, IN_PORT"),
@@ -207,7 +210,8 @@ var paths = []Path{
 	{"host -> ClusterIP -> host endpoint, other node (reply)", steps(fromUplinkToBr0, replyToHostMasq)},
 	{"host -> ClusterIP -> remote pod (receiving node)", steps(fromTunnel, svcLookup, svcEst,
 		seq(pod(PodEgressFirewall, "cluster destination: goto 60"),
-			pod(PodRouting, "FromTunnel, +new, source outside the pod networks: ct(commit,zone=65000,exec(TunnelPeerIP=tun_src,ReturnByTunnel)), goto 70"),
+			pod(PodRouting, "FromTunnel, +new, source outside the pod networks: ct(commit,zone=65000,exec(TunnelPeerIP=tun_src,ReturnByTunnel)), goto 65"),
+			ingressPol,
 			pod(PodLocalDelivery, "set MACs, output:pod")))},
 	{"host -> ClusterIP -> remote pod (receiving node, reply)", steps(podIngress, svcLookup, svcEst,
 		seq(pod(PodEgressFirewall, "+rpl: goto 60"),

@@ -120,6 +120,41 @@ const (
 // packet-ins reach only nodeflow and not an ovs-ofctl monitor.
 const ControllerID uint16 = 0x6e66 // "nf"
 
+// br0 tables 45 (EgressPolicy) and 65 (IngressPolicy): NetworkPolicy.
+// Every new connection that is not a service connection (those are
+// committed by their DNAT) is committed in the service zone once it is
+// allowed, so that its replies and later packets are +est: in table 45
+// unless it goes to a local pod, in table 65 then.
+const (
+	// PriorityPolicyEstablished passes +est and +rel packets.
+	PriorityPolicyEstablished Priority = 300
+	// PriorityPolicyExemptNew commits a new connection from an exempt
+	// source that no earlier table committed (the host by mp0).
+	PriorityPolicyExemptNew Priority = 291
+	// PriorityPolicyExempt passes what policies never judge: a pod
+	// reaching itself through a service (from the router address), the
+	// node's own host.
+	PriorityPolicyExempt Priority = 290
+	// PriorityPolicyAllowLocal passes, uncommitted, a new connection an
+	// egress rule allows to a local pod: table 65 judges and commits it.
+	PriorityPolicyAllowLocal Priority = 202
+	// PriorityPolicyAllowNew commits and passes a new connection a rule
+	// allows (its conj_id flow).
+	PriorityPolicyAllowNew Priority = 201
+	// PriorityPolicyRule holds the rules' conjunction clauses and the
+	// conj_id flows that pass the rest of what they allow.
+	PriorityPolicyRule Priority = 200
+	// PriorityPolicyIsolated drops what no rule allowed for an isolated
+	// pod.
+	PriorityPolicyIsolated Priority = 100
+	// PriorityPolicyLocalNew passes, uncommitted, a new connection to a
+	// local pod in table 45.
+	PriorityPolicyLocalNew Priority = 11
+	// PriorityPolicyDefaultNew commits and passes a new connection of a
+	// pod that is not isolated, or from elsewhere.
+	PriorityPolicyDefaultNew Priority = 10
+)
+
 // PipelineVersion is the version of this plan. It is written into the
 // version note of both bridges; bump it when a change to the plan means
 // old flows must not be mistaken for new ones.
@@ -134,7 +169,9 @@ const ControllerID uint16 = 0x6e66 // "nf"
 // 4: the host's service connections to pods on other nodes are SNATed to
 // the node IP, not the router address, when the other node's agent returns
 // their replies through the tunnel (it commits them with ReturnByTunnel
-// and says so with the Node annotation PipelineAnnotation).
+// and says so with the Node annotation PipelineAnnotation); NetworkPolicy
+// tables 45 (EgressPolicy) and 65 (IngressPolicy): table 40 goes on to 45,
+// routing to a local pod goes through 65.
 const PipelineVersion = 4
 
 // PipelineAnnotation is the Node annotation in which each agent publishes

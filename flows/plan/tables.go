@@ -101,8 +101,10 @@ const (
 	PodSessionAffinity TableID = 31
 	PodEndpointDNAT    TableID = 35
 	PodSNAT            TableID = 40
+	PodEgressPolicy    TableID = 45
 	PodEgressFirewall  TableID = 50
 	PodRouting         TableID = 60
+	PodIngressPolicy   TableID = 65
 	PodLocalDelivery   TableID = 70
 	PodTunnelEgress    TableID = 80
 	PodEgressSNAT      TableID = 90
@@ -145,11 +147,15 @@ var tables = []Table{
 	{Pod, PodEndpointDNAT, "EndpointDNAT", "with session affinity: learn the binding and commit the DNAT to the endpoint chosen (other services' buckets commit it themselves)",
 		MissDrop, 0, []Feature{FeatureService}},
 	{Pod, PodSNAT, "SNAT", "SNAT after the DNAT (marked host endpoints, remote pods reached from breth0, hairpin): commit it when new, re-apply it to established original-direction packets",
-		MissGoto, PodEgressFirewall, []Feature{FeatureNode, FeaturePod, FeatureService}},
+		MissGoto, PodEgressPolicy, []Feature{FeatureNode, FeaturePod, FeatureService}},
+	{Pod, PodEgressPolicy, "EgressPolicy", "NetworkPolicy egress of local pods, after the DNAT: established passes, rules by conjunction, isolated pods drop; new connections committed",
+		MissGoto, PodEgressFirewall, []Feature{FeatureNetworkPolicy}},
 	{Pod, PodEgressFirewall, "EgressFirewall", "cluster and service destinations skip the egress firewall; each namespace's ordered rules",
 		MissGoto, PodRouting, []Feature{FeatureNode, FeatureEgressFirewall}},
 	{Pod, PodRouting, "Routing", "local pod subnet, remote node subnets, the host, and the default route out through breth0",
 		MissDrop, 0, []Feature{FeatureNode, FeaturePod}},
+	{Pod, PodIngressPolicy, "IngressPolicy", "NetworkPolicy ingress of local pods: established passes, the node's host and hairpin pass, rules by conjunction, isolated pods drop; new connections committed",
+		MissGoto, PodLocalDelivery, []Feature{FeatureNetworkPolicy}},
 	{Pod, PodLocalDelivery, "LocalDelivery", "rewrite MACs and output to the pod's port or mp0",
 		MissDrop, 0, []Feature{FeatureNode, FeaturePod}},
 	{Pod, PodTunnelEgress, "TunnelEgress", "set tun_dst and tun_id and output to vxlan0",
