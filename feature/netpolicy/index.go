@@ -1,0 +1,745 @@
+package netpolicy
+
+import (
+	"fmt"
+	"maps"
+	"net/netip"
+	"slices"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
+	"nodeflow/flows/policy"
+	"nodeflow/netpol"
+	"nodeflow/openflow"
+)
+
+// Pod is what the index needs to know about a pod.
+type Pod struct {
+	Namespace, Name string
+	Labels          map[string]string
+	// IPs are its addresses; a pod without any contributes nothing yet.
+	IPs []netip.Addr
+	// Ports are its containers' ports, for named ports.
+	Ports []v1.ContainerPort
+	// HostNetwork pods are the node's: never selected, never peers.
+	HostNetwork bool
+	// Local pods run on this node; OFPort is their br0 port (0: not known
+	// yet, so no egress flows for them).
+	Local  bool
+	OFPort uint32
+}
+
+func (p *Pod) key() string { return p.Namespace + "/" + p.Name }
+
+// podState is a pod as the index last used it, with what it is part of.
+type podState struct {
+	pod *Pod
+	// peerOf holds the rules whose peers include the pod.
+	peerOf map[uint32]bool
+	// appliedBy holds the policies that select it (local pods only).
+	appliedBy map[string]bool
+}
+
+// ruleState is one rule of one policy.
+type ruleState struct {
+	id   uint32
+	dir  policy.Direction
+	pol  *policyState
+	rule netpol.Rule
+	// static are the peer keys that no pod decides: address blocks, or
+	// every address when the rule has no peers.
+	static []policy.Key
+	// nsWide: a peer selects namespaces, so pods of other namespaces may
+	// be peers; everyPod: an egress rule without peers with named ports,
+	// which every pod's matching container port makes a destination.
+	nsWide, everyPod bool
+	// members are the pods (namespace/name) that are its peers.
+	members map[string]bool
+}
+
+type policyState struct {
+	key, namespace, name string
+	p                    *netpol.Policy
+	rules                []*ruleState
+}
+
+// Index is the incremental model of NetworkPolicy on this node: the pods,
+// namespaces and policies it is told about, and the clause keys each
+// rule's conjunctions need, counted so that a key shared by several rules,
+// or given twice to one, stays until its last user goes. Each change
+// marks the owners whose flows it changed; Flows rebuilds one owner.
+type Index struct {
+	cfg policy.Config
+
+	pods       map[string]*podState
+	podsByNS   map[string]map[string]bool
+	namespaces map[string]labels.Set
+	policies   map[string]*policyState
+	policyByNS map[string]map[string]bool
+	rules      map[uint32]*ruleState
+	// rulesByNS holds the rules whose peers are pods of their policy's
+	// namespace only; wideRules the others with pod peers.
+	rulesByNS map[string]map[uint32]bool
+	wideRules map[uint32]bool
+
+	refs      map[policy.Key]map[policy.Conj]int
+	keyOwner  map[policy.Key]string
+	ownerKeys map[string]map[policy.Key]bool
+	// owners of pods and policies, to rebuild them.
+	podOwners    map[string]string
+	policyOwners map[string]string
+
+	dirty  map[string]bool
+	nextID uint32
+	freeID []uint32
+}
+
+// NewIndex returns an empty index for a node with configuration cfg.
+func NewIndex(cfg policy.Config) *Index {
+	return &Index{
+		cfg: cfg, pods: map[string]*podState{}, podsByNS: map[string]map[string]bool{},
+		namespaces: map[string]labels.Set{}, policies: map[string]*policyState{}, policyByNS: map[string]map[string]bool{},
+		rules: map[uint32]*ruleState{}, rulesByNS: map[string]map[uint32]bool{}, wideRules: map[uint32]bool{},
+		refs: map[policy.Key]map[policy.Conj]int{}, keyOwner: map[policy.Key]string{}, ownerKeys: map[string]map[policy.Key]bool{},
+		podOwners: map[string]string{}, policyOwners: map[string]string{},
+		dirty: map[string]bool{policy.OwnerBase: true}, nextID: 1,
+	}
+}
+
+// SetConfig replaces the node's configuration (base and rule flows depend
+// on it).
+func (x *Index) SetConfig(cfg policy.Config) {
+	x.cfg = cfg
+	x.dirty[policy.OwnerBase] = true
+	for o := range x.policyOwners {
+		x.dirty[o] = true
+	}
+}
+
+// TakeDirty returns the owners changed since the last call, sorted.
+func (x *Index) TakeDirty() []string {
+	out := slices.Sorted(maps.Keys(x.dirty))
+	clear(x.dirty)
+	return out
+}
+
+// Policies returns how many policies the index holds.
+func (x *Index) Policies() int { return len(x.policies) }
+
+// Rules returns how many rules (conjunctions) the index holds.
+func (x *Index) Rules() int { return len(x.rules) }
+
+// Isolated reports whether pod key (namespace/name) is isolated for
+// ingress and for egress.
+func (x *Index) Isolated(key string) (ingress, egress bool) {
+	ps := x.pods[key]
+	if ps == nil {
+		return false, false
+	}
+	return x.isolation(ps)
+}
+
+func (x *Index) isolation(ps *podState) (ingress, egress bool) {
+	for k := range ps.appliedBy {
+		if st := x.policies[k]; st != nil {
+			ingress = ingress || st.p.Ingress
+			egress = egress || st.p.Egress
+		}
+	}
+	return ingress, egress
+}
+
+// SetNamespace records namespace name's labels (nil: deleted) and
+// re-decides the pods of it that namespace-selecting peers may take.
+func (x *Index) SetNamespace(name string, lbl map[string]string) {
+	if lbl == nil {
+		delete(x.namespaces, name)
+	} else {
+		x.namespaces[name] = labels.Set(maps.Clone(lbl))
+	}
+	for key := range x.podsByNS[name] {
+		ps := x.pods[key]
+		for id := range x.wideRules {
+			x.updatePeer(x.rules[id], ps, ps.pod)
+		}
+	}
+}
+
+// SetPod records a pod (nil: deleted) under key namespace/name.
+func (x *Index) SetPod(key string, p *Pod) {
+	old := x.pods[key]
+	if old == nil && p == nil {
+		return
+	}
+	if old == nil {
+		old = &podState{peerOf: map[uint32]bool{}, appliedBy: map[string]bool{}}
+	}
+	ns := ""
+	if p != nil {
+		ns = p.Namespace
+	} else {
+		ns = old.pod.Namespace
+	}
+	// The rules that may take it as a peer.
+	cand := map[uint32]bool{}
+	maps.Copy(cand, x.wideRules)
+	for id := range x.rulesByNS[ns] {
+		cand[id] = true
+	}
+	for id := range old.peerOf {
+		cand[id] = true
+	}
+	for id := range cand {
+		x.updatePeer(x.rules[id], old, p)
+	}
+	// The policies that may select it.
+	pols := map[string]bool{}
+	maps.Copy(pols, x.policyByNS[ns])
+	for k := range old.appliedBy {
+		pols[k] = true
+	}
+	for k := range pols {
+		x.updateApplied(x.policies[k], old, p)
+	}
+	wasLocal := old.pod != nil && old.pod.Local
+	if p == nil {
+		delete(x.pods, key)
+		if set := x.podsByNS[ns]; set != nil {
+			delete(set, key)
+			if len(set) == 0 {
+				delete(x.podsByNS, ns)
+			}
+		}
+	} else {
+		old.pod = p
+		x.pods[key] = old
+		if x.podsByNS[ns] == nil {
+			x.podsByNS[ns] = map[string]bool{}
+		}
+		x.podsByNS[ns][key] = true
+	}
+	if wasLocal || p != nil && p.Local {
+		// Its isolation flows follow its addresses, port and policies.
+		o := x.podOwner(ns, keyName(key))
+		x.dirty[o] = true
+	}
+}
+
+func keyName(key string) string {
+	_, name, _ := strings.Cut(key, "/")
+	return name
+}
+
+func (x *Index) podOwner(ns, name string) string {
+	o := policy.PodOwner(ns, name)
+	x.podOwners[o] = ns + "/" + name
+	return o
+}
+
+// updatePeer moves pod state ps from its current pod to p (nil: gone) as
+// a peer of rule r.
+func (x *Index) updatePeer(r *ruleState, ps *podState, p *Pod) {
+	if r == nil {
+		return
+	}
+	was := ps.peerOf[r.id]
+	is := p != nil && x.isPeer(r, p)
+	if !was && !is {
+		return
+	}
+	x.swap(r, x.peerKeys(r, ps.pod, was), x.peerKeys(r, p, is), policy.PeerOwner)
+	key := ""
+	if p != nil {
+		key = p.key()
+	} else {
+		key = ps.pod.key()
+	}
+	if is {
+		ps.peerOf[r.id] = true
+		r.members[key] = true
+	} else {
+		delete(ps.peerOf, r.id)
+		delete(r.members, key)
+	}
+}
+
+// updateApplied moves pod state ps from its current pod to p as a pod that
+// policy st may select.
+func (x *Index) updateApplied(st *policyState, ps *podState, p *Pod) {
+	if st == nil {
+		return
+	}
+	was := ps.appliedBy[st.key]
+	is := p != nil && applies(st, p)
+	var owner func(policy.Key) string
+	if p != nil {
+		o := x.podOwner(p.Namespace, p.Name)
+		owner = func(policy.Key) string { return o }
+	} else if ps.pod != nil {
+		o := x.podOwner(ps.pod.Namespace, ps.pod.Name)
+		owner = func(policy.Key) string { return o }
+	}
+	for _, r := range st.rules {
+		x.swap(r, appliedKeys(r, ps.pod, was), appliedKeys(r, p, is), owner)
+	}
+	if is {
+		ps.appliedBy[st.key] = true
+	} else {
+		delete(ps.appliedBy, st.key)
+	}
+	if was != is {
+		if ps.pod != nil {
+			x.dirty[x.podOwner(ps.pod.Namespace, ps.pod.Name)] = true
+		}
+		if p != nil {
+			x.dirty[x.podOwner(p.Namespace, p.Name)] = true
+		}
+	}
+}
+
+// applies reports whether policy st selects local pod p.
+func applies(st *policyState, p *Pod) bool {
+	return p.Local && !p.HostNetwork && p.Namespace == st.namespace && st.p.Selector.Matches(labels.Set(p.Labels))
+}
+
+// isPeer reports whether pod p is one of r's pod peers (or, for an egress
+// rule without peers with named ports, any pod).
+func (x *Index) isPeer(r *ruleState, p *Pod) bool {
+	if p.HostNetwork {
+		return false
+	}
+	if r.everyPod {
+		return true
+	}
+	for _, peer := range r.rule.Peers {
+		if peer.Block != nil {
+			continue
+		}
+		if peer.Namespaces == nil {
+			if p.Namespace != r.pol.namespace {
+				continue
+			}
+		} else if !peer.Namespaces.Matches(x.namespaces[p.Namespace]) {
+			continue
+		}
+		if peer.Pods == nil || peer.Pods.Matches(labels.Set(p.Labels)) {
+			return true
+		}
+	}
+	return false
+}
+
+// hostPrefix is the /32 or /128 of an address.
+func hostPrefix(ip netip.Addr) netip.Prefix { return netip.PrefixFrom(ip, ip.BitLen()) }
+
+// peerKeys returns the keys pod p gives rule r as a peer (member says it
+// is one).
+func (x *Index) peerKeys(r *ruleState, p *Pod, member bool) []policy.Key {
+	if p == nil || !member {
+		return nil
+	}
+	var out []policy.Key
+	for _, ip := range p.IPs {
+		if r.dir == policy.Ingress {
+			out = append(out, policy.Key{Dir: policy.Ingress, V6: ip.Is6(), Src: hostPrefix(ip)})
+			continue
+		}
+		var l4s []policy.L4
+		if r.everyPod {
+			l4s = namedL4s(r.rule.Ports, p)
+		} else {
+			l4s = append(numericL4s(r.rule.Ports), namedL4s(r.rule.Ports, p)...)
+		}
+		for _, l4 := range l4s {
+			out = append(out, policy.Key{Dir: policy.Egress, V6: ip.Is6(), Dst: hostPrefix(ip), L4: l4})
+		}
+	}
+	return out
+}
+
+// appliedKeys returns the keys local pod p gives rule r as a pod its
+// policy selects.
+func appliedKeys(r *ruleState, p *Pod, applied bool) []policy.Key {
+	if p == nil || !applied {
+		return nil
+	}
+	if r.dir == policy.Egress {
+		if p.OFPort == 0 || p.OFPort >= openflow.PortMax {
+			return nil
+		}
+		return []policy.Key{{Dir: policy.Egress, InPort: p.OFPort}}
+	}
+	l4s := append(numericL4s(r.rule.Ports), namedL4s(r.rule.Ports, p)...)
+	var out []policy.Key
+	for _, ip := range p.IPs {
+		for _, l4 := range l4s {
+			out = append(out, policy.Key{Dir: policy.Ingress, V6: ip.Is6(), Dst: hostPrefix(ip), L4: l4})
+		}
+	}
+	return out
+}
+
+var protoNumbers = map[v1.Protocol]uint8{v1.ProtocolTCP: policy.ProtoTCP, v1.ProtocolUDP: policy.ProtoUDP, v1.ProtocolSCTP: policy.ProtoSCTP}
+
+// numericL4s returns the matches of a rule's numeric ports (every port
+// when it has none at all).
+func numericL4s(ports []netpol.Port) []policy.L4 {
+	if len(ports) == 0 {
+		return []policy.L4{{}}
+	}
+	var out []policy.L4
+	for _, p := range ports {
+		proto := protoNumbers[p.Protocol]
+		switch {
+		case p.Name != "":
+		case p.Number == 0:
+			out = append(out, policy.L4{Proto: proto})
+		case p.EndPort != 0:
+			out = append(out, policy.PortRange(proto, uint16(p.Number), uint16(p.EndPort))...)
+		default:
+			out = append(out, policy.L4{Proto: proto, Port: uint16(p.Number), Mask: 0xffff})
+		}
+	}
+	return out
+}
+
+// namedL4s returns the matches of a rule's named ports as pod p resolves
+// them: a name p's containers do not have for that protocol matches
+// nothing.
+func namedL4s(ports []netpol.Port, p *Pod) []policy.L4 {
+	var out []policy.L4
+	for _, port := range ports {
+		if port.Name == "" {
+			continue
+		}
+		for _, cp := range p.Ports {
+			proto := cp.Protocol
+			if proto == "" {
+				proto = v1.ProtocolTCP
+			}
+			if cp.Name == port.Name && proto == port.Protocol && cp.ContainerPort > 0 && cp.ContainerPort < 65536 {
+				out = append(out, policy.L4{Proto: protoNumbers[proto], Port: uint16(cp.ContainerPort), Mask: 0xffff})
+			}
+		}
+	}
+	return out
+}
+
+// swap replaces keys old with keys new in rule r's conjunction, each
+// counted; owner names the owner of a key that appears.
+func (x *Index) swap(r *ruleState, old, new []policy.Key, owner func(policy.Key) string) {
+	if len(old) == 0 && len(new) == 0 {
+		return
+	}
+	for _, k := range new {
+		x.ref(r.id, k, +1, owner)
+	}
+	for _, k := range old {
+		x.ref(r.id, k, -1, owner)
+	}
+}
+
+func (x *Index) ref(id uint32, k policy.Key, delta int, owner func(policy.Key) string) {
+	c := policy.Conj{ID: id, Clause: k.Clause()}
+	m := x.refs[k]
+	if m == nil {
+		if delta < 0 {
+			return
+		}
+		m = map[policy.Conj]int{}
+		x.refs[k] = m
+		o := owner(k)
+		x.keyOwner[k] = o
+		if x.ownerKeys[o] == nil {
+			x.ownerKeys[o] = map[policy.Key]bool{}
+		}
+		x.ownerKeys[o][k] = true
+	}
+	before := m[c]
+	m[c] += delta
+	if m[c] <= 0 {
+		delete(m, c)
+	}
+	if (before > 0) == (m[c] > 0) {
+		return
+	}
+	o := x.keyOwner[k]
+	x.dirty[o] = true
+	if len(m) == 0 {
+		delete(x.refs, k)
+		delete(x.keyOwner, k)
+		if ks := x.ownerKeys[o]; ks != nil {
+			delete(ks, k)
+			if len(ks) == 0 {
+				delete(x.ownerKeys, o)
+			}
+		}
+	}
+}
+
+// SetPolicy records a compiled policy under key namespace/name (nil:
+// deleted). Its rules keep their conjunction ids by position.
+func (x *Index) SetPolicy(key string, p *netpol.Policy) {
+	old := x.policies[key]
+	oldIDs := map[[2]int]uint32{}
+	if old != nil {
+		for i, r := range old.rules {
+			oldIDs[[2]int{int(r.dir), i}] = r.id
+		}
+		x.removePolicy(old)
+	}
+	if p == nil {
+		for _, id := range oldIDs {
+			x.freeID = append(x.freeID, id)
+		}
+		return
+	}
+	st := &policyState{key: key, namespace: p.Namespace, name: p.Name, p: p}
+	used := map[uint32]bool{}
+	add := func(dir policy.Direction, rules []netpol.Rule) {
+		for _, rule := range rules {
+			pos := [2]int{int(dir), len(st.rules)}
+			id, ok := oldIDs[pos]
+			if !ok {
+				id = x.allocID()
+			}
+			used[id] = true
+			st.rules = append(st.rules, newRule(id, dir, st, rule))
+		}
+	}
+	add(policy.Ingress, p.IngressRules)
+	add(policy.Egress, p.EgressRules)
+	for _, id := range oldIDs {
+		if !used[id] {
+			x.freeID = append(x.freeID, id)
+		}
+	}
+	x.addPolicy(st)
+}
+
+func (x *Index) allocID() uint32 {
+	if n := len(x.freeID); n > 0 {
+		id := x.freeID[n-1]
+		x.freeID = x.freeID[:n-1]
+		return id
+	}
+	id := x.nextID
+	x.nextID++
+	return id
+}
+
+func newRule(id uint32, dir policy.Direction, st *policyState, rule netpol.Rule) *ruleState {
+	r := &ruleState{id: id, dir: dir, pol: st, rule: rule, members: map[string]bool{}}
+	var prefixes []netip.Prefix
+	anyPeer := len(rule.Peers) == 0
+	for _, peer := range rule.Peers {
+		switch {
+		case peer.Block != nil:
+			prefixes = append(prefixes, Subtract(peer.Block.CIDR, peer.Block.Except)...)
+		case peer.Namespaces != nil:
+			r.nsWide = true
+		}
+	}
+	hasNamed := false
+	for _, p := range rule.Ports {
+		hasNamed = hasNamed || p.Name != ""
+	}
+	r.everyPod = dir == policy.Egress && anyPeer && hasNamed
+	if dir == policy.Ingress {
+		if anyPeer {
+			r.static = []policy.Key{{Dir: policy.Ingress}, {Dir: policy.Ingress, V6: true}}
+		}
+		for _, p := range prefixes {
+			r.static = append(r.static, policy.Key{Dir: policy.Ingress, V6: p.Addr().Is6(), Src: p})
+		}
+		return r
+	}
+	l4s := numericL4s(rule.Ports)
+	if anyPeer {
+		for _, l4 := range l4s {
+			r.static = append(r.static, policy.Key{Dir: policy.Egress, L4: l4}, policy.Key{Dir: policy.Egress, V6: true, L4: l4})
+		}
+	}
+	for _, p := range prefixes {
+		for _, l4 := range l4s {
+			r.static = append(r.static, policy.Key{Dir: policy.Egress, V6: p.Addr().Is6(), Dst: p, L4: l4})
+		}
+	}
+	return r
+}
+
+// hasPodPeers reports whether some pod may be a peer of r.
+func (r *ruleState) hasPodPeers() bool {
+	if r.everyPod {
+		return true
+	}
+	for _, p := range r.rule.Peers {
+		if p.Block == nil {
+			return true
+		}
+	}
+	return false
+}
+
+func (x *Index) addPolicy(st *policyState) {
+	x.policies[st.key] = st
+	if x.policyByNS[st.namespace] == nil {
+		x.policyByNS[st.namespace] = map[string]bool{}
+	}
+	x.policyByNS[st.namespace][st.key] = true
+	po := policy.PolicyOwner(st.namespace, st.name)
+	x.policyOwners[po] = st.key
+	x.dirty[po] = true
+	for _, r := range st.rules {
+		x.rules[r.id] = r
+		x.swap(r, nil, r.static, policy.PeerOwner)
+		if !r.hasPodPeers() {
+			continue
+		}
+		if r.nsWide || r.everyPod {
+			x.wideRules[r.id] = true
+			for _, ps := range x.pods {
+				x.updatePeer(r, ps, ps.pod)
+			}
+			continue
+		}
+		if x.rulesByNS[st.namespace] == nil {
+			x.rulesByNS[st.namespace] = map[uint32]bool{}
+		}
+		x.rulesByNS[st.namespace][r.id] = true
+		for key := range x.podsByNS[st.namespace] {
+			ps := x.pods[key]
+			x.updatePeer(r, ps, ps.pod)
+		}
+	}
+	for key := range x.podsByNS[st.namespace] {
+		ps := x.pods[key]
+		x.updateApplied(st, ps, ps.pod)
+	}
+}
+
+func (x *Index) removePolicy(st *policyState) {
+	for key := range x.podsByNS[st.namespace] {
+		ps := x.pods[key]
+		if ps.appliedBy[st.key] {
+			x.updateApplied(st, ps, nil)
+			// updateApplied with nil forgets the selection; the pod is
+			// still there.
+		}
+	}
+	for _, r := range st.rules {
+		for key := range r.members {
+			if ps := x.pods[key]; ps != nil {
+				x.swap(r, x.peerKeys(r, ps.pod, true), nil, policy.PeerOwner)
+				delete(ps.peerOf, r.id)
+			}
+		}
+		clear(r.members)
+		x.swap(r, r.static, nil, policy.PeerOwner)
+		delete(x.rules, r.id)
+		delete(x.wideRules, r.id)
+		if set := x.rulesByNS[st.namespace]; set != nil {
+			delete(set, r.id)
+			if len(set) == 0 {
+				delete(x.rulesByNS, st.namespace)
+			}
+		}
+	}
+	delete(x.policies, st.key)
+	if set := x.policyByNS[st.namespace]; set != nil {
+		delete(set, st.key)
+		if len(set) == 0 {
+			delete(x.policyByNS, st.namespace)
+		}
+	}
+	po := policy.PolicyOwner(st.namespace, st.name)
+	delete(x.policyOwners, po)
+	x.dirty[po] = true
+}
+
+// Flows returns owner's flows as the index stands (none: remove the
+// owner).
+func (x *Index) Flows(owner string) ([]openflow.Flow, error) {
+	if owner == policy.OwnerBase {
+		return policy.BaseFlows(x.cfg)
+	}
+	var fs []openflow.Flow
+	if key, ok := x.policyOwners[owner]; ok {
+		if st := x.policies[key]; st != nil {
+			for _, r := range st.rules {
+				rf, err := policy.RuleFlows(x.cfg, r.dir, r.id)
+				if err != nil {
+					return nil, err
+				}
+				fs = append(fs, rf...)
+			}
+		}
+		return fs, nil
+	}
+	for _, k := range slices.SortedFunc(maps.Keys(x.ownerKeys[owner]), compareKeys) {
+		f, err := policy.ClauseFlow(k, slices.Collect(maps.Keys(x.refs[k])))
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", owner, err)
+		}
+		fs = append(fs, f)
+	}
+	if key, ok := x.podOwners[owner]; ok {
+		if ps := x.pods[key]; ps != nil && ps.pod.Local {
+			in, eg := x.isolation(ps)
+			if in {
+				iso, err := policy.IsolationFlows(policy.Ingress, 0, ps.pod.IPs)
+				if err != nil {
+					return nil, fmt.Errorf("%s: %w", owner, err)
+				}
+				fs = append(fs, iso...)
+			}
+			if eg && ps.pod.OFPort != 0 {
+				iso, err := policy.IsolationFlows(policy.Egress, ps.pod.OFPort, nil)
+				if err != nil {
+					return nil, fmt.Errorf("%s: %w", owner, err)
+				}
+				fs = append(fs, iso...)
+			}
+		} else if len(fs) == 0 {
+			delete(x.podOwners, owner)
+		}
+	}
+	return fs, nil
+}
+
+func compareKeys(a, b policy.Key) int { return strings.Compare(a.String(), b.String()) }
+
+// Subtract returns the prefixes that cover cidr less every prefix of
+// except, fewest first split: an ipBlock as flows.
+func Subtract(cidr netip.Prefix, except []netip.Prefix) []netip.Prefix {
+	cidr = cidr.Masked()
+	var hit bool
+	for _, e := range except {
+		e = e.Masked()
+		if e.Addr().Is4() != cidr.Addr().Is4() || !e.Overlaps(cidr) {
+			continue
+		}
+		if e.Bits() <= cidr.Bits() {
+			return nil // the except covers the whole block
+		}
+		hit = true
+	}
+	if !hit {
+		return []netip.Prefix{cidr}
+	}
+	lo, hi := halves(cidr)
+	return append(Subtract(lo, except), Subtract(hi, except)...)
+}
+
+// halves splits a prefix into its two halves.
+func halves(p netip.Prefix) (netip.Prefix, netip.Prefix) {
+	bits := p.Bits() + 1
+	lo := netip.PrefixFrom(p.Addr(), bits)
+	b := p.Addr().AsSlice()
+	i := (bits - 1) / 8
+	b[i] |= 0x80 >> ((bits - 1) % 8)
+	a, _ := netip.AddrFromSlice(b)
+	return lo, netip.PrefixFrom(a, bits)
+}
