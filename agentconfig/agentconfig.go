@@ -65,6 +65,7 @@ type AgentConfiguration struct {
 	UnidleHoldTime     *string  `json:"unidleHoldTime,omitempty"`     // --unidle-hold-time, a Go duration
 	EgressFirewall     *bool    `json:"egressFirewall,omitempty"`     // --egress-firewall
 	HostPorts          *bool    `json:"hostPorts,omitempty"`          // --host-ports
+	NetworkPolicy      *bool    `json:"networkPolicy,omitempty"`      // --network-policy
 	ResolvConf         *string  `json:"resolvConf,omitempty"`         // --resolv-conf
 	HostCheckInterval  *string  `json:"hostCheckInterval,omitempty"`  // --host-check-interval, a Go duration
 	ProcSysNet         *string  `json:"procSysNet,omitempty"`         // --proc-sys-net
@@ -229,6 +230,7 @@ func (c *AgentConfiguration) Settings() []Setting {
 	str("unidle-hold-time", "unidleHoldTime", c.UnidleHoldTime)
 	boolean("egress-firewall", "egressFirewall", c.EgressFirewall)
 	boolean("host-ports", "hostPorts", c.HostPorts)
+	boolean("network-policy", "networkPolicy", c.NetworkPolicy)
 	str("resolv-conf", "resolvConf", c.ResolvConf)
 	str("host-check-interval", "hostCheckInterval", c.HostCheckInterval)
 	str("proc-sys-net", "procSysNet", c.ProcSysNet)

@@ -20,6 +20,7 @@ import (
 	"nodeflow/controller"
 	"nodeflow/feature/egressfirewall"
 	"nodeflow/feature/hostports"
+	"nodeflow/feature/netpolicy"
 	"nodeflow/feature/nodenet"
 	"nodeflow/feature/services"
 	"nodeflow/feature/unidle"
@@ -76,6 +77,8 @@ func agentCommand() *cli.Command {
 				Usage: "enforce EgressFirewall (k8s.ovn.org/v1) and EgressNetworkPolicy (network.openshift.io/v1) on br0"},
 			&cli.BoolFlag{Name: "host-ports", Value: true, EnvVars: []string{"NODEFLOW_HOST_PORTS"},
 				Usage: "serve the hostPorts of this node's pods (on br0, breth0 and, for the host's own connections, nftables)"},
+			&cli.BoolFlag{Name: "network-policy", Value: true, EnvVars: []string{"NODEFLOW_NETWORK_POLICY"},
+				Usage: "enforce NetworkPolicy (networking.k8s.io/v1) on br0: tables 45 and 65"},
 			&cli.StringFlag{Name: "resolv-conf", Value: "/etc/resolv.conf", EnvVars: []string{"NODEFLOW_RESOLV_CONF"}, Usage: "resolver configuration `FILE` whose nameservers the egress firewall asks for dnsNames"},
 			&cli.StringFlag{Name: "proc-sys-net", Value: hostnet.ProcSysNet, EnvVars: []string{"NODEFLOW_PROC_SYS_NET"},
 				Usage: "`DIR` where the host's /proc/sys/net is mounted writable (a container without privileges has /proc/sys read-only)"},
@@ -194,6 +197,9 @@ func runAgent(c *cli.Context) error {
 	}
 	if c.Bool("host-ports") {
 		a.Use(hostports.New())
+	}
+	if c.Bool("network-policy") {
+		a.Use(netpolicy.New(netpolicy.Options{Interfaces: a.Interfaces}))
 	}
 	if c.Bool("egress-firewall") {
 		a.Use(egressfirewall.New(egressfirewall.Options{Kubeconfig: cfg.Kubeconfig, MgmtSocket: cfg.MgmtSocket, ResolvConf: c.String("resolv-conf")}))
