@@ -199,7 +199,7 @@ func runAgent(c *cli.Context) error {
 		a.Use(hostports.New())
 	}
 	if c.Bool("network-policy") {
-		a.Use(netpolicy.New(netpolicy.Options{Interfaces: a.Interfaces}))
+		a.Use(netpolicy.New(netpolicy.Options{Interfaces: a.Interfaces, MgmtSocket: cfg.MgmtSocket}))
 	}
 	if c.Bool("egress-firewall") {
 		a.Use(egressfirewall.New(egressfirewall.Options{Kubeconfig: cfg.Kubeconfig, MgmtSocket: cfg.MgmtSocket, ResolvConf: c.String("resolv-conf")}))

@@ -10,6 +10,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
+	"nodeflow/flows/plan"
 	"nodeflow/flows/policy"
 	"nodeflow/netpol"
 	"nodeflow/openflow"
@@ -44,8 +45,9 @@ type podState struct {
 
 // ruleState is one rule of one policy.
 type ruleState struct {
-	id   uint32
-	dir  policy.Direction
+	id    uint32
+	dir   policy.Direction
+	index int // among its policy's rules of its direction
 	pol  *policyState
 	rule netpol.Rule
 	// static are the peer keys that no pod decides: address blocks, or
@@ -89,6 +91,7 @@ type Index struct {
 	ownerKeys map[string]map[policy.Key]bool
 	// owners of pods and policies, to rebuild them.
 	podOwners    map[string]string
+	podByHash    map[uint64]string
 	policyOwners map[string]string
 
 	dirty  map[string]bool
@@ -103,7 +106,7 @@ func NewIndex(cfg policy.Config) *Index {
 		namespaces: map[string]labels.Set{}, policies: map[string]*policyState{}, policyByNS: map[string]map[string]bool{},
 		rules: map[uint32]*ruleState{}, rulesByNS: map[string]map[uint32]bool{}, wideRules: map[uint32]bool{},
 		refs: map[policy.Key]map[policy.Conj]int{}, keyOwner: map[policy.Key]string{}, ownerKeys: map[string]map[policy.Key]bool{},
-		podOwners: map[string]string{}, policyOwners: map[string]string{},
+		podOwners: map[string]string{}, podByHash: map[uint64]string{}, policyOwners: map[string]string{},
 		dirty: map[string]bool{policy.OwnerBase: true}, nextID: 1,
 	}
 }
@@ -234,8 +237,38 @@ func keyName(key string) string {
 
 func (x *Index) podOwner(ns, name string) string {
 	o := policy.PodOwner(ns, name)
-	x.podOwners[o] = ns + "/" + name
+	if _, ok := x.podOwners[o]; !ok {
+		x.podOwners[o] = ns + "/" + name
+		x.podByHash[plan.OwnerHash(o)] = ns + "/" + name
+	}
 	return o
+}
+
+// RuleRef names a rule: its policy, direction and index among the
+// policy's rules of that direction.
+type RuleRef struct {
+	Namespace, Name string
+	Dir             policy.Direction
+	Index           int
+}
+
+// Rule returns the rule of conjunction id.
+func (x *Index) Rule(id uint32) (RuleRef, bool) {
+	r := x.rules[id]
+	if r == nil {
+		return RuleRef{}, false
+	}
+	return RuleRef{Namespace: r.pol.namespace, Name: r.pol.name, Dir: r.dir, Index: r.index}, true
+}
+
+// PodOfOwnerHash returns the pod whose owner has cookie owner hash h.
+func (x *Index) PodOfOwnerHash(h uint64) (namespace, name string, ok bool) {
+	key, ok := x.podByHash[h]
+	if !ok {
+		return "", "", false
+	}
+	namespace, name, _ = strings.Cut(key, "/")
+	return namespace, name, true
 }
 
 // updatePeer moves pod state ps from its current pod to p (nil: gone) as
@@ -485,8 +518,8 @@ func (x *Index) SetPolicy(key string, p *netpol.Policy) {
 	old := x.policies[key]
 	oldIDs := map[[2]int]uint32{}
 	if old != nil {
-		for i, r := range old.rules {
-			oldIDs[[2]int{int(r.dir), i}] = r.id
+		for _, r := range old.rules {
+			oldIDs[[2]int{int(r.dir), r.index}] = r.id
 		}
 		x.removePolicy(old)
 	}
@@ -499,14 +532,16 @@ func (x *Index) SetPolicy(key string, p *netpol.Policy) {
 	st := &policyState{key: key, namespace: p.Namespace, name: p.Name, p: p}
 	used := map[uint32]bool{}
 	add := func(dir policy.Direction, rules []netpol.Rule) {
-		for _, rule := range rules {
-			pos := [2]int{int(dir), len(st.rules)}
+		for i, rule := range rules {
+			pos := [2]int{int(dir), i}
 			id, ok := oldIDs[pos]
 			if !ok {
 				id = x.allocID()
 			}
 			used[id] = true
-			st.rules = append(st.rules, newRule(id, dir, st, rule))
+			r := newRule(id, dir, st, rule)
+			r.index = i
+			st.rules = append(st.rules, r)
 		}
 	}
 	add(policy.Ingress, p.IngressRules)
@@ -704,6 +739,7 @@ func (x *Index) Flows(owner string) ([]openflow.Flow, error) {
 			}
 		} else if len(fs) == 0 {
 			delete(x.podOwners, owner)
+			delete(x.podByHash, plan.OwnerHash(owner))
 		}
 	}
 	return fs, nil

@@ -43,6 +43,12 @@ type Options struct {
 	// Interfaces returns OVSDB's Interface cache, where the CNI plugin
 	// describes the pods' ports (nil until the agent runs).
 	Interfaces func() *ovsdb.InterfaceCache
+	// MgmtSocket returns the OpenFlow endpoint of a bridge, over which the
+	// packet counters are read (nil: no counters).
+	MgmtSocket func(bridge string) string
+	// CounterInterval is how often they are read (0:
+	// DefaultCounterInterval).
+	CounterInterval time.Duration
 }
 
 // Feature implements feature.Feature.
@@ -60,8 +66,11 @@ type Feature struct {
 	allPods, config          bool
 	kick                     chan struct{}
 
-	// Owned by the loop (and Sync before it).
-	idx     *Index
+	// Owned by the loop (and Sync before it); the counters read the index
+	// under idxMu.
+	idxMu    sync.RWMutex
+	idx      *Index
+	counters counterMetrics
 	ports   map[string]uint32 // local pod (namespace/name) -> br0 port
 	warned  map[string]string // policy -> last refusal reported
 	metrics metrics
@@ -77,6 +86,9 @@ type metrics struct {
 
 // New returns the feature.
 func New(opts Options) *Feature {
+	if opts.CounterInterval <= 0 {
+		opts.CounterInterval = DefaultCounterInterval
+	}
 	return &Feature{opts: opts, dirtyPods: map[string]bool{}, dirtyPolicies: map[string]bool{}, dirtyNS: map[string]bool{},
 		kick: make(chan struct{}, 1), ports: map[string]uint32{}, warned: map[string]string{}}
 }
@@ -162,11 +174,15 @@ func (f *Feature) initMetrics(reg prometheus.Registerer) error {
 			return fmt.Errorf("netpolicy: metrics: %w", err)
 		}
 	}
-	return nil
+	var err error
+	f.counters, err = newCounterMetrics(reg)
+	return err
 }
 
 // Sync implements feature.Feature: every pod, namespace and policy.
 func (f *Feature) Sync(ctx context.Context) error {
+	f.idxMu.Lock()
+	defer f.idxMu.Unlock()
 	f.idx = NewIndex(f.config0())
 	f.readPorts()
 	for _, obj := range f.namespaces.GetStore().List() {
@@ -194,6 +210,9 @@ func (f *Feature) Sync(ctx context.Context) error {
 func (f *Feature) Run(ctx context.Context) {
 	if ifc := f.opts.Interfaces; ifc != nil && ifc() != nil {
 		go f.watchOVSDB(ctx, ifc())
+	}
+	if f.opts.MgmtSocket != nil {
+		go f.runCounters(ctx)
 	}
 	for {
 		select {
@@ -268,6 +287,8 @@ func (f *Feature) readPorts() bool {
 // process applies the changes marked since the last call.
 func (f *Feature) process() {
 	start := time.Now()
+	f.idxMu.Lock()
+	defer f.idxMu.Unlock()
 	f.mu.Lock()
 	pods, nss, pols := f.dirtyPods, f.dirtyNS, f.dirtyPolicies
 	f.dirtyPods, f.dirtyNS, f.dirtyPolicies = map[string]bool{}, map[string]bool{}, map[string]bool{}
