@@ -48,8 +48,8 @@ type ruleState struct {
 	id    uint32
 	dir   policy.Direction
 	index int // among its policy's rules of its direction
-	pol  *policyState
-	rule netpol.Rule
+	pol   *policyState
+	rule  netpol.Rule
 	// static are the peer keys that no pod decides: address blocks, or
 	// every address when the rule has no peers.
 	static []policy.Key

@@ -71,9 +71,9 @@ type Feature struct {
 	idxMu    sync.RWMutex
 	idx      *Index
 	counters counterMetrics
-	ports   map[string]uint32 // local pod (namespace/name) -> br0 port
-	warned  map[string]string // policy -> last refusal reported
-	metrics metrics
+	ports    map[string]uint32 // local pod (namespace/name) -> br0 port
+	warned   map[string]string // policy -> last refusal reported
+	metrics  metrics
 }
 
 type metrics struct {
