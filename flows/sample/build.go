@@ -10,6 +10,7 @@ import (
 	"nodeflow/flows/gateway"
 	"nodeflow/flows/node"
 	"nodeflow/flows/plan"
+	"nodeflow/flows/policy"
 	"nodeflow/flows/reconcile"
 	"nodeflow/flows/service"
 	"nodeflow/flows/unidle"
@@ -33,6 +34,7 @@ var features = []struct {
 	{"node networking", buildNodeNetworking},
 	{"services", buildServices},
 	{"egress firewall", buildEgressFirewall},
+	{"network policy", buildNetworkPolicy},
 }
 
 // Build builds the desired state of c.Local's bridges with the real
@@ -248,4 +250,87 @@ func buildEgressFirewall(c *Config, d *Desired) error {
 		}
 	}
 	return nil
+}
+
+// SamplePolicy names the sample's NetworkPolicy: it selects every pod of
+// the sample, for ingress and egress, and allows everything (one rule each
+// way without peers or ports). Every path from or to a pod is judged by
+// its conjunctions, and gets through: the probes show what the policy
+// tables cost on every path.
+const SamplePolicy = "allow-all"
+
+// buildNetworkPolicy sets what the NetworkPolicy feature wants for
+// SamplePolicy: the base flows, the policy's conj_id flows, each pod's
+// clauses and isolation, and the peers' clauses (every address).
+func buildNetworkPolicy(c *Config, d *Desired) error {
+	pc := policy.Config{PodCIDRs: c.Local.PodCIDRs, Masquerade: c.Masquerade}
+	base, err := policy.BaseFlows(pc)
+	if err != nil {
+		return err
+	}
+	if err := d.set(plan.Pod, policy.OwnerBase, reconcile.State{Flows: base}); err != nil {
+		return err
+	}
+	const ingress, egress = 1, 2
+	var rules []openflow.Flow
+	for id, dir := range map[uint32]policy.Direction{ingress: policy.Ingress, egress: policy.Egress} {
+		fs, err := policy.RuleFlows(pc, dir, id)
+		if err != nil {
+			return err
+		}
+		rules = append(rules, fs...)
+	}
+	namespaces := map[string]bool{}
+	for _, p := range c.Pods {
+		namespaces[p.Namespace] = true
+		fs, err := policy.IsolationFlows(policy.Ingress, p.Port, p.IPs)
+		if err != nil {
+			return err
+		}
+		eg, err := policy.IsolationFlows(policy.Egress, p.Port, nil)
+		if err != nil {
+			return err
+		}
+		fs = append(fs, eg...)
+		keys := []policy.Key{{Dir: policy.Egress, InPort: p.Port}}
+		for _, ip := range p.IPs {
+			keys = append(keys, policy.Key{Dir: policy.Ingress, V6: ip.Is6(), Dst: netip.PrefixFrom(ip, ip.BitLen())})
+		}
+		for _, k := range keys {
+			id := uint32(ingress)
+			if k.Dir == policy.Egress {
+				id = egress
+			}
+			f, err := policy.ClauseFlow(k, []policy.Conj{{ID: id, Clause: k.Clause()}})
+			if err != nil {
+				return err
+			}
+			fs = append(fs, f)
+		}
+		if err := d.set(plan.Pod, policy.PodOwner(p.Namespace, p.Name), reconcile.State{Flows: fs}); err != nil {
+			return err
+		}
+	}
+	for _, v6 := range []bool{false, true} {
+		for _, k := range []policy.Key{{Dir: policy.Ingress, V6: v6}, {Dir: policy.Egress, V6: v6}} {
+			id := uint32(ingress)
+			if k.Dir == policy.Egress {
+				id = egress
+			}
+			f, err := policy.ClauseFlow(k, []policy.Conj{{ID: id, Clause: k.Clause()}})
+			if err != nil {
+				return err
+			}
+			if err := d.set(plan.Pod, policy.PeerOwner(k), reconcile.State{Flows: []openflow.Flow{f}}); err != nil {
+				return err
+			}
+		}
+	}
+	// One policy in each namespace of the sample's pods, all with the same
+	// rules: the sample keeps the conj_id flows under the first.
+	ns := slices.Sorted(maps.Keys(namespaces))
+	if len(ns) == 0 {
+		return nil
+	}
+	return d.set(plan.Pod, policy.PolicyOwner(ns[0], SamplePolicy), reconcile.State{Flows: rules})
 }
