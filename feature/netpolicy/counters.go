@@ -157,7 +157,7 @@ func (f *Feature) addCounts(stats []openflow.FlowStats, last map[counterKey]uint
 				continue
 			}
 			add = f.counters.allowed.WithLabelValues(ref.Namespace, ref.Name, dir.String(), strconv.Itoa(ref.Index)).Add
-		case plan.Priority(s.Priority) == plan.PriorityPolicyIsolated && len(s.Instructions) == 0:
+		case plan.Priority(s.Priority) == plan.PriorityPolicyIsolated:
 			ns, name, ok := f.idx.PodOfOwnerHash(plan.Cookie(s.Cookie).OwnerHash())
 			if !ok {
 				continue

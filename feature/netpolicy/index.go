@@ -78,6 +78,7 @@ type Index struct {
 	pods       map[string]*podState
 	podsByNS   map[string]map[string]bool
 	namespaces map[string]labels.Set
+	logNS      map[string]bool
 	policies   map[string]*policyState
 	policyByNS map[string]map[string]bool
 	rules      map[uint32]*ruleState
@@ -103,7 +104,7 @@ type Index struct {
 func NewIndex(cfg policy.Config) *Index {
 	return &Index{
 		cfg: cfg, pods: map[string]*podState{}, podsByNS: map[string]map[string]bool{},
-		namespaces: map[string]labels.Set{}, policies: map[string]*policyState{}, policyByNS: map[string]map[string]bool{},
+		namespaces: map[string]labels.Set{}, logNS: map[string]bool{}, policies: map[string]*policyState{}, policyByNS: map[string]map[string]bool{},
 		rules: map[uint32]*ruleState{}, rulesByNS: map[string]map[uint32]bool{}, wideRules: map[uint32]bool{},
 		refs: map[policy.Key]map[policy.Conj]int{}, keyOwner: map[policy.Key]string{}, ownerKeys: map[string]map[policy.Key]bool{},
 		podOwners: map[string]string{}, podByHash: map[uint64]string{}, policyOwners: map[string]string{},
@@ -152,6 +153,24 @@ func (x *Index) isolation(ps *podState) (ingress, egress bool) {
 		}
 	}
 	return ingress, egress
+}
+
+// SetLogging says whether namespace's denied packets are logged (a
+// metered sample sent to the agent).
+func (x *Index) SetLogging(namespace string, on bool) {
+	if x.logNS[namespace] == on {
+		return
+	}
+	if on {
+		x.logNS[namespace] = true
+	} else {
+		delete(x.logNS, namespace)
+	}
+	for key := range x.podsByNS[namespace] {
+		if ps := x.pods[key]; ps.pod.Local {
+			x.dirty[x.podOwner(ps.pod.Namespace, ps.pod.Name)] = true
+		}
+	}
 }
 
 // SetNamespace records namespace name's labels (nil: deleted) and
@@ -724,14 +743,14 @@ func (x *Index) Flows(owner string) ([]openflow.Flow, error) {
 		if ps := x.pods[key]; ps != nil && ps.pod.Local {
 			in, eg := x.isolation(ps)
 			if in {
-				iso, err := policy.IsolationFlows(policy.Ingress, 0, ps.pod.IPs)
+				iso, err := policy.IsolationFlows(policy.Ingress, 0, ps.pod.IPs, x.logNS[ps.pod.Namespace])
 				if err != nil {
 					return nil, fmt.Errorf("%s: %w", owner, err)
 				}
 				fs = append(fs, iso...)
 			}
 			if eg && ps.pod.OFPort != 0 {
-				iso, err := policy.IsolationFlows(policy.Egress, ps.pod.OFPort, nil)
+				iso, err := policy.IsolationFlows(policy.Egress, ps.pod.OFPort, nil, x.logNS[ps.pod.Namespace])
 				if err != nil {
 					return nil, fmt.Errorf("%s: %w", owner, err)
 				}

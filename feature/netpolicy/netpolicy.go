@@ -35,6 +35,7 @@ import (
 	"nodeflow/flows/policy"
 	"nodeflow/flows/reconcile"
 	"nodeflow/netpol"
+	"nodeflow/openflow"
 	"nodeflow/ovsdb"
 )
 
@@ -188,6 +189,7 @@ func (f *Feature) Sync(ctx context.Context) error {
 	for _, obj := range f.namespaces.GetStore().List() {
 		if ns, ok := obj.(*v1.Namespace); ok {
 			f.idx.SetNamespace(ns.Name, ns.Labels)
+			f.idx.SetLogging(ns.Name, logsDenied(ns.Annotations))
 		}
 	}
 	for _, key := range f.policies.GetStore().ListKeys() {
@@ -305,15 +307,17 @@ func (f *Feature) process() {
 	}
 	for name := range nss {
 		var lbl map[string]string
+		logs := false
 		if obj, ok, _ := f.namespaces.GetStore().GetByKey(name); ok {
 			if ns, ok := obj.(*v1.Namespace); ok {
-				lbl = ns.Labels
+				lbl, logs = ns.Labels, logsDenied(ns.Annotations)
 				if lbl == nil {
 					lbl = map[string]string{}
 				}
 			}
 		}
 		f.idx.SetNamespace(name, lbl)
+		f.idx.SetLogging(name, logs)
 	}
 	for key := range pols {
 		f.syncPolicy(key)
@@ -405,7 +409,11 @@ func (f *Feature) write() {
 	for _, o := range owners {
 		fs, err := f.idx.Flows(o)
 		if err == nil {
-			err = f.pod.Set(o, reconcile.State{Flows: fs})
+			st := reconcile.State{Flows: fs}
+			if o == policy.OwnerBase {
+				st.Meters = []openflow.MeterEntry{policy.LogMeter()}
+			}
+			err = f.pod.Set(o, st)
 		}
 		if err != nil {
 			f.metrics.errors.Inc()

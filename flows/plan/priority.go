@@ -103,6 +103,9 @@ const (
 	// MeterReject limits packet-ins of new connections to services
 	// without endpoints, answered with TCP RST or ICMP unreachable.
 	MeterReject uint32 = 2
+	// MeterPolicyLog limits the packet-ins of the packets that
+	// NetworkPolicy denies in namespaces that log them.
+	MeterPolicyLog uint32 = 3
 )
 
 // PacketInCategory is the first byte of the userdata of every
@@ -113,6 +116,9 @@ type PacketInCategory uint8
 const (
 	PacketInUnidle PacketInCategory = 1
 	PacketInReject PacketInCategory = 2
+	// PacketInPolicyDenied is a sample of the packets NetworkPolicy
+	// denies, for the log.
+	PacketInPolicyDenied PacketInCategory = 3
 )
 
 // ControllerID is the controller id nodeflow's connection announces

@@ -389,15 +389,43 @@ func RuleFlows(c Config, d Direction, id uint32) ([]openflow.Flow, error) {
 	return fs, nil
 }
 
+// LogMeterRate is the rate of the meter in front of the denied packets'
+// packet-ins, in packets per second for the node (burst twice that): a
+// sample for the log, while the drop flows count every packet.
+const LogMeterRate = 20
+
+// LogMeter is the meter of the denied packets' packet-ins (owner
+// OwnerBase).
+func LogMeter() openflow.MeterEntry {
+	return openflow.MeterEntry{
+		ID: plan.MeterPolicyLog, Flags: openflow.MeterFlagPktps | openflow.MeterFlagBurst,
+		Bands: []openflow.MeterBand{{Type: openflow.MeterBandDrop, Rate: LogMeterRate, BurstSize: 2 * LogMeterRate}},
+	}
+}
+
+// logAction sends a denied packet's first bytes to nodeflow through the
+// log meter.
+func logAction() []openflow.Instruction {
+	return []openflow.Instruction{openflow.ApplyActions{Actions: []openflow.Action{openflow.Controller2{
+		MaxLen: 128, ControllerID: plan.ControllerID, Reason: openflow.PacketInAction,
+		Userdata: []byte{byte(plan.PacketInPolicyDenied)}, MeterID: plan.MeterPolicyLog,
+	}}}}
+}
+
 // IsolationFlows returns the drops of a pod isolated in direction d: by its
-// port for egress, by its addresses for ingress.
-func IsolationFlows(d Direction, port uint32, ips []netip.Addr) ([]openflow.Flow, error) {
+// port for egress, by its addresses for ingress. With log, each sends a
+// metered sample of what it drops to nodeflow (plan.PacketInPolicyDenied).
+func IsolationFlows(d Direction, port uint32, ips []netip.Addr, log bool) ([]openflow.Flow, error) {
 	t := d.Table()
+	var ins []openflow.Instruction
+	if log {
+		ins = logAction()
+	}
 	if d == Egress {
 		if port == 0 || port >= openflow.PortMax {
 			return nil, fmt.Errorf("policy: egress isolation: port %d: not a switch port", port)
 		}
-		return []openflow.Flow{flow(t, plan.PriorityPolicyIsolated, nil, openflow.InPort(port))}, nil
+		return []openflow.Flow{flow(t, plan.PriorityPolicyIsolated, ins, openflow.InPort(port))}, nil
 	}
 	var fs []openflow.Flow
 	for _, ip := range ips {
@@ -408,7 +436,7 @@ func IsolationFlows(d Direction, port uint32, ips []netip.Addr) ([]openflow.Flow
 		if ip.Is6() {
 			f = families[1]
 		}
-		fs = append(fs, flow(t, plan.PriorityPolicyIsolated, nil, f.eth, f.dst(netip.PrefixFrom(ip, ip.BitLen()))))
+		fs = append(fs, flow(t, plan.PriorityPolicyIsolated, ins, f.eth, f.dst(netip.PrefixFrom(ip, ip.BitLen()))))
 	}
 	return fs, nil
 }

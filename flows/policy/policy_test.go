@@ -163,8 +163,8 @@ func sampleFlows(t *testing.T) []openflow.Flow {
 	for id, d := range map[uint32]Direction{1: Ingress, 2: Ingress, 3: Egress, 4: Egress} {
 		add(RuleFlows(c, d, id))
 	}
-	add(IsolationFlows(Ingress, 4, []netip.Addr{a.Addr()}))
-	add(IsolationFlows(Egress, 4, nil))
+	add(IsolationFlows(Ingress, 4, []netip.Addr{a.Addr()}, true))
+	add(IsolationFlows(Egress, 4, nil, false))
 	clause(Key{Dir: Ingress, Src: p("10.244.1.5/32")}, Conj{1, 1}, Conj{2, 1})
 	clause(Key{Dir: Ingress, Src: p("10.244.2.0/24")}, Conj{1, 1})
 	clause(Key{Dir: Ingress, Dst: a, L4: L4{ProtoTCP, 80, 0xffff}}, Conj{1, 2})

@@ -283,11 +283,11 @@ func buildNetworkPolicy(c *Config, d *Desired) error {
 	namespaces := map[string]bool{}
 	for _, p := range c.Pods {
 		namespaces[p.Namespace] = true
-		fs, err := policy.IsolationFlows(policy.Ingress, p.Port, p.IPs)
+		fs, err := policy.IsolationFlows(policy.Ingress, p.Port, p.IPs, false)
 		if err != nil {
 			return err
 		}
-		eg, err := policy.IsolationFlows(policy.Egress, p.Port, nil)
+		eg, err := policy.IsolationFlows(policy.Egress, p.Port, nil, false)
 		if err != nil {
 			return err
 		}
