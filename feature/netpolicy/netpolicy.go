@@ -192,7 +192,11 @@ func (f *Feature) Sync(ctx context.Context) error {
 			f.idx.SetLogging(ns.Name, logsDenied(ns.Annotations))
 		}
 	}
-	for _, key := range f.policies.GetStore().ListKeys() {
+	// In key order, so that a restarted agent gives the same policies the
+	// same conjunction ids, and its flows equal those installed.
+	keys := f.policies.GetStore().ListKeys()
+	slices.Sort(keys)
+	for _, key := range keys {
 		f.syncPolicy(key)
 	}
 	for _, key := range f.pods.GetStore().ListKeys() {

@@ -297,3 +297,131 @@ func TestNetworkPolicyUnderTraffic(t *testing.T) {
 	}
 	tr.settle(t, "the policies deleted")
 }
+
+// TestNetworkPolicyUnidle is the unidling cell: an idled Service whose
+// pods admit one client pod ("ok") and not another ("no"), both of which
+// connect while it sleeps. The agent holds both first SYNs and re-injects
+// them through the whole pipeline once the pod is back: the admitted
+// client is answered on its first attempt (the held SYN itself), the other
+// never gets through, and its held SYN is one the pod's drop flow counted.
+func TestNetworkPolicyUnidle(t *testing.T) {
+	e := up(t)
+	requireAgent(t, e)
+	ns := createNamespace(t, e, "e2e-np-unidle")
+	ok := deployPods(t, e, ns, "ok", 1)[0]
+	no := deployPods(t, e, ns, "no", 1)[0]
+	deployPods(t, e, ns, "sleepy", 1)
+	ctx := context.Background()
+	if _, err := e.client.NetworkingV1().NetworkPolicies(ns).Create(ctx, npPolicy(ns, "sleepy", networkingv1.NetworkPolicySpec{
+		PodSelector: npApp("sleepy"),
+		Ingress: []networkingv1.NetworkPolicyIngressRule{{
+			From:  []networkingv1.NetworkPolicyPeer{{PodSelector: ptr.To(npApp("ok"))}},
+			Ports: []networkingv1.NetworkPolicyPort{npPort(v1.ProtocolTCP, 8080)}}}}), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	svc := createService(t, e, ns, &v1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "sleepy"},
+		Spec: v1.ServiceSpec{Selector: map[string]string{"app": "sleepy"}, IPFamilyPolicy: ptr.To(v1.IPFamilyPolicyRequireDualStack),
+			Ports: []v1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080), Protocol: v1.ProtocolTCP}}},
+	})
+	cip := netip.MustParseAddr(svc.Spec.ClusterIPs[0])
+	eventually(t, 30*time.Second, "ok reaches the service before idling", func(ctx context.Context) error {
+		_, _, err := httpGet(ctx, ok.netns, cip, 80)
+		return err
+	})
+	dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	if _, _, err := httpGet(dctx, no.netns, cip, 80); err == nil {
+		t.Fatal("no reached the service before idling")
+	}
+	cancel()
+
+	svc, err := e.client.CoreV1().Services(ns).Get(ctx, "sleepy", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc.Annotations = map[string]string{"idling.alpha.openshift.io/idled-at": time.Now().UTC().Format(time.RFC3339),
+		"idling.alpha.openshift.io/unidle-targets": `[{"kind":"Deployment","name":"sleepy","group":"apps","replicas":1}]`}
+	if _, err := e.client.CoreV1().Services(ns).Update(ctx, svc, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	scale(t, e, ns, "sleepy", 0)
+	for _, c := range []netPod{ok, no} {
+		m := member(t, e, c.node)
+		eventually(t, 60*time.Second, "the idled port caught on "+c.node, func(context.Context) error {
+			lines, err := tryDumpFlows(m, "br0")
+			if err != nil {
+				return err
+			}
+			for _, l := range lines {
+				if strings.Contains(l, "nw_dst="+cip.String()+",") && strings.Contains(l, "controller(") {
+					return nil
+				}
+			}
+			return fmt.Errorf("no unidle flow for %s yet", cip)
+		})
+	}
+
+	// The unidler: scale back up at the first NeedPods.
+	uctx, ucancel := context.WithTimeout(ctx, 60*time.Second)
+	defer ucancel()
+	go func() {
+		for uctx.Err() == nil {
+			evs, err := e.client.CoreV1().Events(ns).List(uctx, metav1.ListOptions{FieldSelector: "reason=NeedPods,involvedObject.name=sleepy"})
+			if err == nil && len(evs.Items) > 0 {
+				_ = scaleErr(e, ns, "sleepy", 1)
+				return
+			}
+			select {
+			case <-uctx.Done():
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}()
+	type result struct {
+		took    time.Duration
+		retrans int
+		err     error
+	}
+	connect := func(c netPod, timeout time.Duration) result {
+		before := retransSegs(t, c.netns)
+		start := time.Now()
+		cctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		_, _, err := httpGet(cctx, c.netns, cip, 80)
+		return result{took: time.Since(start), retrans: retransSegs(t, c.netns) - before, err: err}
+	}
+	var wg sync.WaitGroup
+	var okRes, noRes result
+	wg.Add(2)
+	go func() { defer wg.Done(); okRes = connect(ok, 40*time.Second) }()
+	go func() { defer wg.Done(); noRes = connect(no, 15*time.Second) }()
+	wg.Wait()
+	if okRes.err != nil {
+		t.Fatalf("the admitted client: %v after %s", okRes.err, okRes.took)
+	}
+	t.Logf("the admitted client was answered after %s, %d segments retransmitted", okRes.took.Round(time.Millisecond), okRes.retrans)
+	if okRes.took < 900*time.Millisecond && okRes.retrans != 0 {
+		t.Errorf("answered after %s, yet %d segments were retransmitted: the held SYN was not the one answered", okRes.took, okRes.retrans)
+	}
+	if noRes.err == nil {
+		t.Fatalf("the client the policy does not admit reached the woken service (after %s)", noRes.took)
+	}
+	// Its held SYN was re-injected and judged: the sleepy pod's drop flow
+	// counted it (and its retransmissions).
+	pods, err := e.client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=sleepy"})
+	if err != nil || len(pods.Items) != 1 {
+		t.Fatalf("sleepy pods: %v, %v", pods, err)
+	}
+	sleepy := pods.Items[0]
+	m := member(t, e, sleepy.Spec.NodeName)
+	var drops int
+	for _, l := range dumpFlowStats(t, m, "br0") {
+		if strings.Contains(l, "table=65,") && strings.Contains(l, "priority=100,") && strings.Contains(l, "nw_dst="+sleepy.Status.PodIPs[0].IP+" ") {
+			drops = packetsOf(l)
+		}
+	}
+	if drops == 0 {
+		t.Errorf("the sleepy pod's ingress drop flow on %s counted nothing: the held SYN of the client it does not admit was not judged", m.Name)
+	}
+	t.Logf("the sleepy pod's drop flow counted %d packets of the client it does not admit", drops)
+}

@@ -19,6 +19,10 @@ import (
 
 	"nodeflow/testbed"
 	"nodeflow/testbed/nsutil"
+
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 )
 
 // agentHealthAddr is where `nodeflow agent` serves /readyz by default,
@@ -132,6 +136,17 @@ func TestAgentRestartZeroLoss(t *testing.T) {
 	requireAgent(t, e)
 	ns := createNamespace(t, e, "e2e-restart")
 	pods := netPods(t, e, ns)
+	// The pods are isolated both ways by a NetworkPolicy that admits each
+	// other: the traffic crosses the policy tables' conjunctions, which the
+	// restarted agent must take over without a gap.
+	if _, err := e.client.NetworkingV1().NetworkPolicies(ns).Create(context.Background(), npPolicy(ns, "net", networkingv1.NetworkPolicySpec{
+		PodSelector: npApp("net"),
+		PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress},
+		Ingress:     []networkingv1.NetworkPolicyIngressRule{{From: []networkingv1.NetworkPolicyPeer{{PodSelector: ptr.To(npApp("net"))}}}},
+		Egress:      []networkingv1.NetworkPolicyEgressRule{{To: []networkingv1.NetworkPolicyPeer{{PodSelector: ptr.To(npApp("net"))}}}},
+	}), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	a, _, other := pairs(t, pods)
 	m, _ := e.state.Member(a.node)
 	dst := other.ip(false)
