@@ -61,6 +61,39 @@ type ruleState struct {
 	members map[string]bool
 }
 
+// peerGroup is the wide rules whose pod peers are the same: one pod is a
+// peer of all of them or of none.
+type peerGroup struct {
+	sig     string
+	rep     *ruleState // any of them, to judge pods with
+	rules   map[uint32]*ruleState
+	members map[string]bool
+}
+
+// peerSignature renders what decides whether a pod is a peer of r.
+func peerSignature(r *ruleState) string {
+	var b strings.Builder
+	if r.everyPod {
+		return "*"
+	}
+	for _, p := range r.rule.Peers {
+		if p.Block != nil {
+			continue
+		}
+		if p.Namespaces == nil {
+			b.WriteString("ns=" + r.pol.namespace)
+		} else {
+			b.WriteString("nssel=" + p.Namespaces.String())
+		}
+		if p.Pods == nil {
+			b.WriteString(";pods=*|")
+		} else {
+			b.WriteString(";pods=" + p.Pods.String() + "|")
+		}
+	}
+	return b.String()
+}
+
 type policyState struct {
 	key, namespace, name string
 	p                    *netpol.Policy
@@ -83,9 +116,12 @@ type Index struct {
 	policyByNS map[string]map[string]bool
 	rules      map[uint32]*ruleState
 	// rulesByNS holds the rules whose peers are pods of their policy's
-	// namespace only; wideRules the others with pod peers.
+	// namespace only; wideRules the others with pod peers, in groups of
+	// the same pod peers (peerGroup), so that a pod is judged once per
+	// group, not once per rule.
 	rulesByNS map[string]map[uint32]bool
 	wideRules map[uint32]bool
+	groups    map[string]*peerGroup
 
 	refs      map[policy.Key]map[policy.Conj]int
 	keyOwner  map[policy.Key]string
@@ -106,6 +142,7 @@ func NewIndex(cfg policy.Config) *Index {
 		cfg: cfg, pods: map[string]*podState{}, podsByNS: map[string]map[string]bool{},
 		namespaces: map[string]labels.Set{}, logNS: map[string]bool{}, policies: map[string]*policyState{}, policyByNS: map[string]map[string]bool{},
 		rules: map[uint32]*ruleState{}, rulesByNS: map[string]map[uint32]bool{}, wideRules: map[uint32]bool{},
+		groups: map[string]*peerGroup{},
 		refs: map[policy.Key]map[policy.Conj]int{}, keyOwner: map[policy.Key]string{}, ownerKeys: map[string]map[policy.Key]bool{},
 		podOwners: map[string]string{}, podByHash: map[uint64]string{}, policyOwners: map[string]string{},
 		dirty: map[string]bool{policy.OwnerBase: true}, nextID: 1,
@@ -183,9 +220,33 @@ func (x *Index) SetNamespace(name string, lbl map[string]string) {
 	}
 	for key := range x.podsByNS[name] {
 		ps := x.pods[key]
-		for id := range x.wideRules {
-			x.updatePeer(x.rules[id], ps, ps.pod)
+		for _, g := range x.groups {
+			x.updateGroup(g, ps, ps.pod)
 		}
+	}
+}
+
+// updateGroup moves pod state ps from its current pod to p (nil: gone) as
+// a peer of every rule of group g.
+func (x *Index) updateGroup(g *peerGroup, ps *podState, p *Pod) {
+	key := ""
+	if p != nil {
+		key = p.key()
+	} else if ps.pod != nil {
+		key = ps.pod.key()
+	}
+	was := g.members[key]
+	is := p != nil && x.isPeer(g.rep, p)
+	if !was && !is {
+		return
+	}
+	if is {
+		g.members[key] = true
+	} else {
+		delete(g.members, key)
+	}
+	for _, r := range g.rules {
+		x.setPeer(r, ps, p, key, is)
 	}
 }
 
@@ -204,17 +265,22 @@ func (x *Index) SetPod(key string, p *Pod) {
 	} else {
 		ns = old.pod.Namespace
 	}
-	// The rules that may take it as a peer.
+	// The rules that may take it as a peer: those of its namespace, and
+	// the groups of wide rules.
 	cand := map[uint32]bool{}
-	maps.Copy(cand, x.wideRules)
 	for id := range x.rulesByNS[ns] {
 		cand[id] = true
 	}
 	for id := range old.peerOf {
-		cand[id] = true
+		if !x.wideRules[id] {
+			cand[id] = true
+		}
 	}
 	for id := range cand {
 		x.updatePeer(x.rules[id], old, p)
+	}
+	for _, g := range x.groups {
+		x.updateGroup(g, old, p)
 	}
 	// The policies that may select it.
 	pols := map[string]bool{}
@@ -296,18 +362,27 @@ func (x *Index) updatePeer(r *ruleState, ps *podState, p *Pod) {
 	if r == nil {
 		return
 	}
-	was := ps.peerOf[r.id]
 	is := p != nil && x.isPeer(r, p)
-	if !was && !is {
+	if !ps.peerOf[r.id] && !is {
 		return
 	}
-	x.swap(r, x.peerKeys(r, ps.pod, was), x.peerKeys(r, p, is), policy.PeerOwner)
 	key := ""
 	if p != nil {
 		key = p.key()
 	} else {
 		key = ps.pod.key()
 	}
+	x.setPeer(r, ps, p, key, is)
+}
+
+// setPeer moves pod state ps (key) from its current pod to p as a peer of
+// rule r, which it is (is) or not.
+func (x *Index) setPeer(r *ruleState, ps *podState, p *Pod, key string, is bool) {
+	was := ps.peerOf[r.id]
+	if !was && !is {
+		return
+	}
+	x.swap(r, x.peerKeys(r, ps.pod, was), x.peerKeys(r, p, is), policy.PeerOwner)
 	if is {
 		ps.peerOf[r.id] = true
 		r.members[key] = true
@@ -654,8 +729,21 @@ func (x *Index) addPolicy(st *policyState) {
 		}
 		if r.nsWide || r.everyPod {
 			x.wideRules[r.id] = true
-			for _, ps := range x.pods {
-				x.updatePeer(r, ps, ps.pod)
+			sig := peerSignature(r)
+			g := x.groups[sig]
+			if g == nil {
+				g = &peerGroup{sig: sig, rep: r, rules: map[uint32]*ruleState{}, members: map[string]bool{}}
+				x.groups[sig] = g
+				for key, ps := range x.pods {
+					if x.isPeer(r, ps.pod) {
+						g.members[key] = true
+					}
+				}
+			}
+			g.rules[r.id] = r
+			for key := range g.members {
+				ps := x.pods[key]
+				x.setPeer(r, ps, ps.pod, key, true)
 			}
 			continue
 		}
@@ -693,7 +781,21 @@ func (x *Index) removePolicy(st *policyState) {
 		clear(r.members)
 		x.swap(r, r.static, nil, policy.PeerOwner)
 		delete(x.rules, r.id)
-		delete(x.wideRules, r.id)
+		if x.wideRules[r.id] {
+			delete(x.wideRules, r.id)
+			sig := peerSignature(r)
+			if g := x.groups[sig]; g != nil {
+				delete(g.rules, r.id)
+				if len(g.rules) == 0 {
+					delete(x.groups, sig)
+				} else if g.rep == r {
+					for _, other := range g.rules {
+						g.rep = other
+						break
+					}
+				}
+			}
+		}
 		if set := x.rulesByNS[st.namespace]; set != nil {
 			delete(set, r.id)
 			if len(set) == 0 {
@@ -733,11 +835,11 @@ func (x *Index) Flows(owner string) ([]openflow.Flow, error) {
 		return fs, nil
 	}
 	for _, k := range slices.SortedFunc(maps.Keys(x.ownerKeys[owner]), compareKeys) {
-		f, err := policy.ClauseFlow(k, slices.Collect(maps.Keys(x.refs[k])))
+		kf, err := policy.ClauseFlows(k, slices.Collect(maps.Keys(x.refs[k])))
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", owner, err)
 		}
-		fs = append(fs, f)
+		fs = append(fs, kf...)
 	}
 	if key, ok := x.podOwners[owner]; ok {
 		if ps := x.pods[key]; ps != nil && ps.pod.Local {

@@ -178,6 +178,7 @@ func (m mirror) sync(t *testing.T, x *Index) {
 var (
 	conjRE    = regexp.MustCompile(`(conjunction\(|conj_id=)(\d+)`)
 	conjActRE = regexp.MustCompile(`conjunction\([^)]*\)`)
+	laneRE    = regexp.MustCompile(`priority=\d+,`)
 )
 
 // normal renders the mirror with conjunction ids replaced by the rule
@@ -191,20 +192,30 @@ func (m mirror) normal(x *Index) string {
 		}
 	}
 	var out []string
+	// The clause flows of one match, across lanes, as one set of actions.
+	clauses := map[string]map[string]bool{}
 	for o, lines := range m {
 		for _, l := range lines {
 			l = conjRE.ReplaceAllStringFunc(l, func(s string) string {
 				sub := conjRE.FindStringSubmatch(s)
 				return sub[1] + names[sub[2]]
 			})
-			// The conjunction actions of a clause flow are sorted by id.
-			if i := strings.Index(l, "actions=conjunction"); i >= 0 {
-				acts := conjActRE.FindAllString(l[i:], -1)
-				sort.Strings(acts)
-				l = l[:i] + "actions=" + strings.Join(acts, ",")
+			i := strings.Index(l, "actions=conjunction")
+			if i < 0 {
+				out = append(out, o+": "+l)
+				continue
 			}
-			out = append(out, o+": "+l)
+			k := o + ": " + laneRE.ReplaceAllString(l[:i], "priority=lane,")
+			if clauses[k] == nil {
+				clauses[k] = map[string]bool{}
+			}
+			for _, a := range conjActRE.FindAllString(l[i:], -1) {
+				clauses[k][a] = true
+			}
 		}
+	}
+	for k, acts := range clauses {
+		out = append(out, k+"actions="+strings.Join(slices.Sorted(maps.Keys(acts)), ","))
 	}
 	sort.Strings(out)
 	return strings.Join(out, "\n")

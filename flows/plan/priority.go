@@ -147,9 +147,16 @@ const (
 	// PriorityPolicyAllowNew commits and passes a new connection a rule
 	// allows (its conj_id flow).
 	PriorityPolicyAllowNew Priority = 201
-	// PriorityPolicyRule holds the rules' conjunction clauses and the
-	// conj_id flows that pass the rest of what they allow.
+	// PriorityPolicyRule holds the conj_id flows that pass the rest of
+	// what the rules allow.
 	PriorityPolicyRule Priority = 200
+	// PriorityPolicyClauses is the first of the PolicyClauseLanes
+	// priorities of the rules' conjunction clauses: a rule's clauses are
+	// all at the priority of its lane (its conjunction id modulo the
+	// lanes), so that a match shared by thousands of rules is a few flows
+	// of a few hundred conjunction actions each, not one flow too long
+	// for an OpenFlow message.
+	PriorityPolicyClauses Priority = 110
 	// PriorityPolicyIsolated drops what no rule allowed for an isolated
 	// pod.
 	PriorityPolicyIsolated Priority = 100
@@ -160,6 +167,10 @@ const (
 	// pod that is not isolated, or from elsewhere.
 	PriorityPolicyDefaultNew Priority = 10
 )
+
+// PolicyClauseLanes is the number of priorities the NetworkPolicy
+// clauses spread over (PriorityPolicyClauses on), below the conj_id flows.
+const PolicyClauseLanes = 64
 
 // PipelineVersion is the version of this plan. It is written into the
 // version note of both bridges; bump it when a change to the plan means

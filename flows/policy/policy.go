@@ -11,8 +11,10 @@
 //	         clause 2: its peers, with its ports (Key.Dst, Key.L4)
 //
 // A clause flow is keyed by its match (Key): when several rules share a
-// match, the one flow carries one conjunction action for each (ClauseFlow),
-// so that flows grow with the sum of peers and ports, not their product.
+// match, the one flow carries one conjunction action for each
+// (ClauseFlows), so that flows grow with the sum of peers and ports, not
+// their product; a rule's clauses are at the priority of its lane (Lane),
+// which spreads a match shared by thousands of rules over a few flows.
 // A rule's conj_id flows (RuleFlows) pass what it allows, committing new
 // connections; an isolated pod's own flows (IsolationFlows) drop the rest;
 // BaseFlows pass established traffic and what policies never judge.
@@ -240,28 +242,55 @@ type Conj struct {
 	Clause uint8
 }
 
-// ClauseFlow returns the one flow of key k, with a conjunction action for
-// each of conjs (sorted, so that the flow is the same whatever their
-// order), or an error for a bad key or conjunction.
-func ClauseFlow(k Key, conjs []Conj) (openflow.Flow, error) {
+// MaxConjunctionsPerFlow bounds the conjunction actions of one clause
+// flow (16 bytes each): an OpenFlow message holds 64 KiB.
+const MaxConjunctionsPerFlow = 3000
+
+// Lane returns the priority of the clauses of conjunction id: one of
+// plan.PolicyClauseLanes from plan.PriorityPolicyClauses.
+func Lane(id uint32) plan.Priority {
+	return plan.PriorityPolicyClauses + plan.Priority(id%plan.PolicyClauseLanes)
+}
+
+// ClauseFlows returns the flows of key k: one per lane of conjs, each with
+// a conjunction action for each of that lane's conjunctions (sorted, so
+// that the flows are the same whatever their order), or an error for a bad
+// key or conjunction.
+func ClauseFlows(k Key, conjs []Conj) ([]openflow.Flow, error) {
 	if err := k.Validate(); err != nil {
-		return openflow.Flow{}, err
+		return nil, err
 	}
 	if len(conjs) == 0 {
-		return openflow.Flow{}, fmt.Errorf("policy: key %s: no conjunction", k)
+		return nil, fmt.Errorf("policy: key %s: no conjunction", k)
 	}
 	conjs = slices.Clone(conjs)
-	slices.SortFunc(conjs, func(a, b Conj) int { return cmp.Or(cmp.Compare(a.ID, b.ID), cmp.Compare(a.Clause, b.Clause)) })
+	slices.SortFunc(conjs, func(a, b Conj) int {
+		return cmp.Or(cmp.Compare(Lane(a.ID), Lane(b.ID)), cmp.Compare(a.ID, b.ID), cmp.Compare(a.Clause, b.Clause))
+	})
 	conjs = slices.Compact(conjs)
-	acts := make([]openflow.Action, 0, len(conjs))
-	for _, c := range conjs {
+	var out []openflow.Flow
+	var acts []openflow.Action
+	flush := func(lane plan.Priority) error {
+		if len(acts) > MaxConjunctionsPerFlow {
+			return fmt.Errorf("policy: key %s: %d conjunctions in lane %d, at most %d fit a flow", k, len(acts), lane, MaxConjunctionsPerFlow)
+		}
+		out = append(out, openflow.Flow{Table: uint8(k.Dir.Table()), Priority: uint16(lane),
+			Match: openflow.NewMatch(k.Match()...), Instructions: []openflow.Instruction{openflow.ApplyActions{Actions: acts}}})
+		acts = nil
+		return nil
+	}
+	for i, c := range conjs {
 		if c.ID == 0 || c.Clause != k.Clause() {
-			return openflow.Flow{}, fmt.Errorf("policy: key %s: conjunction %d clause %d (the key is clause %d)", k, c.ID, c.Clause, k.Clause())
+			return nil, fmt.Errorf("policy: key %s: conjunction %d clause %d (the key is clause %d)", k, c.ID, c.Clause, k.Clause())
 		}
 		acts = append(acts, openflow.Conjunction{ID: c.ID, Clause: c.Clause, NClauses: 2})
+		if i == len(conjs)-1 || Lane(conjs[i+1].ID) != Lane(c.ID) {
+			if err := flush(Lane(c.ID)); err != nil {
+				return nil, err
+			}
+		}
 	}
-	return openflow.Flow{Table: uint8(k.Dir.Table()), Priority: uint16(plan.PriorityPolicyRule),
-		Match: openflow.NewMatch(k.Match()...), Instructions: []openflow.Instruction{openflow.ApplyActions{Actions: acts}}}, nil
+	return out, nil
 }
 
 // Config is what the policy flows need of the node.

@@ -105,27 +105,44 @@ func TestKeys(t *testing.T) {
 	}
 }
 
-func TestClauseFlow(t *testing.T) {
+func TestClauseFlows(t *testing.T) {
 	k := Key{Dir: Ingress, Src: netip.MustParsePrefix("10.244.1.5/32")}
-	a, err := ClauseFlow(k, []Conj{{9, 1}, {3, 1}, {9, 1}})
+	a, err := ClauseFlows(k, []Conj{{9, 1}, {3, 1}, {9, 1}, {67, 1}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := ClauseFlow(k, []Conj{{3, 1}, {9, 1}})
+	b, err := ClauseFlows(k, []Conj{{67, 1}, {3, 1}, {9, 1}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if a.String() != b.String() {
-		t.Errorf("order or duplicates change the flow:\n%s\n%s", a, b)
+	render := func(fs []openflow.Flow) string {
+		var out []string
+		for _, f := range fs {
+			out = append(out, f.String())
+		}
+		return strings.Join(out, "\n")
 	}
-	if want := " table=65, priority=200,ip,nw_src=10.244.1.5 actions=conjunction(3,1/2),conjunction(9,1/2)"; a.String() != want {
-		t.Errorf("flow\n %s\nwant\n %s", a, want)
+	if render(a) != render(b) {
+		t.Errorf("order or duplicates change the flows:\n%s\n%s", render(a), render(b))
 	}
-	if _, err := ClauseFlow(k, []Conj{{3, 2}}); err == nil || !strings.Contains(err.Error(), "the key is clause 1") {
+	// 3 and 67 share lane 3 (priority 113); 9 has lane 9.
+	want := " table=65, priority=113,ip,nw_src=10.244.1.5 actions=conjunction(3,1/2),conjunction(67,1/2)\n" +
+		" table=65, priority=119,ip,nw_src=10.244.1.5 actions=conjunction(9,1/2)"
+	if render(a) != want {
+		t.Errorf("flows\n%s\nwant\n%s", render(a), want)
+	}
+	if _, err := ClauseFlows(k, []Conj{{3, 2}}); err == nil || !strings.Contains(err.Error(), "the key is clause 1") {
 		t.Errorf("wrong clause: %v", err)
 	}
-	if _, err := ClauseFlow(k, nil); err == nil {
+	if _, err := ClauseFlows(k, nil); err == nil {
 		t.Error("no conjunction: no error")
+	}
+	var many []Conj
+	for i := range MaxConjunctionsPerFlow + 1 {
+		many = append(many, Conj{uint32(i*plan.PolicyClauseLanes + 1), 1})
+	}
+	if _, err := ClauseFlows(k, many); err == nil || !strings.Contains(err.Error(), "at most") {
+		t.Errorf("too many conjunctions in one lane: %v", err)
 	}
 }
 
@@ -154,8 +171,7 @@ func sampleFlows(t *testing.T) []openflow.Flow {
 	}
 	clause := func(k Key, conjs ...Conj) {
 		t.Helper()
-		f, err := ClauseFlow(k, conjs)
-		add([]openflow.Flow{f}, err)
+		add(ClauseFlows(k, conjs))
 	}
 	p := netip.MustParsePrefix
 	a := p("10.244.0.5/32")

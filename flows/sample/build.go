@@ -301,11 +301,11 @@ func buildNetworkPolicy(c *Config, d *Desired) error {
 			if k.Dir == policy.Egress {
 				id = egress
 			}
-			f, err := policy.ClauseFlow(k, []policy.Conj{{ID: id, Clause: k.Clause()}})
+			f, err := policy.ClauseFlows(k, []policy.Conj{{ID: id, Clause: k.Clause()}})
 			if err != nil {
 				return err
 			}
-			fs = append(fs, f)
+			fs = append(fs, f...)
 		}
 		if err := d.set(plan.Pod, policy.PodOwner(p.Namespace, p.Name), reconcile.State{Flows: fs}); err != nil {
 			return err
@@ -317,11 +317,11 @@ func buildNetworkPolicy(c *Config, d *Desired) error {
 			if k.Dir == policy.Egress {
 				id = egress
 			}
-			f, err := policy.ClauseFlow(k, []policy.Conj{{ID: id, Clause: k.Clause()}})
+			f, err := policy.ClauseFlows(k, []policy.Conj{{ID: id, Clause: k.Clause()}})
 			if err != nil {
 				return err
 			}
-			if err := d.set(plan.Pod, policy.PeerOwner(k), reconcile.State{Flows: []openflow.Flow{f}}); err != nil {
+			if err := d.set(plan.Pod, policy.PeerOwner(k), reconcile.State{Flows: f}); err != nil {
 				return err
 			}
 		}
