@@ -143,7 +143,7 @@ func NewIndex(cfg policy.Config) *Index {
 		namespaces: map[string]labels.Set{}, logNS: map[string]bool{}, policies: map[string]*policyState{}, policyByNS: map[string]map[string]bool{},
 		rules: map[uint32]*ruleState{}, rulesByNS: map[string]map[uint32]bool{}, wideRules: map[uint32]bool{},
 		groups: map[string]*peerGroup{},
-		refs: map[policy.Key]map[policy.Conj]int{}, keyOwner: map[policy.Key]string{}, ownerKeys: map[string]map[policy.Key]bool{},
+		refs:   map[policy.Key]map[policy.Conj]int{}, keyOwner: map[policy.Key]string{}, ownerKeys: map[string]map[policy.Key]bool{},
 		podOwners: map[string]string{}, podByHash: map[uint64]string{}, policyOwners: map[string]string{},
 		dirty: map[string]bool{policy.OwnerBase: true}, nextID: 1,
 	}
