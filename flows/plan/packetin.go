@@ -7,6 +7,8 @@ var packetInNames = map[PacketInCategory]string{
 	PacketInUnidle: "unidle",
 	PacketInReject: "reject",
 	PacketInDNS:    "dns",
+
+	PacketInPolicyDenied: "netpol-denied",
 }
 
 // String names the category ("reject"), or "category(N)" when undeclared.

@@ -408,3 +408,23 @@ func TestOpenFlowAdapters(t *testing.T) {
 type actionString struct{ a openflow.Action }
 
 func (a actionString) String() string { return a.a.String() }
+
+// TestIDsDistinct: every packet-in category and every br0 meter is one
+// feature's.
+func TestIDsDistinct(t *testing.T) {
+	cats := []PacketInCategory{PacketInUnidle, PacketInReject, PacketInDNS, PacketInPolicyDenied}
+	meters := []uint32{MeterUnidle, MeterReject, MeterEgressFirewallDNS, MeterPolicyLog}
+	for i := range cats {
+		for j := range i {
+			if cats[i] == cats[j] {
+				t.Errorf("packet-in categories %s and %s are both %d", cats[i], cats[j], uint8(cats[i]))
+			}
+			if meters[i] == meters[j] {
+				t.Errorf("meters %d and %d are both %d", i, j, meters[i])
+			}
+		}
+	}
+	if len(packetInNames) != len(cats) {
+		t.Errorf("%d packet-in names for %d categories", len(packetInNames), len(cats))
+	}
+}

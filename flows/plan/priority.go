@@ -104,8 +104,9 @@ const (
 	// without endpoints, answered with TCP RST or ICMP unreachable.
 	MeterReject uint32 = 2
 	// MeterPolicyLog limits the packet-ins of the packets that
-	// NetworkPolicy denies in namespaces that log them.
-	MeterPolicyLog uint32 = 3
+	// NetworkPolicy denies in namespaces that log them (3 is
+	// MeterEgressFirewallDNS).
+	MeterPolicyLog uint32 = 4
 )
 
 // PacketInCategory is the first byte of the userdata of every
@@ -117,8 +118,8 @@ const (
 	PacketInUnidle PacketInCategory = 1
 	PacketInReject PacketInCategory = 2
 	// PacketInPolicyDenied is a sample of the packets NetworkPolicy
-	// denies, for the log.
-	PacketInPolicyDenied PacketInCategory = 3
+	// denies, for the log (3 is PacketInDNS).
+	PacketInPolicyDenied PacketInCategory = 4
 )
 
 // ControllerID is the controller id nodeflow's connection announces
