@@ -45,7 +45,6 @@ type ConformanceSkip struct {
 var ConformanceSkips = []ConformanceSkip{
 	{`\[Disruptive\]`, "restarts or cuts off nodes, the kubelet or the control plane over SSH or a cloud API; the testbed's nodes are network namespaces of one supervisor, with no SSH and no provider"},
 	{`\[Flaky\]`, "marked flaky upstream and left out of every upstream conformance job"},
-	{`NetworkPolicy|Netpol`, "NetworkPolicy is not enforced yet: its own issue builds it, and these tests are its acceptance tests"},
 	{`LoadBalancer|ESIPP`, "needs a cloud load balancer, which the testbed has no provider for"},
 	{`\[Feature:SCTPConnectivity\]`, "needs SCTP in the kernel, which the test machines' kernels lack (no sctp module)"},
 	{`\[Feature:Ingress\]`, "needs an Ingress controller of a cloud provider (GCE)"},
