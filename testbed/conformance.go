@@ -26,6 +26,8 @@ var ConformanceSubsets = map[string]string{
 	"services": `\[sig-network\] Services .*\[Conformance\]`,
 	// conformance is every [sig-network] [Conformance] test.
 	"conformance": `\[sig-network\].*\[Conformance\]`,
+	// netpol is the NetworkPolicy tests, which `make test` runs too.
+	"netpol": `\[sig-network\] Netpol`,
 	// sig-network is all of [sig-network].
 	"sig-network": `\[sig-network\]`,
 	// zones is the tests that want more nodes than the default testbed's
