@@ -252,6 +252,24 @@ func (ic *InterfaceCache) Subscribe() *Subscription {
 	return s
 }
 
+// OnChange calls f after each event from now on, until ctx ends: for a
+// reader that re-reads the cache rather than follow the events.
+func (ic *InterfaceCache) OnChange(ctx context.Context, f func()) {
+	sub := ic.Subscribe()
+	defer sub.Close()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case _, ok := <-sub.Events():
+			if !ok {
+				return
+			}
+			f()
+		}
+	}
+}
+
 // Events returns the channel of events; it is closed by Close.
 func (s *Subscription) Events() <-chan InterfaceEvent { return s.ch }
 

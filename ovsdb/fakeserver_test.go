@@ -673,3 +673,44 @@ func TestCloseEndsSubscriptions(t *testing.T) {
 		t.Fatalf("WaitOfport after Close: %v", err)
 	}
 }
+
+// TestOnChange calls its function after an update, and stops with its
+// context.
+func TestOnChange(t *testing.T) {
+	s := newFakeServer(t)
+	s.rows[uuidA] = ifaceJSON("p1", 1)
+	c := dialFake(t, s, fastOptions())
+	ctx := testCtx(t)
+	ic, err := c.Interfaces(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	calls := make(chan struct{}, 10)
+	done := make(chan struct{})
+	go func() {
+		ic.OnChange(wctx, func() { calls <- struct{}{} })
+		close(done)
+	}()
+	// OnChange subscribes before its first event: retry the update until
+	// one is seen.
+	deadline := time.After(10 * time.Second)
+	for port := 2; ; port++ {
+		s.broadcast(fmt.Sprintf(`{"method":"update","params":["nodeflow-1",{"Interface":{"%s":{"old":{"ofport":%d},"new":%s}}}],"id":null}`,
+			uuidA, port-1, ifaceJSON("p1", port)))
+		select {
+		case <-calls:
+		case <-time.After(100 * time.Millisecond):
+			continue
+		case <-deadline:
+			t.Fatal("OnChange never called its function")
+		}
+		break
+	}
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("OnChange did not return when its context ended")
+	}
+}

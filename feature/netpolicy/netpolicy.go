@@ -215,7 +215,13 @@ func (f *Feature) Sync(ctx context.Context) error {
 // Run implements feature.Feature.
 func (f *Feature) Run(ctx context.Context) {
 	if ifc := f.opts.Interfaces; ifc != nil && ifc() != nil {
-		go f.watchOVSDB(ctx, ifc())
+		// The local pods' ports come from OVSDB: re-read them.
+		go ifc().OnChange(ctx, func() {
+			f.mu.Lock()
+			f.allPods = true
+			f.mu.Unlock()
+			f.poke()
+		})
 	}
 	if f.opts.MgmtSocket != nil {
 		go f.runCounters(ctx)
@@ -234,27 +240,6 @@ func (f *Feature) poke() {
 	select {
 	case f.kick <- struct{}{}:
 	default:
-	}
-}
-
-// watchOVSDB re-reads the local pods' ports when OVSDB's interfaces
-// change.
-func (f *Feature) watchOVSDB(ctx context.Context, ifc *ovsdb.InterfaceCache) {
-	sub := ifc.Subscribe()
-	defer sub.Close()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case _, ok := <-sub.Events():
-			if !ok {
-				return
-			}
-			f.mu.Lock()
-			f.allPods = true
-			f.mu.Unlock()
-			f.poke()
-		}
 	}
 }
 

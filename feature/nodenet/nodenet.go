@@ -176,7 +176,7 @@ func (n *NodeNet) Sync(ctx context.Context) error {
 // Run implements feature.Feature.
 func (n *NodeNet) Run(ctx context.Context) {
 	if ifc := n.opts.Interfaces(); ifc != nil {
-		go n.watchOVSDB(ctx, ifc)
+		go ifc.OnChange(ctx, func() { poke(n.podsDirty) })
 	}
 	go n.watchNetlink(ctx)
 	go n.publishPipeline(ctx)
@@ -493,22 +493,6 @@ func (n *NodeNet) ensureHost() error {
 		n.hostErrors.Inc()
 	}
 	return err
-}
-
-func (n *NodeNet) watchOVSDB(ctx context.Context, ifc *ovsdb.InterfaceCache) {
-	sub := ifc.Subscribe()
-	defer sub.Close()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case _, ok := <-sub.Events():
-			if !ok {
-				return
-			}
-			poke(n.podsDirty)
-		}
-	}
 }
 
 // watchNetlink re-checks the host side on link, address and route events,
