@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"maps"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -17,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
+	"nodeflow/feature/netpolicy"
 	"nodeflow/netpol"
 )
 
@@ -199,6 +202,40 @@ func TestNetworkPolicy(t *testing.T) {
 
 	step("x denies ingress", npPolicy(x, "deny-ingress", networkingv1.NetworkPolicySpec{
 		PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}}))
+	// x's denied packets are counted, and logged once x asks for it.
+	xa, xaNode := m.pods[x+"/a"], member(t, e, m.pods[x+"/a"].node)
+	nsx, err := e.client.CoreV1().Namespaces().Get(context.Background(), x, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if nsx.Annotations == nil {
+		nsx.Annotations = map[string]string{}
+	}
+	nsx.Annotations[netpolicy.LogAnnotation] = "deny"
+	if _, err := e.client.CoreV1().Namespaces().Update(context.Background(), nsx, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 60*time.Second, "x/a's denied packets logged and counted", func(ctx context.Context) error {
+		pctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+		_, _, _ = httpGet(pctx, m.pods[y+"/a"].netns, xa.ip(false), 8080)
+		cancel()
+		b, err := os.ReadFile(filepath.Join(xaNode.Dir, "agent.log"))
+		if err != nil {
+			return err
+		}
+		if !strings.Contains(string(b), `msg="NetworkPolicy denied a packet"`) || !strings.Contains(string(b), "namespace="+x) {
+			return fmt.Errorf("no denied packet of namespace %s in %s's agent log", x, xaNode.Name)
+		}
+		text, err := agentMetrics(xaNode)
+		if err != nil {
+			return err
+		}
+		series := fmt.Sprintf(`nodeflow_netpol_denied_packets_total{direction="ingress",namespace=%q,pod=%q}`, x, xa.name)
+		if v := seriesValue(text, series); v <= 0 {
+			return fmt.Errorf("%s = %v", series, v)
+		}
+		return nil
+	})
 	step("x/a admits y on TCP 8080", npPolicy(x, "a-from-y", networkingv1.NetworkPolicySpec{
 		PodSelector: npApp("a"),
 		Ingress: []networkingv1.NetworkPolicyIngressRule{{
