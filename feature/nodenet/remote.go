@@ -3,6 +3,7 @@ package nodenet
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -17,8 +18,15 @@ func RemoteOf(n *corev1.Node) (node.Remote, error) {
 			continue
 		}
 		ip, err := netip.ParseAddr(ad.Address)
-		if err == nil && ip.Is4() && !r.TunnelIP.IsValid() {
+		if err != nil {
+			continue
+		}
+		ip = ip.Unmap()
+		if ip.Is4() && !r.TunnelIP.IsValid() {
 			r.TunnelIP = ip
+		}
+		if !slices.Contains(r.NodeIPs, ip) {
+			r.NodeIPs = append(r.NodeIPs, ip)
 		}
 	}
 	if !r.TunnelIP.IsValid() {

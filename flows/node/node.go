@@ -238,8 +238,6 @@ var (
 	refARPSpa  = openflow.MustParseFieldRef("NXM_OF_ARP_SPA[]")
 	refARPTpa  = openflow.MustParseFieldRef("NXM_OF_ARP_TPA[]")
 	refTunID   = openflow.MustParseFieldRef("NXM_NX_TUN_ID[0..23]")
-	refTunSrc  = openflow.MustParseFieldRef("NXM_NX_TUN_IPV4_SRC[]")
-	refTunDst  = openflow.MustParseFieldRef("NXM_NX_TUN_IPV4_DST[]")
 	ethTypeARP = openflow.EthType(0x0806)
 )
 
@@ -267,8 +265,8 @@ func arpReply(ip netip.Addr, mac net.HardwareAddr) []openflow.Instruction {
 //	table 40  SNAT after DNAT, by ct_mark
 //	table 50  cluster and service destinations bypass the egress firewall
 //	table 60  local subnet, the host, replies to the gateway, default route;
-//	          commit connections from other nodes' hosts through the tunnel
-//	table 80  their replies back to the tunnel endpoint they came from
+//	          commit connections from other nodes' hosts through the tunnel,
+//	          and send their replies to table 80 (RemoteFlows)
 //	table 70  delivery to mp0
 //	table 90  pod egress SNAT to the node IP
 func NodeFlows(c Config) ([]openflow.Flow, error) {
@@ -375,23 +373,16 @@ func NodeFlows(c Config) ([]openflow.Flow, error) {
 		}
 		add(flow(plan.PodRouting, PriorityTunnelPeer, []openflow.Instruction{
 			openflow.ApplyActions{Actions: []openflow.Action{ctAct(true, conntrack.ZoneService, plan.TableID(openflow.CTNoRecirc),
-				openflow.RegMove{Src: refTunSrc, Dst: plan.TunnelPeerIP.Ref()},
 				plan.ReturnByTunnel.Load(),
 			)}},
 			openflow.GotoTable{Table: uint8(plan.PodIngressPolicy)},
 		}, f.eth(), plan.FromTunnel.Match(), newTrkOnly, f.dstNet(p)))
 	}
 	for _, f := range c.families() {
-		add(
-			flow(plan.PodRouting, PriorityTunnelReturn, then(nil, plan.PodTunnelEgress), f.eth(),
-				openflow.CtState(openflow.CtRpl|openflow.CtTrk, openflow.CtRpl|openflow.CtTrk), plan.ReturnByTunnel.Match()),
-			flow(plan.PodTunnelEgress, plan.PriorityLow, apply(
-				openflow.RegMove{Src: plan.TunnelPeerIP.Ref(), Dst: refTunDst},
-				openflow.RegMove{Src: plan.NamespaceID.Ref(), Dst: refTunID},
-				setEthSrc(c.RouterMAC),
-				out(c.TunnelPort),
-			), f.eth(), openflow.CtState(openflow.CtRpl|openflow.CtTrk, openflow.CtRpl|openflow.CtTrk), plan.ReturnByTunnel.Match()),
-		)
+		// Their replies, to the tunnel table, which sends them to the node
+		// whose node IP they are for (RemoteFlows).
+		add(flow(plan.PodRouting, PriorityTunnelReturn, then(nil, plan.PodTunnelEgress), f.eth(),
+			openflow.CtState(openflow.CtRpl|openflow.CtTrk, openflow.CtRpl|openflow.CtTrk), plan.ReturnByTunnel.Match()))
 	}
 
 	for _, f := range c.families() {

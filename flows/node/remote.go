@@ -17,6 +17,10 @@ type Remote struct {
 	TunnelIP netip.Addr
 	// PodCIDRs are its pod subnets.
 	PodCIDRs []netip.Prefix
+	// NodeIPs are its addresses (InternalIP, both families): the replies
+	// of its host's connections that this node returns through the tunnel
+	// (plan.ReturnByTunnel) go to it by them.
+	NodeIPs []netip.Addr
 	// ReturnsByTunnel says that its agent sends the replies of connections
 	// from other nodes' hosts back through the tunnel (pipeline 4 and
 	// later): the host's service connections to its pods can then keep
@@ -37,6 +41,11 @@ func (r Remote) Validate() error {
 			return fmt.Errorf("node: remote node %q: pod CIDR %q: not a valid masked prefix", r.Name, p)
 		}
 	}
+	for _, ip := range r.NodeIPs {
+		if !ip.IsValid() || ip.Is4In6() {
+			return fmt.Errorf("node: remote node %q: node IP %q: not a plain IPv4 or IPv6 address", r.Name, ip)
+		}
+	}
 	return nil
 }
 
@@ -47,7 +56,9 @@ func (r Remote) Validate() error {
 //	          to its pods SNATed to the node IP (else table 40's default,
 //	          the router address)
 //	table 60  its pod subnets to the tunnel table
-//	table 80  set tun_dst and the VNI, output to vxlan0
+//	table 80  set tun_dst and the VNI, output to vxlan0: for its pod
+//	          subnets, and for the replies to its node IPs of connections
+//	          its host made through the tunnel (plan.ReturnByTunnel)
 //
 // A pod subnet that overlaps this node's own is refused, so that a bad Node
 // object cannot steal local traffic.
@@ -93,6 +104,17 @@ func RemoteFlows(c Config, r Remote) ([]openflow.Flow, error) {
 				out(c.TunnelPort),
 			), f.eth(), f.dstNet(p)),
 		)
+	}
+	toNode := apply(
+		openflow.SetField{Field: openflow.TunIPv4Dst(r.TunnelIP)},
+		openflow.RegMove{Src: plan.NamespaceID.Ref(), Dst: refTunID},
+		setEthSrc(c.RouterMAC),
+		out(c.TunnelPort),
+	)
+	for _, ip := range r.NodeIPs {
+		f := famOf(ip)
+		fs = append(fs, flow(plan.PodTunnelEgress, plan.PriorityNormal, toNode, f.eth(),
+			openflow.CtState(openflow.CtRpl|openflow.CtTrk, openflow.CtRpl|openflow.CtTrk), plan.ReturnByTunnel.Match(), f.dst(ip)))
 	}
 	return fs, nil
 }

@@ -278,11 +278,8 @@ var (
 	// TunnelPeer, in the service zone's ct_mark, says that a connection
 	// came in through the tunnel from an address outside the cluster's pod
 	// networks (another node's host, SNATed to its node IP): its replies
-	// go back through the tunnel to TunnelPeerIP, not out of the uplink.
+	// go back through the tunnel to that node, not out of the uplink.
 	TunnelPeer = mustField("TunnelPeer", Pod, SpaceCtMark, 0, 4, 4, "zone 65000: came in through the tunnel from another node's host")
-	// TunnelPeerIP, in the service zone's ct_label, is the tunnel source
-	// of such a connection: where its replies go.
-	TunnelPeerIP = mustField("TunnelPeerIP", Pod, SpaceCtLabel, 0, 0, 31, "zone 65000: the VXLAN endpoint a TunnelPeer connection came from")
 )
 
 // breth0 fields.
@@ -317,7 +314,7 @@ var (
 
 var declaredFields = []Field{
 	PktSource, EndpointSelected, NamespaceID, EndpointIPv4, EndpointPort, ServiceID, EndpointIPv6, SNATKind,
-	TunnelPeer, TunnelPeerIP, GatewayOrigin, AffinityChecked,
+	TunnelPeer, GatewayOrigin, AffinityChecked,
 }
 
 var declaredMarks = []Mark{

@@ -104,7 +104,7 @@ func buildNodeNetworking(c *Config, d *Desired) error {
 	if err := d.set(plan.Pod, node.OwnerLocal, reconcile.State{Flows: fs}); err != nil {
 		return err
 	}
-	fs, err = node.RemoteFlows(nc, node.Remote{Name: c.Remote.Name, TunnelIP: c.Remote.IPs[0], PodCIDRs: c.Remote.PodCIDRs, ReturnsByTunnel: true})
+	fs, err = node.RemoteFlows(nc, node.Remote{Name: c.Remote.Name, TunnelIP: c.Remote.IPs[0], PodCIDRs: c.Remote.PodCIDRs, NodeIPs: c.Remote.IPs, ReturnsByTunnel: true})
 	if err != nil {
 		return err
 	}
