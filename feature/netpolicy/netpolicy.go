@@ -184,6 +184,15 @@ func (f *Feature) initMetrics(reg prometheus.Registerer) error {
 func (f *Feature) Sync(ctx context.Context) error {
 	f.idxMu.Lock()
 	defer f.idxMu.Unlock()
+	// Changes from now on are marked again and processed by Run: clear
+	// the marks before reading the stores, not after, or a change that
+	// lands meanwhile would be lost.
+	f.mu.Lock()
+	clear(f.dirtyPods)
+	clear(f.dirtyNS)
+	clear(f.dirtyPolicies)
+	f.allPods, f.config = false, false
+	f.mu.Unlock()
 	f.idx = NewIndex(f.config0())
 	f.readPorts()
 	for _, obj := range f.namespaces.GetStore().List() {
@@ -202,12 +211,6 @@ func (f *Feature) Sync(ctx context.Context) error {
 	for _, key := range f.pods.GetStore().ListKeys() {
 		f.syncPod(key)
 	}
-	f.mu.Lock()
-	clear(f.dirtyPods)
-	clear(f.dirtyNS)
-	clear(f.dirtyPolicies)
-	f.allPods, f.config = false, false
-	f.mu.Unlock()
 	f.write()
 	return nil
 }
