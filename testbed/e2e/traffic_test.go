@@ -39,6 +39,9 @@ type serviceTraffic struct {
 	// holds when each dial after the first happened, and why.
 	dials   map[string]*atomic.Int64
 	redials []string
+	// names are every stream's, so that settle waits for the streams that
+	// have not answered yet too.
+	names []string
 }
 
 // serviceUnderTraffic deploys web pods on both nodes and a client pod on
@@ -76,6 +79,7 @@ func startServiceTraffic(t *testing.T, clients []netPod, vips []netip.Addr) *ser
 	t.Helper()
 	s := &serviceTraffic{stop: make(chan struct{}), ok: map[string]int{}, fails: map[string][]string{}, dials: map[string]*atomic.Int64{}}
 	every := func(d time.Duration, name string, ask func(ctx context.Context) error) {
+		s.names = append(s.names, name)
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
@@ -160,8 +164,8 @@ func (s *serviceTraffic) settle(t *testing.T, what string) {
 	t.Helper()
 	s.mu.Lock()
 	base := map[string]int{}
-	for name, n := range s.ok {
-		base[name] = n + len(s.fails[name])
+	for _, name := range s.names {
+		base[name] = s.ok[name] + len(s.fails[name])
 	}
 	s.mu.Unlock()
 	eventually(t, 30*time.Second, "traffic after "+what, func(context.Context) error {
