@@ -64,7 +64,7 @@ type Feature struct {
 	mu                       sync.Mutex
 	dirtyPods, dirtyPolicies map[string]bool
 	dirtyNS                  map[string]bool
-	allPods, config          bool
+	ports, config            bool // OVSDB's ports, the node's facts changed
 	kick                     chan struct{}
 
 	// Owned by the loop (and Sync before it); the counters read the index
@@ -72,7 +72,7 @@ type Feature struct {
 	idxMu    sync.RWMutex
 	idx      *Index
 	counters counterMetrics
-	ports    map[string]uint32 // local pod (namespace/name) -> br0 port
+	podPorts map[string]uint32 // local pod (namespace/name) -> br0 port
 	warned   map[string]string // policy -> last refusal reported
 	metrics  metrics
 }
@@ -91,7 +91,7 @@ func New(opts Options) *Feature {
 		opts.CounterInterval = DefaultCounterInterval
 	}
 	return &Feature{opts: opts, dirtyPods: map[string]bool{}, dirtyPolicies: map[string]bool{}, dirtyNS: map[string]bool{},
-		kick: make(chan struct{}, 1), ports: map[string]uint32{}, warned: map[string]string{}}
+		kick: make(chan struct{}, 1), podPorts: map[string]uint32{}, warned: map[string]string{}}
 }
 
 // Name implements feature.Feature.
@@ -149,7 +149,7 @@ func (f *Feature) Init(h feature.Host) error {
 	}
 	h.OnNodeChange(func() {
 		f.mu.Lock()
-		f.config, f.allPods = true, true
+		f.config = true
 		f.mu.Unlock()
 		f.poke()
 	})
@@ -191,7 +191,7 @@ func (f *Feature) Sync(ctx context.Context) error {
 	clear(f.dirtyPods)
 	clear(f.dirtyNS)
 	clear(f.dirtyPolicies)
-	f.allPods, f.config = false, false
+	f.ports, f.config = false, false
 	f.mu.Unlock()
 	f.idx = NewIndex(f.config0())
 	f.readPorts()
@@ -221,7 +221,7 @@ func (f *Feature) Run(ctx context.Context) {
 		// The local pods' ports come from OVSDB: re-read them.
 		go ifc().OnChange(ctx, func() {
 			f.mu.Lock()
-			f.allPods = true
+			f.ports = true
 			f.mu.Unlock()
 			f.poke()
 		})
@@ -252,15 +252,15 @@ func (f *Feature) config0() policy.Config {
 	return policy.Config{PodCIDRs: n.PodCIDRs, Masquerade: n.Masquerade}
 }
 
-// readPorts reads the local pods' br0 ports from OVSDB, and reports
-// whether they changed.
-func (f *Feature) readPorts() bool {
+// readPorts reads the local pods' br0 ports from OVSDB, and returns the
+// pods (namespace/name) whose port changed, came or went.
+func (f *Feature) readPorts() []string {
 	if f.opts.Interfaces == nil {
-		return false
+		return nil
 	}
 	ifc := f.opts.Interfaces()
 	if ifc == nil {
-		return false
+		return nil
 	}
 	ports := map[string]uint32{}
 	for _, i := range ifc.List() {
@@ -270,12 +270,19 @@ func (f *Feature) readPorts() bool {
 		}
 		ports[ids[cni.ExternalIDPodNamespace]+"/"+ids[cni.ExternalIDPodName]] = uint32(i.Ofport)
 	}
-	same := len(ports) == len(f.ports)
+	var changed []string
 	for k, v := range ports {
-		same = same && f.ports[k] == v
+		if f.podPorts[k] != v {
+			changed = append(changed, k)
+		}
 	}
-	f.ports = ports
-	return !same
+	for k := range f.podPorts {
+		if _, ok := ports[k]; !ok {
+			changed = append(changed, k)
+		}
+	}
+	f.podPorts = ports
+	return changed
 }
 
 // process applies the changes marked since the last call.
@@ -286,14 +293,15 @@ func (f *Feature) process() {
 	f.mu.Lock()
 	pods, nss, pols := f.dirtyPods, f.dirtyNS, f.dirtyPolicies
 	f.dirtyPods, f.dirtyNS, f.dirtyPolicies = map[string]bool{}, map[string]bool{}, map[string]bool{}
-	all, config := f.allPods, f.config
-	f.allPods, f.config = false, false
+	ports, config := f.ports, f.config
+	f.ports, f.config = false, false
 	f.mu.Unlock()
 	if config {
+		// The base and rule flows follow the node's pod subnets.
 		f.idx.SetConfig(f.config0())
 	}
-	if all && f.readPorts() || config {
-		for _, k := range f.pods.GetStore().ListKeys() {
+	if ports {
+		for _, k := range f.readPorts() {
 			pods[k] = true
 		}
 	}
@@ -361,7 +369,7 @@ func (f *Feature) syncPod(key string) {
 	if !ok {
 		return
 	}
-	f.idx.SetPod(key, PodOf(k, f.h.Node().Name, f.ports[key]))
+	f.idx.SetPod(key, PodOf(k, f.h.Node().Name, f.podPorts[key]))
 }
 
 // PodOf returns what the index needs of pod k on node (nil for a pod that
