@@ -14,7 +14,7 @@
 GO          ?= go
 BIN         := bin
 DEB_PKGS    := openvswitch-switch openvswitch-common iproute2 ethtool iputils-ping curl tcpdump nftables podman runc \
-               busybox netcat-openbsd bind9-dnsutils iperf
+               busybox netcat-openbsd bind9-dnsutils iperf util-linux
 STATICCHECK_VERSION := v0.8.2
 GOBIN       := $(shell $(GO) env GOPATH)/bin
 STATICCHECK := $(GOBIN)/staticcheck

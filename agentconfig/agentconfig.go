@@ -43,6 +43,8 @@ type AgentConfiguration struct {
 	Kind       string `json:"kind"`
 
 	Kubeconfig         *string  `json:"kubeconfig,omitempty"`         // --kubeconfig
+	KubeAPIQPS         *float64 `json:"kubeAPIQPS,omitempty"`         // --kube-api-qps
+	KubeAPIBurst       *int     `json:"kubeAPIBurst,omitempty"`       // --kube-api-burst
 	NodeName           *string  `json:"nodeName,omitempty"`           // --node-name
 	OVSRundir          *string  `json:"ovsRundir,omitempty"`          // --ovs-rundir
 	PodBridge          *string  `json:"podBridge,omitempty"`          // --pod-bridge
@@ -66,6 +68,7 @@ type AgentConfiguration struct {
 	EgressFirewall     *bool    `json:"egressFirewall,omitempty"`     // --egress-firewall
 	HostPorts          *bool    `json:"hostPorts,omitempty"`          // --host-ports
 	NetworkPolicy      *bool    `json:"networkPolicy,omitempty"`      // --network-policy
+	VirtualNetworks    *bool    `json:"virtualNetworks,omitempty"`    // --virtual-networks
 	ResolvConf         *string  `json:"resolvConf,omitempty"`         // --resolv-conf
 	HostCheckInterval  *string  `json:"hostCheckInterval,omitempty"`  // --host-check-interval, a Go duration
 	ProcSysNet         *string  `json:"procSysNet,omitempty"`         // --proc-sys-net
@@ -206,6 +209,12 @@ func (c *AgentConfiguration) Settings() []Setting {
 		}
 	}
 	str("kubeconfig", "kubeconfig", c.Kubeconfig)
+	if c.KubeAPIQPS != nil {
+		out = append(out, Setting{Flag: "kube-api-qps", Field: "kubeAPIQPS", Value: strconv.FormatFloat(*c.KubeAPIQPS, 'g', -1, 64)})
+	}
+	if c.KubeAPIBurst != nil {
+		out = append(out, Setting{Flag: "kube-api-burst", Field: "kubeAPIBurst", Value: strconv.Itoa(*c.KubeAPIBurst)})
+	}
 	str("node-name", "nodeName", c.NodeName)
 	str("ovs-rundir", "ovsRundir", c.OVSRundir)
 	str("pod-bridge", "podBridge", c.PodBridge)
@@ -231,6 +240,7 @@ func (c *AgentConfiguration) Settings() []Setting {
 	boolean("egress-firewall", "egressFirewall", c.EgressFirewall)
 	boolean("host-ports", "hostPorts", c.HostPorts)
 	boolean("network-policy", "networkPolicy", c.NetworkPolicy)
+	boolean("virtual-networks", "virtualNetworks", c.VirtualNetworks)
 	str("resolv-conf", "resolvConf", c.ResolvConf)
 	str("host-check-interval", "hostCheckInterval", c.HostCheckInterval)
 	str("proc-sys-net", "procSysNet", c.ProcSysNet)

@@ -26,6 +26,7 @@ services: true
 unidle: false
 unidleHoldTime: 90s
 egressFirewall: true
+virtualNetworks: false
 resolvConf: /etc/resolv.conf
 hostCheckInterval: 1m
 gcPercent: 75
@@ -44,7 +45,7 @@ func TestParse(t *testing.T) {
 	for flag, want := range map[string]string{
 		"node-name": "node1", "datapath-type": "netdev", "cluster-cidr": "10.244.0.0/16,fd00:10:244::/56", "service-cidr": "10.96.0.0/16",
 		"masquerade-subnet-v6": "fd69::/125", "mtu": "1450", "unidle": "false", "unidle-hold-time": "90s", "host-check-interval": "1m",
-		"cni-conf-dir": "/etc/cni/net.d", "egress-firewall": "true", "gc-percent": "75",
+		"cni-conf-dir": "/etc/cni/net.d", "egress-firewall": "true", "gc-percent": "75", "virtual-networks": "false",
 	} {
 		if got[flag] != want {
 			t.Errorf("--%s = %q, want %q", flag, got[flag], want)
@@ -53,8 +54,8 @@ func TestParse(t *testing.T) {
 	if _, ok := got["kubeconfig"]; ok {
 		t.Error("a field the file leaves out set its flag")
 	}
-	if len(got) != 20 {
-		t.Errorf("%d settings, want the file's 20: %v", len(got), got)
+	if len(got) != 21 {
+		t.Errorf("%d settings, want the file's 21: %v", len(got), got)
 	}
 }
 

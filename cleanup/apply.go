@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io/fs"
 	"net"
+	"nodeflow/feature/vnetagent"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/google/nftables"
@@ -99,6 +101,16 @@ func apply(ctx context.Context, s Step, db *ovsdb.Client, log logrus.FieldLogger
 			return fmt.Errorf("cleanup: %s: %w", s, err)
 		}
 		log.WithField("interface", s.Link).Info("turned the uplink's promiscuous mode off (Open vSwitch left it on)")
+	case DeleteVNetLink:
+		if err := (&vnetagent.Links{}).Remove(s.Link, ""); err != nil {
+			return fmt.Errorf("cleanup: %s: %w", s, err)
+		}
+		log.WithField("interface", s.Link).Info("deleted the virtual-network interface")
+	case DeleteVNetNetns:
+		if err := (&vnetagent.Links{NetnsDir: filepath.Dir(s.Path)}).Remove("", filepath.Base(s.Path)); err != nil {
+			return fmt.Errorf("cleanup: %s: %w", s, err)
+		}
+		log.WithField("netns", s.Path).Info("deleted the virtual-network namespace")
 	case DeleteNFTable:
 		if err := deleteNFTable(s.Family, s.Table); err != nil {
 			return fmt.Errorf("cleanup: %s: %w", s, err)

@@ -9,7 +9,8 @@
 // checksum offload and the record the agent kept of them
 // (hostnet.UplinkStateFile), nodeflow's
 // nftables tables, the CNI configuration file, the introspection socket,
-// the CNI plugin's IPAM store and binary. Make turns Options and Facts into
+// the CNI plugin's IPAM store and binary, the virtual-network attachments'
+// veths and namespaces. Make turns Options and Facts into
 // a Plan (pure: no I/O), an ordered list of Steps and the notes of what is
 // left and why. Apply carries the steps out, one log line each.
 //
@@ -28,7 +29,8 @@
 //     their external_ids say nodeflow created them; with them go their
 //     ports, flows, groups and meters, mp0 and everything on it, and
 //     everything the agent kept on the gateway bridge's interface; the
-//     uplink's promiscuous mode goes off if Open vSwitch left it on;
+//     uplink's promiscuous mode goes off if Open vSwitch left it on; then
+//     the virtual-network attachments' veths and namespaces;
 //  5. nodeflow's nftables tables, the introspection socket, the IPAM store
 //     and the CNI plugin (when no pod holds an address any more, or with
 //     Purge), and last the record of the uplink.

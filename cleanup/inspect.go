@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"nodeflow/feature/vnetagent"
 	"os"
 	"path/filepath"
 	"slices"
@@ -87,7 +88,27 @@ func Inspect(ctx context.Context, o Options, log logrus.FieldLogger) (Facts, *ov
 			return fail(fmt.Errorf("cleanup: CNI plugin %s: %w", o.CNIBin, err))
 		}
 	}
+	if err := inspectVNet(o, &f); err != nil {
+		return fail(err)
+	}
 	return f, db, nil
+}
+
+// inspectVNet finds the virtual-network attachments' interfaces and
+// namespaces, when o names a namespace directory.
+func inspectVNet(o Options, f *Facts) error {
+	if o.NetnsDir == "" {
+		return nil
+	}
+	l := &vnetagent.Links{NetnsDir: o.NetnsDir}
+	var err error
+	if f.VNetInterfaces, err = l.HostEnds(); err != nil {
+		return fmt.Errorf("cleanup: virtual-network interfaces: %w", err)
+	}
+	if f.VNetNamespaces, err = l.Namespaces(f.VNetInterfaces); err != nil {
+		return fmt.Errorf("cleanup: virtual-network namespaces: %w", err)
+	}
+	return nil
 }
 
 // inspectOVSDB reads the bridges, when an OVSDB server is there.

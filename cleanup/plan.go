@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -60,6 +61,9 @@ type Options struct {
 	CNIBin string
 	// Socket is the agent's introspection socket; "": none.
 	Socket string
+	// NetnsDir holds the virtual-network attachments' namespaces
+	// (vnetagent.DefaultNetnsDir); "": not looked at.
+	NetnsDir string
 	// HealthAddr is the agent's health address; "": not asked.
 	HealthAddr string
 	// Purge removes the IPAM store and the CNI plugin even when pods still
@@ -154,6 +158,11 @@ type Facts struct {
 	IPAM *IPAMStore
 	// CNIBin is set when the CNI plugin's binary exists.
 	CNIBin bool
+	// VNetInterfaces are the host ends of virtual-network attachments'
+	// veths (vnetagent.Links.HostEnds), VNetNamespaces the attachments'
+	// namespaces whose interfaces are their peers, or that hold none
+	// (vnetagent.Links.Namespaces).
+	VNetInterfaces, VNetNamespaces []string
 }
 
 // Kind is what a step does.
@@ -167,6 +176,8 @@ const (
 	AddAddress      Kind = "give address back"
 	AddRoute        Kind = "give route back"
 	DeleteBridge    Kind = "delete bridge"
+	DeleteVNetLink  Kind = "delete virtual-network interface"
+	DeleteVNetNetns Kind = "delete virtual-network namespace"
 	PromiscOff      Kind = "turn promiscuous mode off"
 	DeleteNFTable   Kind = "delete nftables table"
 	RemoveSocket    Kind = "remove introspection socket"
@@ -181,7 +192,8 @@ type Step struct {
 	// Path is the file or directory of the Remove kinds.
 	Path string
 	// Link is the interface of SetSysctl, SetTxChecksum, AddAddress,
-	// AddRoute and PromiscOff.
+	// AddRoute, PromiscOff and DeleteVNetLink. Path is also
+	// DeleteVNetNetns's namespace's.
 	Link string
 	// Sysctl, From and To: SetSysctl's name and values. From and To are
 	// SetTxChecksum's states too: "on" or "off".
@@ -218,6 +230,8 @@ func (s Step) String() string {
 		return fmt.Sprintf("%s %s %s", s.Kind, s.Family, s.Table)
 	case PromiscOff:
 		return fmt.Sprintf("%s on %s", s.Kind, s.Link)
+	case DeleteVNetLink:
+		return fmt.Sprintf("%s %s", s.Kind, s.Link)
 	}
 	return fmt.Sprintf("%s %s", s.Kind, s.Path)
 }
@@ -325,6 +339,21 @@ func Make(o Options, f Facts) Plan {
 	}
 	if gatewayGoes && f.UplinkPromisc {
 		p.Steps = append(p.Steps, Step{Kind: PromiscOff, Link: o.Uplink})
+	}
+	// The virtual-network attachments' veths (each takes its peer with
+	// it), then their namespaces, once the pod bridge no longer has them
+	// as ports. While the pod bridge stays, so do they.
+	if podBridgeKept := slices.ContainsFunc(f.Bridges, func(b Bridge) bool { return b.Name == o.PodBridge && !b.Owned() }); podBridgeKept {
+		if len(f.VNetInterfaces)+len(f.VNetNamespaces) > 0 {
+			note("bridge %s stays: its %d virtual-network interfaces and %d namespaces are left", o.PodBridge, len(f.VNetInterfaces), len(f.VNetNamespaces))
+		}
+	} else {
+		for _, l := range f.VNetInterfaces {
+			p.Steps = append(p.Steps, Step{Kind: DeleteVNetLink, Link: l})
+		}
+		for _, ns := range f.VNetNamespaces {
+			p.Steps = append(p.Steps, Step{Kind: DeleteVNetNetns, Path: filepath.Join(o.NetnsDir, ns)})
+		}
 	}
 
 	// 5. The rest.

@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,10 +28,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/record"
@@ -60,6 +63,10 @@ type Agent struct {
 	ifc atomic.Pointer[ovsdb.InterfaceCache]
 
 	kube       kubernetes.Interface
+	rest       *rest.Config // the API client's configuration
+	dynOnce    sync.Once    // dyn, the dynamic client for features (Host.Dynamic)
+	dyn        dynamic.Interface
+	dynErr     error
 	informers  informers.SharedInformerFactory
 	localPods  informers.SharedInformerFactory
 	recorder   record.EventRecorder
@@ -78,6 +85,7 @@ type Agent struct {
 	nodeMu    sync.Mutex
 	node      feature.Node
 	onNode    []func()
+	onReady   []func(plan.Bridge) // features' OnBridgeReady callbacks, under nodeMu
 	uplinkMAC net.HardwareAddr
 	// gatewayMAC is breth0's MAC with the userspace datapath, pinned in
 	// OVSDB after the first start (PinGatewayMAC).
@@ -89,8 +97,10 @@ type Agent struct {
 	gwL3 hostnet.L3Config
 
 	// heal asks the agent to check and repair its bridges and ports.
-	heal  chan struct{}
-	ready atomic.Bool
+	heal chan struct{}
+	// reconciled is closed once both bridges are reconciled (Reconciled):
+	// the agent is ready from then on.
+	reconciled chan struct{}
 	// waitingFor says what the agent waits for before it can be ready
 	// ("" when nothing), for /readyz.
 	waitingFor atomic.Value
@@ -110,10 +120,24 @@ func New(cfg Config, log logrus.FieldLogger) (*Agent, error) {
 	}
 	a := &Agent{
 		cfg: cfg, log: log.WithField("node", cfg.NodeName), metrics: NewMetrics(),
-		heal: make(chan struct{}, 1),
+		heal: make(chan struct{}, 1), reconciled: make(chan struct{}),
 	}
 	a.dispatcher = feature.NewDispatcher(a.metrics.Registry, a.log)
 	return a, nil
+}
+
+// Reconciled is closed once both bridges hold the agent's flows for the
+// first time: the end of its start-up.
+func (a *Agent) Reconciled() <-chan struct{} { return a.reconciled }
+
+// isReconciled reports whether the start-up is over (Reconciled).
+func (a *Agent) isReconciled() bool {
+	select {
+	case <-a.reconciled:
+		return true
+	default:
+		return false
+	}
 }
 
 // Use adds a feature; call it before Run. Features are initialised and
@@ -126,6 +150,10 @@ func (a *Agent) Metrics() *Metrics { return a.metrics }
 // Interfaces returns OVSDB's Interface cache; nil before Run has set up
 // OVS.
 func (a *Agent) Interfaces() *ovsdb.InterfaceCache { return a.ifc.Load() }
+
+// OVSDB returns the agent's OVSDB client, nil before Run has connected it
+// (features call it from Sync and Run, which come after).
+func (a *Agent) OVSDB() *ovsdb.Client { return a.db }
 
 func poke(ch chan struct{}) {
 	select {
@@ -229,7 +257,7 @@ func (a *Agent) Run(ctx context.Context) error {
 				return
 			}
 		}
-		a.ready.Store(true)
+		close(a.reconciled)
 		a.log.WithField("startup", time.Since(start).String()).Info("both bridges reconciled")
 	}()
 	return a.loop(ctx)
@@ -388,11 +416,19 @@ func (a *Agent) setupKube(ctx context.Context) error {
 		return fmt.Errorf("controller: kubeconfig: %w", err)
 	}
 	rc.UserAgent = "nodeflow-agent/" + a.cfg.NodeName
+	rc.QPS, rc.Burst = a.cfg.KubeAPIQPS, a.cfg.KubeAPIBurst
+	if rc.QPS <= 0 {
+		rc.QPS = DefaultKubeAPIQPS
+	}
+	if rc.Burst <= 0 {
+		rc.Burst = DefaultKubeAPIBurst
+	}
 	kc, err := kubernetes.NewForConfig(rc)
 	if err != nil {
 		return fmt.Errorf("controller: kubernetes client: %w", err)
 	}
 	a.kube = kc
+	a.rest = rc
 	a.informers = informers.NewSharedInformerFactory(kc, 10*time.Minute)
 	a.localPods = informers.NewSharedInformerFactoryWithOptions(kc, 10*time.Minute, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 		o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", a.cfg.NodeName).String()
@@ -502,6 +538,14 @@ func (a *Agent) startReconcilers(ctx context.Context) error {
 		r := reconcile.New(store, reconcile.Options{Bridge: name, Logger: a.log, Agent: a.cfg.Version,
 			OnSync: func(rep reconcile.SyncReport) {
 				a.metrics.observe(name, store, rep)
+				if rep.Err == nil && (rep.Kind == reconcile.SyncStartup || rep.Kind == reconcile.SyncReconnect) {
+					a.nodeMu.Lock()
+					fs := slices.Clone(a.onReady)
+					a.nodeMu.Unlock()
+					for _, f := range fs {
+						f(b)
+					}
+				}
 				if b == plan.Pod {
 					// The ids br0's flows use may have changed.
 					a.ids.Notify()
@@ -580,7 +624,7 @@ func (a *Agent) serveHealth(ctx context.Context) {
 		fmt.Fprintln(w, "ok")
 	})
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !a.ready.Load() {
+		if !a.isReconciled() {
 			why := "bridges not reconciled yet"
 			if msg, _ := a.waitingFor.Load().(string); msg != "" {
 				why = msg

@@ -15,9 +15,23 @@ import (
 )
 
 // Config is the agent's configuration (the flags of `nodeflow agent`).
+// The agent's default client-side rate limit of API requests: its watches
+// are long-lived and cost nothing against it, but a burst of virtual
+// networks' attachments writes a status each (and lists two informers per
+// new VNI), and client-go's own default (5 a second) made a hundred
+// attachments wait 15 s for their turn.
+const (
+	DefaultKubeAPIQPS   = 50
+	DefaultKubeAPIBurst = 100
+)
+
 type Config struct {
 	// Kubeconfig is the path of a kubeconfig; "" means in-cluster.
 	Kubeconfig string
+	// KubeAPIQPS and KubeAPIBurst are the client-side rate limit of the
+	// agent's API requests (0: DefaultKubeAPIQPS, DefaultKubeAPIBurst).
+	KubeAPIQPS   float32
+	KubeAPIBurst int
 	// NodeName is this node's name.
 	NodeName string
 	// Version is the agent's version, written into both bridges' version

@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sirupsen/logrus"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
@@ -44,6 +45,11 @@ func (h *featureHost) Registry() prometheus.Registerer            { return h.a.m
 func (h *featureHost) Node() feature.Node                         { return h.a.Node() }
 func (h *featureHost) NamespaceIDs() feature.NamespaceIDs         { return h.a.namespaces }
 func (h *featureHost) Owners(b plan.Bridge) feature.Owners        { return h.owners[b] }
+func (h *featureHost) OnBridgeReady(f func(b plan.Bridge)) {
+	h.a.nodeMu.Lock()
+	defer h.a.nodeMu.Unlock()
+	h.a.onReady = append(h.a.onReady, f)
+}
 func (h *featureHost) OnNodeChange(f func()) {
 	h.a.nodeMu.Lock()
 	defer h.a.nodeMu.Unlock()
@@ -67,6 +73,34 @@ func (h *featureHost) Flush(ctx context.Context, bridges ...plan.Bridge) error {
 		}
 	}
 	return nil
+}
+
+// FlushThen waits until bridge b holds every state set before the call and
+// sends msgs right behind it (see reconcile.Reconciler.FlushThen).
+func (h *featureHost) FlushThen(ctx context.Context, b plan.Bridge, msgs ...openflow.Message) error {
+	r := h.a.recs[b]
+	if r == nil {
+		return h.Send(ctx, b, msgs...)
+	}
+	if err := r.FlushThen(ctx, msgs...); err != nil {
+		return fmt.Errorf("controller: flush %s: %w", h.a.bridgeName(b), err)
+	}
+	return nil
+}
+
+// Dynamic returns the agent's dynamic client, made on first use.
+func (h *featureHost) Dynamic() (dynamic.Interface, error) {
+	h.a.dynOnce.Do(func() {
+		if h.a.rest == nil {
+			h.a.dynErr = errors.New("controller: no API client configuration")
+			return
+		}
+		h.a.dyn, h.a.dynErr = dynamic.NewForConfig(h.a.rest)
+	})
+	if h.a.dynErr != nil {
+		return nil, fmt.Errorf("controller: dynamic client: %w", h.a.dynErr)
+	}
+	return h.a.dyn, nil
 }
 
 // errNotConnected is returned by Send before the bridges are connected.

@@ -17,5 +17,5 @@ var Manifests embed.FS
 
 // All holds every manifest: what `kubectl apply -k deploy/` applies.
 //
-//go:embed crds/*.yaml namespace.yaml rbac/*.yaml agent.yaml unidler.yaml kustomization.yaml
+//go:embed crds/*.yaml namespace.yaml rbac/*.yaml agent.yaml ipam.yaml unidler.yaml kustomization.yaml
 var All embed.FS

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -32,7 +33,7 @@ func objects(t *testing.T) []runtime.Object {
 	t.Helper()
 	dec := json.NewSerializerWithOptions(json.DefaultMetaFactory, scheme.Scheme, scheme.Scheme, json.SerializerOptions{Yaml: true, Strict: true})
 	var out []runtime.Object
-	for _, f := range []string{"namespace.yaml", "rbac/agent.yaml", "rbac/unidler.yaml", "agent.yaml", "unidler.yaml"} {
+	for _, f := range []string{"namespace.yaml", "rbac/agent.yaml", "rbac/ipam.yaml", "rbac/unidler.yaml", "agent.yaml", "ipam.yaml", "unidler.yaml"} {
 		b, err := fs.ReadFile(All, f)
 		if err != nil {
 			t.Fatal(err)
@@ -90,11 +91,12 @@ func TestKustomizationListsEveryManifest(t *testing.T) {
 // The agent's DaemonSet is what a node's network needs: every node, host
 // network, node-critical, one node at a time, probed, with its
 // configuration file mounted from a ConfigMap that the agent accepts; the
-// unidler runs two replicas; every ServiceAccount a workload uses exists
-// and is bound.
+// cluster controllers (the unidler, the IPAM controller) run two replicas
+// each, their command named in their args; every ServiceAccount a
+// workload uses exists and is bound.
 func TestWorkloads(t *testing.T) {
 	var ds *appsv1.DaemonSet
-	var dep *appsv1.Deployment
+	deps := map[string]*appsv1.Deployment{}
 	cms := map[string]*v1.ConfigMap{}
 	sas := map[string]bool{}
 	bound := map[string]bool{}
@@ -103,7 +105,7 @@ func TestWorkloads(t *testing.T) {
 		case *appsv1.DaemonSet:
 			ds = o
 		case *appsv1.Deployment:
-			dep = o
+			deps[o.Name] = o
 		case *v1.ConfigMap:
 			cms[o.Name] = o
 		case *v1.ServiceAccount:
@@ -114,8 +116,8 @@ func TestWorkloads(t *testing.T) {
 			}
 		}
 	}
-	if ds == nil || dep == nil {
-		t.Fatalf("DaemonSet %v, Deployment %v", ds != nil, dep != nil)
+	if ds == nil || deps["nodeflow-unidler"] == nil || deps["nodeflow-ipam"] == nil || len(deps) != 2 {
+		t.Fatalf("DaemonSet %v, Deployments %v", ds != nil, slices.Sorted(maps.Keys(deps)))
 	}
 	spec := ds.Spec.Template.Spec
 	if !spec.HostNetwork || spec.PriorityClassName != "system-node-critical" {
@@ -163,10 +165,18 @@ func TestWorkloads(t *testing.T) {
 	if !found {
 		t.Errorf("agent: --config %s is not in a mounted ConfigMap", path)
 	}
-	if r := dep.Spec.Replicas; r == nil || *r != 2 {
-		t.Errorf("unidler: replicas %v, want 2", r)
+	workloads := []struct{ ns, sa string }{{ds.Namespace, spec.ServiceAccountName}}
+	for name, cmd := range map[string]string{"nodeflow-unidler": "unidler", "nodeflow-ipam": "ipam"} {
+		dep := deps[name]
+		if r := dep.Spec.Replicas; r == nil || *r != 2 {
+			t.Errorf("%s: replicas %v, want 2", name, r)
+		}
+		if cs := dep.Spec.Template.Spec.Containers; len(cs) != 1 || len(cs[0].Args) == 0 || cs[0].Args[0] != cmd {
+			t.Errorf("%s: containers %+v, want one running nodeflow %s", name, cs, cmd)
+		}
+		workloads = append(workloads, struct{ ns, sa string }{dep.Namespace, dep.Spec.Template.Spec.ServiceAccountName})
 	}
-	for _, w := range []struct{ ns, sa string }{{ds.Namespace, spec.ServiceAccountName}, {dep.Namespace, dep.Spec.Template.Spec.ServiceAccountName}} {
+	for _, w := range workloads {
 		if k := w.ns + "/" + w.sa; !sas[k] || !bound[k] {
 			t.Errorf("ServiceAccount %s: defined %v, bound %v", k, sas[k], bound[k])
 		}

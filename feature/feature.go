@@ -6,6 +6,8 @@ import (
 	"net/netip"
 	"slices"
 
+	"k8s.io/client-go/dynamic"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sirupsen/logrus"
 	"k8s.io/client-go/informers"
@@ -104,13 +106,29 @@ type Host interface {
 	// Flush waits until the bridges named (both when none is) hold every
 	// state set before the call.
 	Flush(ctx context.Context, bridges ...plan.Bridge) error
+	// FlushThen waits until bridge b holds every state set before the
+	// call, and sends msgs (packet-outs) on its connection right behind
+	// those changes: inside the bundle that commits them when there is
+	// one, so that the switch runs them against the new flows without a
+	// further round trip. Before Run it only sends.
+	FlushThen(ctx context.Context, b plan.Bridge, msgs ...openflow.Message) error
 	// ReadFlows reads the flows bridge b has installed in table t with
 	// cookies of plan feature f, over a connection of its own (it works
 	// before the reconcilers start).
 	ReadFlows(ctx context.Context, b plan.Bridge, t plan.TableID, f plan.Feature) ([]openflow.Flow, error)
+	// Dynamic returns the agent's dynamic client, for custom resources,
+	// with the agent's credentials, user agent and client-side rate limit;
+	// an error where there is none (unit tests pass their own).
+	Dynamic() (dynamic.Interface, error)
 	// Send sends messages (packet-outs, conntrack flushes, flow deletes of
 	// learned flows) on bridge b's connection; it fails before Run.
 	Send(ctx context.Context, b plan.Bridge, msgs ...openflow.Message) error
+	// OnBridgeReady registers f to be called with the bridge each time its
+	// switch holds the agent's flows after a connection: after the
+	// start-up pass, and after the pass that follows every reconnection
+	// (ovs-vswitchd restarted, or the socket dropped). f must not block;
+	// call it from Init.
+	OnBridgeReady(f func(b plan.Bridge))
 }
 
 // NamespaceIDs maps namespaces to the 24-bit id their traffic carries in

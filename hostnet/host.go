@@ -364,11 +364,21 @@ func EnsureHost(p HostPlan) (int, error) {
 		changes += n
 		router := node.RouterIP(pc)
 		if pc.Addr().Is6() {
-			// br0 cannot answer neighbour solicitations: the host answers
-			// the pods' for the router (proxy NDP) and knows the router's
-			// MAC itself.
-			if err := os.WriteFile(filepath.Join(ProcSysNet, "ipv6/conf", p.Mgmt, "proxy_ndp"), []byte("1"), 0o644); err != nil {
-				return changes, fmt.Errorf("hostnet: host: %s proxy_ndp: %w", p.Mgmt, err)
+			// br0 answers the pods' neighbour solicitations for the
+			// router; the host answers those that reach it (proxy NDP), as
+			// it did before br0 did, and knows the router's MAC itself. It
+			// answers at once: by default Linux delays a proxied answer to
+			// a multicast solicitation by up to 0.8 s (proxy_delay), which
+			// a new pod's first reply through the router would wait for.
+			for _, sc := range []struct{ path, value string }{
+				{filepath.Join("ipv6/conf", p.Mgmt, "proxy_ndp"), "1"},
+				{filepath.Join("ipv6/neigh", p.Mgmt, "proxy_delay"), "0"},
+			} {
+				n, err := ensureSysctl(sc.path, sc.value)
+				if err != nil {
+					return changes, fmt.Errorf("hostnet: host: %w", err)
+				}
+				changes += n
 			}
 			n, err := ensureNeigh(mp, router, nil, true)
 			if err != nil {
@@ -393,6 +403,19 @@ func EnsureHost(p HostPlan) (int, error) {
 		}
 	}
 	return changes, nil
+}
+
+// ensureSysctl sets the setting at path under ProcSysNet to value unless it
+// has it, and returns 1 when it changed it.
+func ensureSysctl(path, value string) (int, error) {
+	full := filepath.Join(ProcSysNet, path)
+	if have, err := os.ReadFile(full); err == nil && strings.TrimSpace(string(have)) == value {
+		return 0, nil
+	}
+	if err := os.WriteFile(full, []byte(value), 0o644); err != nil {
+		return 0, fmt.Errorf("set %s: %w", path, err)
+	}
+	return 1, nil
 }
 
 func ensureAddr(link netlink.Link, want *netlink.Addr, deprecated bool) (int, error) {

@@ -3,15 +3,14 @@ package hostnet
 import (
 	"net"
 	"net/netip"
+	"nodeflow/testbed/nsutil"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 
 	"github.com/sirupsen/logrus"
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 
 	"nodeflow/conntrack"
 )
@@ -47,30 +46,7 @@ func TestWriteCNIConfig(t *testing.T) {
 // inNetns runs fn in a fresh network namespace.
 func inNetns(t *testing.T, fn func()) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		if os.Getenv("NODEFLOW_REQUIRE_OVS") != "" {
-			t.Fatal("needs root for a network namespace, and NODEFLOW_REQUIRE_OVS is set")
-		}
-		t.Skip("needs root for a network namespace")
-	}
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	orig, err := netns.Get()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer orig.Close()
-	ns, err := netns.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := netns.Set(orig); err != nil {
-			panic(err)
-		}
-		ns.Close()
-	}()
-	fn()
+	nsutil.InNew(t, fn)
 }
 
 func addLink(t *testing.T, name string) netlink.Link {
@@ -184,6 +160,13 @@ func TestHostSideIdempotent(t *testing.T) {
 		}
 		if perm != 2 {
 			t.Errorf("permanent neighbours for .1 and .4: %d of 2 (%v)", perm, neighs)
+		}
+		// mp0 answers the pods' neighbour solicitations for the router
+		// at once.
+		for path, want := range map[string]string{"ipv6/conf/mp0/proxy_ndp": "1", "ipv6/neigh/mp0/proxy_delay": "0"} {
+			if b, err := os.ReadFile(filepath.Join(ProcSysNet, path)); err != nil || strings.TrimSpace(string(b)) != want {
+				t.Errorf("%s = %q, %v; want %s", path, b, err, want)
+			}
 		}
 		cl, _ := netlink.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Dst: ipNet(netip.MustParsePrefix("10.244.0.0/16"))}, netlink.RT_FILTER_DST)
 		mp, _ := netlink.LinkByName("mp0")

@@ -18,9 +18,9 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/leaderelection"
-	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/client-go/util/workqueue"
+
+	"nodeflow/leader"
 )
 
 // fieldManager is nsid's field manager on the objects it writes.
@@ -86,33 +86,15 @@ func (s *Service) runAllocator(ctx context.Context) {
 		s.alloc.run(ctx)
 		return
 	}
-	log := s.alloc.log.WithFields(logrus.Fields{"lease": e.Namespace + "/" + e.Name, "identity": e.Identity})
 	for ctx.Err() == nil {
-		le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
-			Lock: &resourcelock.LeaseLock{
-				LeaseMeta:  metav1.ObjectMeta{Namespace: e.Namespace, Name: e.Name},
-				Client:     s.kube.CoordinationV1(),
-				LockConfig: resourcelock.ResourceLockConfig{Identity: e.Identity},
-			},
-			LeaseDuration:   e.LeaseDuration,
-			RenewDeadline:   e.RenewDeadline,
-			RetryPeriod:     e.RetryPeriod,
-			ReleaseOnCancel: true,
-			Name:            e.Name,
-			Callbacks: leaderelection.LeaderCallbacks{
-				OnStartedLeading: func(ctx context.Context) {
-					log.Info("elected: allocating namespace ids")
-					s.alloc.run(ctx)
-				},
-				OnStoppedLeading: func() { log.Info("no longer the namespace id allocator") },
-				OnNewLeader:      func(id string) { log.WithField("leader", id).Debug("namespace id allocator elected") },
-			},
-		})
-		if err != nil {
-			log.WithError(err).Error("nsid: leader election config")
+		err := leader.Run(ctx, s.kube, leader.Election{
+			Namespace: e.Namespace, Name: e.Name, Identity: e.Identity, Work: "allocating namespace ids",
+			LeaseDuration: e.LeaseDuration, RenewDeadline: e.RenewDeadline, RetryPeriod: e.RetryPeriod,
+		}, s.alloc.log, s.alloc.run)
+		if err != nil && !errors.Is(err, leader.ErrLost) {
+			s.alloc.log.WithError(err).Error("nsid: leader election")
 			return
 		}
-		le.Run(ctx)
 	}
 }
 

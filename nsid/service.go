@@ -74,7 +74,7 @@ type Election struct {
 	// default, so that a restarted agent is a new candidate.
 	Identity string
 	// LeaseDuration, RenewDeadline and RetryPeriod are client-go's
-	// (15 s, 10 s and 2 s by default).
+	// (15 s, 10 s and 2 s by default: leader.Election's).
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
 }
 
@@ -154,15 +154,6 @@ func New(cfg Config) (*Service, error) {
 	}
 	if e.Identity == "" {
 		e.Identity = cfg.NodeName + "_" + utilrand.String(8)
-	}
-	if e.LeaseDuration == 0 {
-		e.LeaseDuration = 15 * time.Second
-	}
-	if e.RenewDeadline == 0 {
-		e.RenewDeadline = 10 * time.Second
-	}
-	if e.RetryPeriod == 0 {
-		e.RetryPeriod = 2 * time.Second
 	}
 	if cfg.Dynamic == nil || cfg.Kube == nil {
 		if cfg.Rest == nil {

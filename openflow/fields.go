@@ -15,6 +15,9 @@ const (
 	ClassOpenFlowBasic uint16 = 0x8000
 	// ClassPacketRegs is OFPXMC_PACKET_REGS, the 64-bit xreg0-xreg7.
 	ClassPacketRegs uint16 = 0x8001
+	// ClassEricsson is the class of Open vSwitch's "ERICOXM_OF_*" fields
+	// (the neighbour discovery message's reserved field and option type).
+	ClassEricsson uint16 = 0x1000
 	// ClassExperimenter marks an experimenter OXM: a 4-byte experimenter id
 	// follows the header and counts in its length.
 	ClassExperimenter uint16 = 0xffff
@@ -180,6 +183,8 @@ const (
 	mfNDTarget
 	mfNDSLL
 	mfNDTLL
+	mfNDReserved
+	mfNDOptionsType
 	mfARPOp
 	mfARPSpa
 	mfARPTpa
@@ -306,6 +311,8 @@ var mfTable = []mfDef{
 	{id: mfNDTarget, name: "nd_target", nxmName: "NXM_NX_ND_TARGET", headers: []FieldID{mfOXM(31), mfNXM1(23)}, nxm: 1, bytes: 16, bits: 128, maskable: true, writable: true, prereq: "ND", format: fmtIPv6, aliases: []string{"OXM_OF_IPV6_ND_TARGET"}},
 	{id: mfNDSLL, name: "nd_sll", nxmName: "NXM_NX_ND_SLL", headers: []FieldID{mfOXM(32), mfNXM1(24)}, nxm: 1, bytes: 6, bits: 48, maskable: true, writable: true, prereq: "ND solicit", format: fmtEthernet, aliases: []string{"OXM_OF_IPV6_ND_SLL"}},
 	{id: mfNDTLL, name: "nd_tll", nxmName: "NXM_NX_ND_TLL", headers: []FieldID{mfOXM(33), mfNXM1(25)}, nxm: 1, bytes: 6, bits: 48, maskable: true, writable: true, prereq: "ND advert", format: fmtEthernet, aliases: []string{"OXM_OF_IPV6_ND_TLL"}},
+	{id: mfNDReserved, name: "nd_reserved", nxmName: "ERICOXM_OF_ICMPV6_ND_RESERVED", headers: []FieldID{{Class: ClassEricsson, Field: 1}}, bytes: 4, bits: 32, writable: true, prereq: "ND", format: fmtDec},
+	{id: mfNDOptionsType, name: "nd_options_type", nxmName: "ERICOXM_OF_ICMPV6_ND_OPTIONS_TYPE", headers: []FieldID{{Class: ClassEricsson, Field: 2}}, bytes: 1, bits: 8, writable: true, prereq: "ND", format: fmtDec},
 	{id: mfARPOp, name: "arp_op", nxmName: "NXM_OF_ARP_OP", headers: []FieldID{mfOXM(21), mfNXM0(15)}, nxm: 1, bytes: 2, bits: 16, writable: true, prereq: "ARP", format: fmtDec, aliases: []string{"OXM_OF_ARP_OP"}},
 	{id: mfARPSpa, name: "arp_spa", nxmName: "NXM_OF_ARP_SPA", headers: []FieldID{mfOXM(22), mfNXM0(16)}, nxm: 1, bytes: 4, bits: 32, maskable: true, writable: true, prereq: "ARP", format: fmtIPv4, aliases: []string{"OXM_OF_ARP_SPA"}},
 	{id: mfARPTpa, name: "arp_tpa", nxmName: "NXM_OF_ARP_TPA", headers: []FieldID{mfOXM(23), mfNXM0(17)}, nxm: 1, bytes: 4, bits: 32, maskable: true, writable: true, prereq: "ARP", format: fmtIPv4, aliases: []string{"OXM_OF_ARP_TPA"}},

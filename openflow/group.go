@@ -190,42 +190,79 @@ const (
 //	6 bytes: pad
 //	buckets (ofp15_bucket), then group properties
 func unmarshalGroupDescs(b []byte, v Version) ([]GroupEntry, error) {
+	var groups []GroupEntry
+	err := EachGroupDesc(b, v, func(i int, id uint32, entry []byte) error {
+		g, err := decodeGroupDesc(entry, v)
+		if err != nil {
+			return fmt.Errorf("group desc %d (group %d): %w", i, id, err)
+		}
+		groups = append(groups, g)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return groups, nil
+}
+
+// decodeGroupDesc decodes one group desc entry whose framing EachGroupDesc
+// checked.
+func decodeGroupDesc(entry []byte, v Version) (GroupEntry, error) {
+	g := GroupEntry{Type: GroupType(entry[2]), ID: binary.BigEndian.Uint32(entry[4:8])}
+	var err error
+	if v < Version15 {
+		g.Buckets, err = unmarshalBuckets13(entry[groupDesc13Len:], v)
+		return g, err
+	}
+	bl := groupDesc15Len + int(binary.BigEndian.Uint16(entry[8:10]))
+	if g.Buckets, err = unmarshalBuckets15(entry[groupDesc15Len:bl], v, g.Type); err != nil {
+		return g, err
+	}
+	sel, err := unmarshalGroupProps(entry[bl:])
+	g.SelectionMethod, g.SelectionParam, g.SelectionFields = sel.method, sel.param, sel.fields
+	return g, err
+}
+
+// EachGroupDesc calls fn with each entry of a group desc reply body of
+// version v, read in place: its group id and its bytes, the entry whole
+// (DecodeGroupDesc decodes one). It checks the entries' framing only. The
+// entries alias body.
+func EachGroupDesc(body []byte, v Version, fn func(i int, id uint32, entry []byte) error) error {
 	fixed := groupDesc13Len
 	if v >= Version15 {
 		fixed = groupDesc15Len
 	}
-	var groups []GroupEntry
-	for i := 0; len(b) > 0; i++ {
-		if err := need(b, fixed, fmt.Sprintf("group desc %d", i)); err != nil {
-			return nil, err
+	for i := 0; len(body) > 0; i++ {
+		if err := need(body, fixed, fmt.Sprintf("group desc %d", i)); err != nil {
+			return err
 		}
-		n := int(binary.BigEndian.Uint16(b[0:2]))
-		g := GroupEntry{Type: GroupType(b[2]), ID: binary.BigEndian.Uint32(b[4:8])}
-		if n < fixed || n > len(b) {
-			return nil, fmt.Errorf("group desc %d (group %d): length %d of %d bytes: %w", i, g.ID, n, len(b), ErrMalformed)
+		n := int(binary.BigEndian.Uint16(body[0:2]))
+		id := binary.BigEndian.Uint32(body[4:8])
+		if n < fixed || n > len(body) {
+			return fmt.Errorf("group desc %d (group %d): length %d of %d bytes: %w", i, id, n, len(body), ErrMalformed)
 		}
-		var err error
-		if v < Version15 {
-			g.Buckets, err = unmarshalBuckets13(b[fixed:n], v)
-		} else {
-			bl := int(binary.BigEndian.Uint16(b[8:10]))
-			if fixed+bl > n {
-				return nil, fmt.Errorf("group desc %d (group %d): bucket list of %d bytes in %d: %w", i, g.ID, bl, n, ErrMalformed)
-			}
-			g.Buckets, err = unmarshalBuckets15(b[fixed:fixed+bl], v, g.Type)
-			if err == nil {
-				var sel selection
-				sel, err = unmarshalGroupProps(b[fixed+bl : n])
-				g.SelectionMethod, g.SelectionParam, g.SelectionFields = sel.method, sel.param, sel.fields
-			}
+		if v >= Version15 && fixed+int(binary.BigEndian.Uint16(body[8:10])) > n {
+			return fmt.Errorf("group desc %d (group %d): bucket list of %d bytes in %d: %w", i, id, binary.BigEndian.Uint16(body[8:10]), n, ErrMalformed)
 		}
-		if err != nil {
-			return nil, fmt.Errorf("group desc %d (group %d): %w", i, g.ID, err)
+		if err := fn(i, id, body[:n:n]); err != nil {
+			return err
 		}
-		groups = append(groups, g)
-		b = b[n:]
+		body = body[n:]
 	}
-	return groups, nil
+	return nil
+}
+
+// DecodeGroupDesc decodes one group desc entry of version v, as
+// EachGroupDesc gives it.
+func DecodeGroupDesc(entry []byte, v Version) (GroupEntry, error) {
+	gs, err := unmarshalGroupDescs(entry, v)
+	if err != nil {
+		return GroupEntry{}, err
+	}
+	if len(gs) != 1 {
+		return GroupEntry{}, fmt.Errorf("group desc: %d entries, want 1: %w", len(gs), ErrMalformed)
+	}
+	return gs[0], nil
 }
 
 // appendGroupDescs appends group desc reply entries.

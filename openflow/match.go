@@ -350,6 +350,24 @@ func NDSLL(mac net.HardwareAddr) Field { return mfMAC(mfNDSLL, mac, nil) }
 // advertisement.
 func NDTLL(mac net.HardwareAddr) Field { return mfMAC(mfNDTLL, mac, nil) }
 
+// NDReserved is the 32 bits after the target of a neighbour discovery
+// message's header: in an advertisement, its flags (NDRouter, NDSolicited,
+// NDOverride) and reserved bits. Open vSwitch sets it, it matches nothing.
+func NDReserved(v uint32) Field { return mfU32(mfNDReserved, v) }
+
+// The flags of a neighbour advertisement (RFC 4861), in NDReserved.
+const (
+	NDRouter    uint32 = 0x80000000
+	NDSolicited uint32 = 0x40000000
+	NDOverride  uint32 = 0x20000000
+)
+
+// NDOptionsType is the type of a neighbour discovery message's link-layer
+// address option: 1 source (a solicitation's), 2 target (an
+// advertisement's). Setting it to 2 makes a solicitation's option an
+// advertisement's, whose address NDTLL then sets.
+func NDOptionsType(t uint8) Field { return mfU8(mfNDOptionsType, t) }
+
 // ARPOp matches the ARP opcode (1 request, 2 reply).
 func ARPOp(op uint16) Field { return mfU16(mfARPOp, op) }
 

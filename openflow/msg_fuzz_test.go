@@ -288,6 +288,9 @@ func FuzzMultipartReply(f *testing.F) {
 		if _, m, err := Unmarshal(b); err == nil {
 			if r, ok := m.(*MultipartReply); ok {
 				otReplyRoundTrip(t, r)
+				if r.Type == MultipartGroupDesc {
+					otGroupDescInPlace(t, r)
+				}
 			}
 		}
 	})
@@ -316,6 +319,9 @@ func TestFuzzSeedsDecode(t *testing.T) {
 			}
 			if r, ok := m.(*MultipartReply); ok {
 				otReplyRoundTrip(t, r)
+				if r.Type == MultipartGroupDesc {
+					otGroupDescInPlace(t, r)
+				}
 			}
 			otRoundTrip(t, b, func(Message) bool { return true })
 		})

@@ -130,3 +130,24 @@ func (m *PackedGroupMod) String() string {
 	}
 	return g.Mod(m.Command).String()
 }
+
+// groupMod15Fixed is the length of an OpenFlow 1.5 group mod body after its
+// command: type, pad, group_id, bucket_array_len, pad, command_bucket_id.
+const groupMod15Fixed = 14
+
+// SameAsDesc reports whether a group desc entry of version v, as
+// EachGroupDesc gives it, holds p's group byte for byte: the same type and
+// id, and the same encoding of its buckets and properties. It decodes
+// nothing; a group that the switch encodes otherwise than this package
+// (another order of properties, say) is not the same by this test and
+// must be compared decoded.
+func (p *PackedGroup) SameAsDesc(entry []byte, v Version) bool {
+	if v != Version15 || len(entry) < groupDesc15Len || len(p.wire) < groupMod15Fixed {
+		return false
+	}
+	if GroupType(entry[2]) != p.Type || binary.BigEndian.Uint32(entry[4:8]) != p.ID {
+		return false
+	}
+	// The bucket list's length, then buckets and properties.
+	return string(entry[8:10]) == p.wire[6:8] && string(entry[groupDesc15Len:]) == p.wire[groupMod15Fixed:]
+}

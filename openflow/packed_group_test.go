@@ -93,3 +93,94 @@ func TestPackedGroup(t *testing.T) {
 		t.Errorf("a group past one message packed: %v, want ErrTooLong", err)
 	}
 }
+
+// TestGroupDescInPlace reads a group desc reply in place: each entry
+// decodes to the group encoded, and a packed group is the same as its own
+// entry and as no other, nor as its entry with one byte changed.
+func TestGroupDescInPlace(t *testing.T) {
+	groups := packedGroupCases()
+	body, err := appendGroupDescs(nil, Version15, groups)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var entries [][]byte
+	err = EachGroupDesc(body, Version15, func(i int, id uint32, entry []byte) error {
+		if id != groups[i].ID {
+			t.Errorf("entry %d: group %d, want %d", i, id, groups[i].ID)
+		}
+		g, err := DecodeGroupDesc(entry, Version15)
+		if err != nil {
+			return err
+		}
+		if g.String() != groups[i].String() {
+			t.Errorf("entry %d decoded:\n got %s\nwant %s", i, g.String(), groups[i].String())
+		}
+		entries = append(entries, entry)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) != len(groups) {
+		t.Fatalf("%d entries, want %d", len(entries), len(groups))
+	}
+	for i := range groups {
+		p, err := PackGroup(&groups[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		for j, e := range entries {
+			if got := p.SameAsDesc(e, Version15); got != (i == j) {
+				t.Errorf("group %d same as entry %d: %v", groups[i].ID, j, got)
+			}
+		}
+		if p.SameAsDesc(entries[i], Version13) {
+			t.Errorf("group %d same as its entry read as OpenFlow 1.3", groups[i].ID)
+		}
+		for _, at := range []int{2, 4, 9, len(entries[i]) - 1} {
+			if at >= len(entries[i]) || (at == len(entries[i])-1 && len(entries[i]) == groupDesc15Len) {
+				continue
+			}
+			changed := append([]byte(nil), entries[i]...)
+			changed[at] ^= 1
+			if p.SameAsDesc(changed, Version15) {
+				t.Errorf("group %d same as its entry with byte %d changed", groups[i].ID, at)
+			}
+		}
+	}
+	// Framing errors name the entry.
+	if err := EachGroupDesc(body[:len(body)-1], Version15, func(int, uint32, []byte) error { return nil }); !errors.Is(err, ErrMalformed) {
+		t.Errorf("truncated reply: %v, want ErrMalformed", err)
+	}
+}
+
+// otGroupDescInPlace checks that a group desc reply read in place agrees
+// with its decoding: the same entries, each decoding alike.
+func otGroupDescInPlace(t *testing.T, r *MultipartReply) {
+	t.Helper()
+	all, allErr := r.GroupDesc()
+	if errors.Is(allErr, ErrUnsupported) {
+		return // a version without group desc replies
+	}
+	n := 0
+	err := EachGroupDesc(r.Body, r.Version, func(i int, id uint32, entry []byte) error {
+		g, err := DecodeGroupDesc(entry, r.Version)
+		if err != nil {
+			return err
+		}
+		if allErr == nil && (i >= len(all) || g.String() != all[i].String() || id != g.ID) {
+			t.Errorf("entry %d read in place differs from the reply's decoding", i)
+		}
+		if p, err := PackGroup(&g); err == nil && r.Version == Version15 {
+			_ = p.SameAsDesc(entry, r.Version)
+		}
+		n++
+		return nil
+	})
+	if (err == nil) != (allErr == nil) {
+		t.Errorf("in place: %v; decoded whole: %v", err, allErr)
+	}
+	if err == nil && n != len(all) {
+		t.Errorf("%d entries in place, %d decoded", n, len(all))
+	}
+}

@@ -529,3 +529,27 @@ func TestIntegrationServerErrors(t *testing.T) {
 		}
 	})
 }
+
+// TestIntegrationWaitApplied: WaitApplied increments next_cfg and returns
+// once ovs-vswitchd's cur_cfg has caught up with it.
+func TestIntegrationWaitApplied(t *testing.T) {
+	_, c := sandbox(t)
+	ctx := testCtx(t)
+	if err := c.EnsureBridge(ctx, br0Spec); err != nil {
+		t.Fatal(err)
+	}
+	before, err := c.Switch(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.WaitApplied(ctx); err != nil {
+		t.Fatal(err)
+	}
+	after, err := c.Switch(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.NextCfg <= before.NextCfg || after.CurCfg < after.NextCfg {
+		t.Errorf("next_cfg %d -> %d, cur_cfg %d: want next_cfg incremented and cur_cfg caught up", before.NextCfg, after.NextCfg, after.CurCfg)
+	}
+}

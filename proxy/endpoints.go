@@ -18,15 +18,18 @@ import (
 // kube-proxy reads them (a missing ready condition means ready, a missing
 // serving condition copies ready, a missing terminating means false).
 type Endpoint struct {
-	IP          netip.Addr
+	// The fields are in an order that leaves no padding between them
+	// (56 bytes, not 64): a node at scale holds one per endpoint and
+	// service port.
+	IP       netip.Addr
+	NodeName string
+	// Hints are the EndpointSlice controller's topology hints, interned
+	// (the zero handle for none, the usual case).
+	Hints       unique.Handle[Hints]
 	Port        uint16
-	NodeName    string
 	Ready       bool
 	Serving     bool
 	Terminating bool
-	// Hints are the EndpointSlice controller's topology hints, interned
-	// (the zero handle for none, the usual case).
-	Hints unique.Handle[Hints]
 }
 
 // Hints are an endpoint's topology hints: the zones and nodes whose
@@ -90,9 +93,52 @@ type sliceInfo struct {
 	// than the endpoints of a small slice.
 	ports []slicePort
 	// addrs holds the address of each entry of the slice's endpoints, in
-	// their order (invalid for an entry that was skipped): the field that
-	// an endpoint refused later, in context, is reported at.
-	addrs []netip.Addr
+	// their order (none for an entry that was skipped): the field that an
+	// endpoint refused later, in context, is reported at.
+	addrs entryAddrs
+}
+
+// entryAddrs holds one address, or none, for each entry of a slice, all
+// of one family: a first byte with the addresses' length (4 or 16), then
+// for each entry a byte that says whether it has one and that many bytes.
+// Ten IPv4 entries take 51 bytes, where ten netip.Addr take 240.
+type entryAddrs []byte
+
+// newEntryAddrs returns room for n entries of family f, none set.
+func newEntryAddrs(n int, f Family) entryAddrs {
+	l := 4
+	if f == IPv6 {
+		l = 16
+	}
+	e := make(entryAddrs, 1+n*(l+1))
+	e[0] = byte(l)
+	return e
+}
+
+// set records entry i's address a, of the family e was made for.
+func (e entryAddrs) set(i int, a netip.Addr) {
+	w := int(e[0]) + 1
+	if len(a.AsSlice())+1 != w {
+		return
+	}
+	at := 1 + i*w
+	e[at] = 1
+	copy(e[at+1:at+w], a.AsSlice())
+}
+
+// each calls fn with the index and address of every entry that has one.
+func (e entryAddrs) each(fn func(i int, a netip.Addr)) {
+	if len(e) == 0 {
+		return
+	}
+	w := int(e[0]) + 1
+	for i, at := 0, 1; at+w <= len(e); i, at = i+1, at+w {
+		if e[at] == 0 {
+			continue
+		}
+		a, _ := netip.AddrFromSlice(e[at+1 : at+w])
+		fn(i, a)
+	}
 }
 
 // slicePort is the endpoints of one service port in one slice.
@@ -162,7 +208,7 @@ func processSlice(s *discovery.EndpointSlice) (*sliceInfo, []error) {
 		hints                       unique.Handle[Hints]
 	}
 	var eps []parsed
-	info.addrs = make([]netip.Addr, len(s.Endpoints))
+	info.addrs = newEntryAddrs(len(s.Endpoints), want)
 	for i, ep := range s.Endpoints {
 		if len(ep.Addresses) == 0 {
 			continue
@@ -195,7 +241,7 @@ func processSlice(s *discovery.EndpointSlice) (*sliceInfo, []error) {
 		}
 		p.hints = hintsOf(ep.Hints)
 		eps = append(eps, p)
-		info.addrs[i] = a
+		info.addrs.set(i, a)
 	}
 	for i, port := range s.Ports {
 		f := fmt.Sprintf("ports[%d]", i)

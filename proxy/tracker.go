@@ -93,22 +93,44 @@ func NewServiceTracker(onError ErrorFunc) *ServiceTracker {
 // may be nil (an add or a delete). It reports whether a change is pending
 // for that Service afterwards: false when the change cancelled out.
 func (t *ServiceTracker) Record(previous, current *v1.Service) bool {
-	obj := current
-	if obj == nil {
-		obj = previous
-	}
-	if obj == nil {
+	return t.RecordService(ServiceOf(previous), ServiceOf(current))
+}
+
+// RecordService is Record with Services processed already (ServiceOf):
+// the current one's bad fields are reported now.
+func (t *ServiceTracker) RecordService(previous, current *Service) bool {
+	key, prev, cur, ok := unpackChange(previous, current, t.onError)
+	if !ok {
 		return false
-	}
-	key := types.NamespacedName{Namespace: obj.Namespace, Name: obj.Name}
-	prev, _ := processService(previous)
-	cur, errs := processService(current)
-	for _, err := range errs {
-		t.onError(err)
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.pending.record(key, prev, cur, sameService)
+}
+
+// processed is a Service or a Slice as the proxy keeps it: an identity,
+// the processed form, and the bad fields found on the way.
+type processed[V any] interface {
+	parts() (*Identity, *V, []error)
+}
+
+// unpackChange returns the name of the object a change from previous to
+// current is about (the current one's, or the previous one's for a
+// delete) and both processed forms, and reports the current one's bad
+// fields to onError; false when both are nil.
+func unpackChange[V any, T processed[V]](previous, current T, onError ErrorFunc) (types.NamespacedName, *V, *V, bool) {
+	prevID, prev, _ := previous.parts()
+	id, cur, errs := current.parts()
+	if id == nil {
+		id = prevID
+	}
+	if id == nil {
+		return types.NamespacedName{}, nil, nil, false
+	}
+	for _, err := range errs {
+		onError(err)
+	}
+	return types.NamespacedName{Namespace: id.Namespace, Name: id.Name}, prev, cur, true
 }
 
 // sameService compares processed forms, ignoring the creation time.
@@ -302,10 +324,11 @@ type EndpointsTracker struct {
 	// name: a Service has one or a few, and a map each would cost more.
 	slices    map[types.NamespacedName][]namedSlice
 	endpoints map[ServicePortName][]Endpoint
-	// Indexes that keep Update linear in the changes: the Service each
-	// applied slice belongs to, and each Service's ports in endpoints.
-	sliceService map[types.NamespacedName]types.NamespacedName
-	portsOf      map[types.NamespacedName][]ServicePortName
+	// portsOf indexes each Service's ports in endpoints, so that Update
+	// stays linear in the changes. (The Service an applied slice belongs
+	// to needs no index: a pending change's previous form is the one
+	// applied, and names it.)
+	portsOf map[types.NamespacedName][]ServicePortName
 	// triggers holds the last-change-trigger-time of the changes recorded
 	// since the last Update, per Service.
 	triggers map[types.NamespacedName][]time.Time
@@ -334,9 +357,7 @@ func NewEndpointsTracker(onError ErrorFunc) *EndpointsTracker {
 		slices:    map[types.NamespacedName][]namedSlice{},
 		endpoints: map[ServicePortName][]Endpoint{},
 		triggers:  map[types.NamespacedName][]time.Time{},
-
-		sliceService: map[types.NamespacedName]types.NamespacedName{},
-		portsOf:      map[types.NamespacedName][]ServicePortName{},
+		portsOf:   map[types.NamespacedName][]ServicePortName{},
 	}
 }
 
@@ -350,23 +371,9 @@ func (t *EndpointsTracker) Record(previous, current *discovery.EndpointSlice) bo
 // RecordSlice is Record for slices already processed (SliceOf), as an
 // informer whose transform is SliceOf hands them over.
 func (t *EndpointsTracker) RecordSlice(previous, current *Slice) bool {
-	obj := current
-	if obj == nil {
-		obj = previous
-	}
-	if obj == nil {
+	key, prev, cur, ok := unpackChange(previous, current, t.onError)
+	if !ok {
 		return false
-	}
-	key := types.NamespacedName{Namespace: obj.Namespace, Name: obj.Name}
-	var prev, cur *sliceInfo
-	if previous != nil {
-		prev = previous.info
-	}
-	if current != nil {
-		cur = current.info
-		for _, err := range current.errs {
-			t.onError(err)
-		}
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -399,25 +406,29 @@ func (t *EndpointsTracker) Update() ChangeSet {
 			affected[ch.current.service] = true
 		}
 		// The slice may have moved between Services (its label changed):
-		// remove it from where it is, then add it where it belongs.
-		if svc, ok := t.sliceService[key]; ok {
+		// remove it from where it was applied (its previous form, the
+		// applied one, names the Service), then add it where it belongs.
+		if ch.previous != nil {
+			svc := ch.previous.service
 			l := t.slices[svc]
 			if i, found := findSlice(l, key.Name); found {
 				l = slices.Delete(l, i, i+1)
 			}
-			affected[svc] = true
 			if len(l) == 0 {
 				delete(t.slices, svc)
 			} else {
 				t.slices[svc] = l
 			}
-			delete(t.sliceService, key)
 		}
 		if ch.current != nil {
 			l := t.slices[ch.current.service]
-			i, _ := findSlice(l, key.Name)
-			t.slices[ch.current.service] = slices.Insert(l, i, namedSlice{key.Name, ch.current})
-			t.sliceService[key] = ch.current.service
+			i, found := findSlice(l, key.Name)
+			if found {
+				l[i] = namedSlice{key.Name, ch.current}
+			} else {
+				l = slices.Insert(l, i, namedSlice{key.Name, ch.current})
+			}
+			t.slices[ch.current.service] = l
 		}
 	}
 	clear(t.pending)
@@ -506,12 +517,12 @@ func (t *EndpointsTracker) Usable(n ServicePortName, check *EndpointCheck) ([]En
 	var errs []error
 	for _, r := range refused {
 		for _, ns := range t.slices[n.NamespacedName] {
-			for i, a := range ns.info.addrs {
+			ns.info.addrs.each(func(i int, a netip.Addr) {
 				if a == r.IP {
 					errs = append(errs, &InputError{Kind: "EndpointSlice", Namespace: n.Namespace, Name: ns.name,
 						Field: fmt.Sprintf("endpoints[%d].addresses[0]", i), Err: r.Err})
 				}
-			}
+			})
 		}
 	}
 	return eps, errs

@@ -338,3 +338,31 @@ func TestCategorize(t *testing.T) {
 		t.Error("HasEndpoints")
 	}
 }
+
+// TestEndpointsTrackerMovesBeforeUpdate: a slice that moves twice between
+// two Updates ends in the last Service only, and one recorded again as
+// new (a relist that lost its old form) replaces itself.
+func TestEndpointsTrackerMovesBeforeUpdate(t *testing.T) {
+	tr := NewEndpointsTracker(nil)
+	mk := func(svc string) *discovery.EndpointSlice {
+		return slice("default", "s-1", svc, discovery.AddressTypeIPv4, "http", 8080, epSpec{ip: "10.128.0.2", node: "n1"})
+	}
+	web, api, db := mk("web"), mk("api"), mk("db")
+	tr.Record(nil, web)
+	tr.Update()
+	tr.Record(web, api)
+	tr.Record(api, db)
+	names := func(svc string) ServicePortName { return spn("default", svc, "http", v1.ProtocolTCP) }
+	if got := tr.Update(); !reflect.DeepEqual(got, changeSet(names("web"), names("db"))) {
+		t.Fatalf("moved web -> api -> db: changed %v, want web and db", got.Sorted())
+	}
+	if len(tr.Endpoints(names("web"))) != 0 || len(tr.Endpoints(names("api"))) != 0 || len(tr.Endpoints(names("db"))) != 1 {
+		t.Fatalf("after the moves: web %v api %v db %v", tr.Endpoints(names("web")), tr.Endpoints(names("api")), tr.Endpoints(names("db")))
+	}
+	db2 := slice("default", "s-1", "db", discovery.AddressTypeIPv4, "http", 8080, epSpec{ip: "10.128.0.3", node: "n1"})
+	tr.Record(nil, db2)
+	tr.Update()
+	if got := tr.Endpoints(names("db")); len(got) != 1 || got[0].IP != addr("10.128.0.3") {
+		t.Fatalf("recorded again as new: %v, want the new endpoint alone", got)
+	}
+}

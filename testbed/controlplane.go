@@ -150,12 +150,17 @@ var controllers = []string{
 // a token of the ServiceAccount deploy/rbac/unidler.yaml creates.
 const UnidlerKubeconfig = "unidler.kubeconfig"
 
+// IPAMKubeconfig is the IPAM controller's kubeconfig in the testbed's
+// directory: a token of the ServiceAccount deploy/rbac/ipam.yaml creates.
+const IPAMKubeconfig = "ipam.kubeconfig"
+
 // The ServiceAccounts of deploy/rbac whose tokens the testbed's agents and
 // unidler use, and how long a token the testbed asks for lasts.
 const (
 	deployNamespace     = "nodeflow"
 	agentAccount        = "nodeflow-agent"
 	unidlerAccount      = "nodeflow-unidler"
+	ipamAccount         = "nodeflow-ipam"
 	accountTokenSeconds = 7 * 24 * 3600
 )
 
@@ -399,8 +404,8 @@ const kubeletClientUser = "kube-apiserver-kubelet-client"
 // egressSocket is the unix socket of the API server's egress proxy.
 func (cp *controlPlane) egressSocket() string { return filepath.Join(cp.dir, "egress.sock") }
 
-// writeAccountKubeconfigs writes the kubeconfigs of the node agents and
-// the unidler with tokens of their ServiceAccounts (deploy/rbac), asked
+// writeAccountKubeconfigs writes the kubeconfigs of the node agents, the
+// unidler and the IPAM controller with tokens of their ServiceAccounts (deploy/rbac), asked
 // for as the kubelet asks for a pod's: so every e2e test runs them with
 // the manifests' roles and bindings and nothing more. The agents reach the
 // API server through the proxy on their namespace's loopback.
@@ -416,12 +421,18 @@ func (cp *controlPlane) writeAccountKubeconfigs(ctx context.Context, clusterName
 			return err
 		}
 	}
-	unidlerTok, err := cp.accountToken(ctx, unidlerAccount)
-	if err != nil {
-		return err
+	for file, account := range map[string]string{UnidlerKubeconfig: unidlerAccount, IPAMKubeconfig: ipamAccount} {
+		tok, err := cp.accountToken(ctx, account)
+		if err != nil {
+			return err
+		}
+		err = pki.WriteKubeconfig(filepath.Join(cp.dir, file), clusterName, cp.apiURL, cp.ca.CertPEM,
+			pki.Credentials{User: account, Token: tok})
+		if err != nil {
+			return err
+		}
 	}
-	return pki.WriteKubeconfig(filepath.Join(cp.dir, UnidlerKubeconfig), clusterName, cp.apiURL, cp.ca.CertPEM,
-		pki.Credentials{User: unidlerAccount, Token: unidlerTok})
+	return nil
 }
 
 // accountToken returns a token of the ServiceAccount name in nodeflow's

@@ -12,6 +12,8 @@ problem() { printf 'testbed prerequisites: %s\n' "$*" >&2; fail=1; }
 for c in ip ovsdb-server ovs-vswitchd ovsdb-tool ovs-vsctl ovs-ofctl ethtool curl nft; do
 	command -v "$c" >/dev/null 2>&1 || problem "no '$c' command: run \`make deps\` (Debian packages openvswitch-switch, iproute2, ethtool, curl, nftables)"
 done
+# The node agents run in their nodes' network namespaces through nsenter.
+command -v nsenter >/dev/null 2>&1 || problem "no 'nsenter' command: install the Debian package util-linux"
 [ -f /usr/share/openvswitch/vswitch.ovsschema ] || problem "no Open vSwitch schema (/usr/share/openvswitch/vswitch.ovsschema): run \`make deps\`"
 [ -c /dev/net/tun ] || problem "no /dev/net/tun: the userspace datapath needs TAP devices (load the tun module, or run a container with /dev/net/tun)"
 

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -20,11 +21,27 @@ type proc struct {
 }
 
 // startProc starts argv with its output appended to logPath. With netns set
-// it runs in that network namespace (through `ip netns exec`).
+// it runs in that network namespace (through `ip netns exec`, which also
+// gives it a mount namespace of its own with the netns's /sys).
 func startProc(name, logPath, netns string, env []string, argv ...string) (*proc, error) {
 	if netns != "" {
 		argv = append([]string{"ip", "netns", "exec", netns}, argv...)
 	}
+	return startArgv(name, logPath, env, argv...)
+}
+
+// startInNetns starts argv in network namespace netns alone (through
+// nsenter), in the host's mount namespace: what it mounts, such as the
+// network namespaces the node agent makes for virtual networks' attachments
+// under /run/netns, is seen by everyone, as a DaemonSet's bidirectional
+// mount of /run/netns makes it on a real node.
+func startInNetns(name, logPath, netns string, env []string, argv ...string) (*proc, error) {
+	argv = append([]string{"nsenter", "--net=" + filepath.Join("/run/netns", netns), "--"}, argv...)
+	return startArgv(name, logPath, env, argv...)
+}
+
+// startArgv starts argv with its output appended to logPath.
+func startArgv(name, logPath string, env []string, argv ...string) (*proc, error) {
 	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("testbed: %s: %w", name, err)

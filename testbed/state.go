@@ -38,8 +38,12 @@ type State struct {
 	// unidler's ServiceAccount (deploy/rbac/unidler.yaml), for
 	// `nodeflow unidler`.
 	UnidlerKubeconfig string `json:"unidlerKubeconfig,omitempty"`
-	BinDir            string `json:"binDir"`
-	Nodeflow          string `json:"nodeflow"`
+	// IPAMKubeconfig is a kubeconfig with a token of the virtual networks'
+	// IPAM controller's ServiceAccount (deploy/rbac/ipam.yaml), for
+	// `nodeflow ipam`.
+	IPAMKubeconfig string `json:"ipamKubeconfig,omitempty"`
+	BinDir         string `json:"binDir"`
+	Nodeflow       string `json:"nodeflow"`
 	// Agent tells whether `nodeflow agent` runs on the nodes, and if not why.
 	Agent       bool   `json:"agent"`
 	AgentReason string `json:"agentReason,omitempty"`

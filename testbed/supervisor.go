@@ -91,7 +91,8 @@ func Run(ctx context.Context, opts Options) error {
 		Name: top.Name, Dir: opts.Dir, Phase: PhaseStarting, SupervisorPID: os.Getpid(),
 		BinDir: opts.BinDir, Nodeflow: opts.Nodeflow, NetnsPrefix: NetnsPrefix(top.Name),
 		Kubeconfig: filepath.Join(opts.Dir, "admin.kubeconfig"), UnidlerKubeconfig: filepath.Join(opts.Dir, UnidlerKubeconfig),
-		Timings: map[string]string{},
+		IPAMKubeconfig: filepath.Join(opts.Dir, IPAMKubeconfig),
+		Timings:        map[string]string{},
 	}
 	os.Setenv(MarkerEnv, opts.Dir)
 	err := s.up(ctx)
@@ -283,7 +284,7 @@ func (s *supervisor) startAgents(ctx context.Context, nodes []string) error {
 		}
 		env = append(env, sb.Env()...)
 		env = append(env, s.agentDNSEnv()...)
-		p, err := startProc("agent "+n, filepath.Join(s.nodeDir(n), "agent.log"), memberNetns(s.top.Name, n), env, s.opts.Nodeflow, "agent")
+		p, err := startInNetns("agent "+n, filepath.Join(s.nodeDir(n), "agent.log"), memberNetns(s.top.Name, n), env, s.opts.Nodeflow, "agent")
 		if err != nil {
 			return err
 		}

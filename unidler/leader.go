@@ -2,16 +2,11 @@ package unidler
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"sync"
-	"time"
 
 	"github.com/sirupsen/logrus"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/leaderelection"
-	"k8s.io/client-go/tools/leaderelection/resourcelock"
+
+	"nodeflow/leader"
 )
 
 // DefaultLeaseName is the name of the unidler's leader Lease.
@@ -19,79 +14,17 @@ const DefaultLeaseName = "nodeflow-unidler"
 
 // ErrLostLeadership is returned by RunLeader when the Lease is lost before
 // ctx ends: the process should exit and start again as a candidate.
-var ErrLostLeadership = errors.New("unidler: lost the leader lease")
+var ErrLostLeadership = leader.ErrLost
 
-// Election configures RunLeader.
-type Election struct {
-	// Namespace and Name of the Lease (coordination.k8s.io/v1).
-	Namespace, Name string
-	// Identity of this replica, unique among the candidates.
-	Identity string
-	// LeaseDuration, RenewDeadline and RetryPeriod are client-go's leader
-	// election timings (defaults 15 s, 10 s, 2 s).
-	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
-}
+// Election configures RunLeader: the Lease (Name defaults to
+// DefaultLeaseName), this replica's identity, and the timings.
+type Election = leader.Election
 
-// RunLeader runs run while this replica holds the Lease. It returns nil
-// when ctx ends (and releases the Lease, so that another replica takes over
-// at once), or ErrLostLeadership when the Lease was lost.
+// RunLeader runs run while this replica holds the Lease (leader.Run). It
+// returns nil when ctx ends, or ErrLostLeadership when the Lease was lost.
 func RunLeader(ctx context.Context, client kubernetes.Interface, e Election, log logrus.FieldLogger, run func(ctx context.Context)) error {
-	if e.Namespace == "" || e.Identity == "" {
-		return errors.New("unidler: leader election needs a lease namespace and an identity")
-	}
 	if e.Name == "" {
 		e.Name = DefaultLeaseName
 	}
-	if e.LeaseDuration == 0 {
-		e.LeaseDuration = 15 * time.Second
-	}
-	if e.RenewDeadline == 0 {
-		e.RenewDeadline = 10 * time.Second
-	}
-	if e.RetryPeriod == 0 {
-		e.RetryPeriod = 2 * time.Second
-	}
-	log = log.WithField("lease", e.Namespace+"/"+e.Name).WithField("identity", e.Identity)
-	lost := false
-	var running sync.WaitGroup
-	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
-		Lock: &resourcelock.LeaseLock{
-			LeaseMeta:  metav1.ObjectMeta{Namespace: e.Namespace, Name: e.Name},
-			Client:     client.CoordinationV1(),
-			LockConfig: resourcelock.ResourceLockConfig{Identity: e.Identity},
-		},
-		LeaseDuration:   e.LeaseDuration,
-		RenewDeadline:   e.RenewDeadline,
-		RetryPeriod:     e.RetryPeriod,
-		ReleaseOnCancel: true,
-		Name:            e.Name,
-		Callbacks: leaderelection.LeaderCallbacks{
-			OnStartedLeading: func(ctx context.Context) {
-				running.Add(1)
-				defer running.Done()
-				log.Info("leading")
-				run(ctx)
-			},
-			OnStoppedLeading: func() {
-				if ctx.Err() == nil {
-					lost = true
-				}
-				log.Info("not leading")
-			},
-			OnNewLeader: func(id string) {
-				if id != e.Identity {
-					log.WithField("leader", id).Info("another replica leads")
-				}
-			},
-		},
-	})
-	if err != nil {
-		return fmt.Errorf("unidler: leader election: %w", err)
-	}
-	le.Run(ctx)
-	running.Wait() // run's context is done: let it finish
-	if lost {
-		return ErrLostLeadership
-	}
-	return nil
+	return leader.Run(ctx, client, e, log, run)
 }

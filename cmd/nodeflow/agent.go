@@ -24,6 +24,7 @@ import (
 	"nodeflow/feature/nodenet"
 	"nodeflow/feature/services"
 	"nodeflow/feature/unidle"
+	"nodeflow/feature/vnetagent"
 	"nodeflow/flows/reconcile"
 	"nodeflow/hostnet"
 	"nodeflow/memlimit"
@@ -56,7 +57,7 @@ func agentCommand() *cli.Command {
 			&cli.StringFlag{Name: "masquerade-subnet-v6", Value: conntrack.DefaultMasqueradeV6.String(), EnvVars: []string{"NODEFLOW_MASQUERADE_SUBNET_V6"}, Usage: "IPv6 masquerade subnet"},
 			&cli.IntFlag{Name: "mtu", Value: 1400, EnvVars: []string{"NODEFLOW_MTU"}, Usage: "MTU of the pod network"},
 			&cli.IntFlag{Name: "gc-percent", Value: memlimit.DefaultGCPercent, EnvVars: []string{"NODEFLOW_GC_PERCENT"},
-				Usage: "the Go garbage collector's target when GOGC is not set: heap growth between collections, in % of the live heap (Go's default is 100; lower keeps less memory resident for more CPU; 0 keeps Go's)"},
+				Usage: "the Go garbage collector's target when GOGC is not set: heap growth between collections, in % of the live heap (Go's default is 100; lower keeps less memory resident for more CPU; 0 keeps Go's); half of it until both bridges are first reconciled"},
 			&cli.StringFlag{Name: "health-addr", Value: "127.0.0.1:9476", EnvVars: []string{"NODEFLOW_HEALTH_ADDR"}, Usage: "`ADDR` of /healthz, /readyz and /metrics (empty disables)"},
 			&cli.StringFlag{Name: "socket", EnvVars: []string{"NODEFLOW_SOCKET"},
 				Usage: "introspection socket `PATH` for `nodeflow flows` (default: " + reconcile.DefaultSocket + ", or nodeflow.sock in a non-default --ovs-rundir; \"none\" disables)"},
@@ -79,6 +80,10 @@ func agentCommand() *cli.Command {
 				Usage: "serve the hostPorts of this node's pods (on br0, breth0 and, for the host's own connections, nftables)"},
 			&cli.BoolFlag{Name: "network-policy", Value: true, EnvVars: []string{"NODEFLOW_NETWORK_POLICY"},
 				Usage: "enforce NetworkPolicy (networking.k8s.io/v1) on br0: tables 45 and 65"},
+			&cli.Float64Flag{Name: "kube-api-qps", Value: controller.DefaultKubeAPIQPS, EnvVars: []string{"NODEFLOW_KUBE_API_QPS"}, Usage: "client-side rate limit of API requests per second"},
+			&cli.IntFlag{Name: "kube-api-burst", Value: controller.DefaultKubeAPIBurst, EnvVars: []string{"NODEFLOW_KUBE_API_BURST"}, Usage: "client-side burst of API requests"},
+			&cli.BoolFlag{Name: "virtual-networks", Value: true, EnvVars: []string{"NODEFLOW_VIRTUAL_NETWORKS"},
+				Usage: "run the virtual networks' connection agent (vnet.nodeflow.io): an interface per NetworkAttachment of this node, and their VNIs on br0; it waits for the CRDs when they are not installed"},
 			&cli.StringFlag{Name: "resolv-conf", Value: "/etc/resolv.conf", EnvVars: []string{"NODEFLOW_RESOLV_CONF"}, Usage: "resolver configuration `FILE` whose nameservers the egress firewall asks for dnsNames"},
 			&cli.StringFlag{Name: "proc-sys-net", Value: hostnet.ProcSysNet, EnvVars: []string{"NODEFLOW_PROC_SYS_NET"},
 				Usage: "`DIR` where the host's /proc/sys/net is mounted writable (a container without privileges has /proc/sys read-only)"},
@@ -126,7 +131,7 @@ func runAgent(c *cli.Context) error {
 	}
 	hostnet.ProcSysNet = c.String("proc-sys-net")
 	cfg := controller.Config{
-		Kubeconfig: c.String("kubeconfig"), NodeName: c.String("node-name"), Version: version, OVSRundir: c.String("ovs-rundir"),
+		Kubeconfig: c.String("kubeconfig"), KubeAPIQPS: float32(c.Float64("kube-api-qps")), KubeAPIBurst: c.Int("kube-api-burst"), NodeName: c.String("node-name"), Version: version, OVSRundir: c.String("ovs-rundir"),
 		PodBridge: c.String("pod-bridge"), GatewayBridge: c.String("gateway-bridge"), Uplink: c.String("uplink"),
 		DatapathType: datapathType(c.String("datapath-type")), MTU: c.Int("mtu"), HealthAddr: c.String("health-addr"),
 		IntrospectSocket: c.String("socket"), CNIConfDir: c.String("cni-conf-dir"), CNIDataDir: c.String("cni-data-dir"), HostCheckInterval: c.Duration("host-check-interval"),
@@ -165,11 +170,16 @@ func runAgent(c *cli.Context) error {
 	} else {
 		logrus.Debug(what)
 	}
-	logrus.Debug(memlimit.SetGCPercent(c.Int("gc-percent")))
+	startupDone, gcNote := memlimit.StartupGCPercent(c.Int("gc-percent"))
+	logrus.Debug(gcNote)
 	a, err := controller.New(cfg, logrus.StandardLogger())
 	if err != nil {
 		return err
 	}
+	go func() {
+		<-a.Reconciled()
+		startupDone()
+	}()
 	// The features, in the order they are wired.
 	a.Use(nodenet.New(nodenet.Options{
 		CNIConfDir: cfg.CNIConfDir, CNIDataDir: cfg.CNIDataDir, OVSDB: cfg.DBSocket(), DatapathType: cfg.DatapathType,
@@ -202,7 +212,10 @@ func runAgent(c *cli.Context) error {
 		a.Use(netpolicy.New(netpolicy.Options{Interfaces: a.Interfaces, MgmtSocket: cfg.MgmtSocket}))
 	}
 	if c.Bool("egress-firewall") {
-		a.Use(egressfirewall.New(egressfirewall.Options{Kubeconfig: cfg.Kubeconfig, MgmtSocket: cfg.MgmtSocket, ResolvConf: c.String("resolv-conf")}))
+		a.Use(egressfirewall.New(egressfirewall.Options{MgmtSocket: cfg.MgmtSocket, ResolvConf: c.String("resolv-conf")}))
+	}
+	if c.Bool("virtual-networks") {
+		a.Use(vnetagent.New(vnetagent.Options{OVSDB: a.OVSDB, ProcSysNet: hostnet.ProcSysNet}))
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

@@ -22,13 +22,14 @@ func TestConfigFileFlagsExist(t *testing.T) {
 	}
 	on, s := true, "x"
 	mtu := 1400
+	qps := 50.0
 	c := agentconfig.AgentConfiguration{Kubeconfig: &s, NodeName: &s, OVSRundir: &s, PodBridge: &s, GatewayBridge: &s, Uplink: &s,
 		DatapathType: &s, ClusterCIDRs: []string{s}, ServiceCIDRs: []string{s}, MasqueradeSubnetV4: &s, MasqueradeSubnetV6: &s, MTU: &mtu,
 		HealthAddr: &s, Socket: &s, CNIConfDir: &s, CNIDataDir: &s, Services: &on, Unidle: &on, UnidleHoldTime: &s, EgressFirewall: &on,
-		ResolvConf: &s, HostCheckInterval: &s}
+		ResolvConf: &s, HostCheckInterval: &s, VirtualNetworks: &on, KubeAPIQPS: &qps, KubeAPIBurst: &mtu}
 	settings := c.Settings()
-	if len(settings) != 22 {
-		t.Errorf("%d settings from a file with every field, want 22", len(settings))
+	if len(settings) != 25 {
+		t.Errorf("%d settings from a file with every field, want 25", len(settings))
 	}
 	for _, st := range settings {
 		if !flags[st.Flag] {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"nodeflow/feature/vnetagent"
 	"os"
 	"os/signal"
 	"syscall"
@@ -72,6 +73,8 @@ func hideFlag(f cli.Flag) {
 		f.Hidden = true
 	case *cli.DurationFlag:
 		f.Hidden = true
+	case *cli.Float64Flag:
+		f.Hidden = true
 	}
 }
 
@@ -87,7 +90,7 @@ func runCleanup(c *cli.Context) error {
 	o := cleanup.Options{
 		OVSRundir: c.String("ovs-rundir"), PodBridge: c.String("pod-bridge"), GatewayBridge: c.String("gateway-bridge"),
 		Uplink: c.String("uplink"), CNIConfDir: c.String("cni-conf-dir"), CNIDataDir: dataDir, CNIBin: c.String("cni-bin"),
-		Socket: socket, HealthAddr: c.String("health-addr"),
+		Socket: socket, HealthAddr: c.String("health-addr"), NetnsDir: vnetagent.DefaultNetnsDir,
 		Purge: c.Bool("purge"), Force: c.Bool("force"), DryRun: c.Bool("dry-run"),
 	}
 	for _, flag := range []string{"masquerade-subnet-v4", "masquerade-subnet-v6"} {

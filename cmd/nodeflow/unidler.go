@@ -2,23 +2,15 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
-	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/sirupsen/logrus"
 	"github.com/urfave/cli/v2"
-	"k8s.io/apimachinery/pkg/util/uuid"
 
+	"nodeflow/leader"
 	"nodeflow/memlimit"
 	"nodeflow/unidler"
 )
@@ -67,49 +59,22 @@ func runUnidler(c *cli.Context) error {
 	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	if addr := c.String("metrics-addr"); addr != "" {
-		l, err := net.Listen("tcp", addr)
-		if err != nil {
-			return fmt.Errorf("unidler: --metrics-addr: %w", err)
-		}
-		mux := http.NewServeMux()
-		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
-		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-		go func() {
-			if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				log.WithError(err).Error("metrics server")
-			}
-		}()
-		defer srv.Close()
-		log.WithField("addr", l.Addr().String()).Info("serving /metrics and /healthz")
+	reg, stopMetrics, err := serveMetrics(c.String("metrics-addr"), log)
+	if err != nil {
+		return fmt.Errorf("unidler: %w", err)
 	}
+	defer stopMetrics()
 
 	ctrl := unidler.New(unidler.Options{Client: kc, Discovered: discovered, Registerer: reg, Log: logrus.StandardLogger(),
 		Workers: c.Int("workers"), ReadyTimeout: c.Duration("ready-timeout")})
 	if !c.Bool("leader-elect") {
 		return ctrl.Run(ctx)
 	}
-	leaseNS := c.String("lease-namespace")
-	if leaseNS == "" {
-		if b, err := os.ReadFile(serviceAccountNamespace); err == nil {
-			leaseNS = strings.TrimSpace(string(b))
-		} else {
-			leaseNS = ns
-		}
+	e, err := election(c, ns, "")
+	if err != nil {
+		return fmt.Errorf("unidler: %w", err)
 	}
-	id := c.String("identity")
-	if id == "" {
-		host, err := os.Hostname()
-		if err != nil {
-			return fmt.Errorf("unidler: --identity: %w", err)
-		}
-		id = host + "_" + string(uuid.NewUUID())
-	}
-	var runErr error
-	err = unidler.RunLeader(ctx, kc, unidler.Election{Namespace: leaseNS, Name: c.String("lease-name"), Identity: id}, log,
-		func(ctx context.Context) { runErr = ctrl.Run(ctx) })
-	return errors.Join(err, runErr)
+	return runElected(ctx, func(ctx context.Context, e leader.Election, run func(context.Context)) error {
+		return unidler.RunLeader(ctx, kc, e, log, run)
+	}, e, ctrl.Run)
 }

@@ -16,6 +16,7 @@ import (
 	"nodeflow/flows/plan"
 	"nodeflow/flows/reconcile"
 	"nodeflow/openflow"
+	"nodeflow/openflow/ofconn"
 )
 
 // DNS learning: the replies to the pods of namespaces with dnsName rules
@@ -147,8 +148,10 @@ func (l *learner) run(ctx context.Context) {
 	}
 }
 
-// process installs the batch's addresses, waits for the bridge, and
-// releases the replies still within MaxHold.
+// process installs the batch's addresses and releases the replies behind
+// them, within MaxHold: the packet-outs travel in the bundle that installs
+// the addresses (FlushThen), so the switch runs them against the new
+// flows with no round trip in between.
 func (l *learner) process(ctx context.Context, batch []heldReply) {
 	f := l.f
 	var names []string
@@ -159,55 +162,56 @@ func (l *learner) process(ctx context.Context, batch []heldReply) {
 			}
 		}
 	}
-	f.syncNow(names)
-	deadline := batch[0].start.Add(f.opts.MaxHold)
-	fctx, cancel := context.WithDeadline(ctx, deadline)
-	err := f.h.Flush(fctx, plan.Pod) // the learned addresses are on br0 alone
-	cancel()
-	if err != nil && (errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil) {
-		// Not installed in time: drop what has waited too long.
-		now := time.Now()
-		kept := batch[:0]
-		for _, r := range batch {
-			if now.Sub(r.start) >= f.opts.MaxHold {
-				f.m.dnsReplies.WithLabelValues(ReplyDroppedTimeout).Inc()
-				continue
-			}
-			kept = append(kept, r)
+	f.syncNow(names) // the learned addresses are on br0 alone
+	for len(batch) > 0 {
+		msgs := make([]openflow.Message, len(batch))
+		for i, r := range batch {
+			msgs[i] = efflows.Release(r.pin)
 		}
-		batch = kept
-		if len(batch) == 0 {
+		fctx, cancel := context.WithDeadline(ctx, batch[0].start.Add(f.opts.MaxHold))
+		err := f.h.FlushThen(fctx, plan.Pod, msgs...)
+		cancel()
+		switch {
+		case err == nil, errors.Is(err, reconcile.ErrSentWithPass):
+			// Released (with the pass, when it outlived the deadline).
+			l.released(batch)
+			return
+		case errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:
+			// Not installed in time, and not sent: drop what has waited
+			// too long, and try again for the others.
+			now := time.Now()
+			kept := batch[:0]
+			for _, r := range batch {
+				if now.Sub(r.start) >= f.opts.MaxHold {
+					f.m.dnsReplies.WithLabelValues(ReplyDroppedTimeout).Inc()
+					continue
+				}
+				kept = append(kept, r)
+			}
+			batch = kept
+		case ctx.Err() != nil:
+			return
+		default:
+			// The bridge reported an error, which may be another owner's
+			// (the namespace's own flows were set): the replies went out
+			// after the pass, unless the connection is down.
+			f.log.WithError(err).Debug("dns learning: flush reported an error")
+			if errors.Is(err, ofconn.ErrDisconnected) || errors.Is(err, ofconn.ErrClosed) {
+				f.m.dnsReplies.WithLabelValues(ReplySendError).Add(float64(len(batch)))
+				return
+			}
+			l.released(batch)
 			return
 		}
-		rctx, rcancel := context.WithDeadline(ctx, batch[0].start.Add(f.opts.MaxHold))
-		err = f.h.Flush(rctx, plan.Pod)
-		rcancel()
-		if err != nil {
-			for range batch {
-				f.m.dnsReplies.WithLabelValues(ReplyDroppedTimeout).Inc()
-			}
-			return
-		}
-	} else if err != nil {
-		// The bridge reported an error, which may be another owner's:
-		// the namespace's own flows were set, so release.
-		f.log.WithError(err).Debug("dns learning: flush reported an error; releasing")
 	}
-	msgs := make([]openflow.Message, len(batch))
-	for i, r := range batch {
-		msgs[i] = efflows.Release(r.pin)
-	}
-	sctx, scancel := context.WithTimeout(ctx, 2*time.Second)
-	defer scancel()
-	if err := f.h.Send(sctx, plan.Pod, msgs...); err != nil {
-		f.m.dnsReplies.WithLabelValues(ReplySendError).Add(float64(len(batch)))
-		f.log.WithError(err).Debug("cannot release DNS replies")
-		return
-	}
+}
+
+// released counts the batch's replies as learned and released.
+func (l *learner) released(batch []heldReply) {
 	now := time.Now()
 	for _, r := range batch {
-		f.m.dnsReplies.WithLabelValues(ReplyLearned).Inc()
-		f.m.dnsHold.Observe(now.Sub(r.start).Seconds())
+		l.f.m.dnsReplies.WithLabelValues(ReplyLearned).Inc()
+		l.f.m.dnsHold.Observe(now.Sub(r.start).Seconds())
 	}
 }
 

@@ -16,7 +16,6 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"nodeflow/dnsnames"
 	fw "nodeflow/egressfw"
@@ -26,12 +25,9 @@ import (
 
 // Options configure the egress firewall.
 type Options struct {
-	// Kubeconfig is the kubeconfig the agent uses ("" for the default
-	// loading rules: $KUBECONFIG, then in-cluster). The firewall builds its
-	// own dynamic client from it for the two CRDs, which the agent's typed
-	// client cannot read. Dynamic, when set, is used instead.
-	Kubeconfig string
-	Dynamic    dynamic.Interface
+	// Dynamic reads the two CRDs, which the agent's typed client cannot;
+	// nil builds one from the host's API client configuration.
+	Dynamic dynamic.Interface
 	// MgmtSocket returns the OpenFlow endpoint of a bridge
 	// ("unix:/run/openvswitch/br0.mgmt"), where the flow counters of the
 	// denied packets are read; nil disables the counters.
@@ -181,17 +177,9 @@ func (f *Firewall) Init(h feature.Host) error {
 	}
 	dyn := f.opts.Dynamic
 	if dyn == nil {
-		rules := clientcmd.NewDefaultClientConfigLoadingRules()
-		if f.opts.Kubeconfig != "" {
-			rules.ExplicitPath = f.opts.Kubeconfig
-		}
-		rc, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
-		if err != nil {
-			return fmt.Errorf("egressfirewall: kubeconfig: %w", err)
-		}
-		rc.UserAgent = "nodeflow-agent/" + h.Node().Name
-		if dyn, err = dynamic.NewForConfig(rc); err != nil {
-			return fmt.Errorf("egressfirewall: dynamic client: %w", err)
+		var err error
+		if dyn, err = h.Dynamic(); err != nil {
+			return fmt.Errorf("egressfirewall: %w", err)
 		}
 	}
 	f.dyn = dyn

@@ -7,6 +7,7 @@ package featuretest
 
 import (
 	"context"
+	"errors"
 	"net"
 	"net/netip"
 	"sync"
@@ -15,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sirupsen/logrus"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
@@ -46,6 +48,8 @@ type Host struct {
 	mu      sync.Mutex
 	node    feature.Node
 	onNode  []func()
+	onReady []func(plan.Bridge)
+	sendErr error
 	sent    []Sent
 	ids     *NamespaceIDs
 	allowed []plan.Feature // nil: any
@@ -107,6 +111,24 @@ func (h *Host) Start(ctx context.Context) {
 	h.local.Start(ctx.Done())
 	h.factory.WaitForCacheSync(ctx.Done())
 	h.local.WaitForCacheSync(ctx.Done())
+}
+
+// OnBridgeReady implements feature.Host.
+func (h *Host) OnBridgeReady(f func(b plan.Bridge)) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.onReady = append(h.onReady, f)
+}
+
+// BridgeReady calls the OnBridgeReady callbacks for bridge b, as the
+// agent does once b's switch holds its flows after a connection.
+func (h *Host) BridgeReady(b plan.Bridge) {
+	h.mu.Lock()
+	fs := append([]func(plan.Bridge){}, h.onReady...)
+	h.mu.Unlock()
+	for _, f := range fs {
+		f(b)
+	}
 }
 
 // SetNode replaces the node's facts and calls the OnNodeChange callbacks.
@@ -184,6 +206,20 @@ func (o storeOwners) Contested(owner string, st reconcile.State) []reconcile.Con
 // Flush implements feature.Host: there is no switch to wait for.
 func (h *Host) Flush(ctx context.Context, _ ...plan.Bridge) error { return ctx.Err() }
 
+// Dynamic implements feature.Host: there is no API server; features
+// under test are given their own client.
+func (h *Host) Dynamic() (dynamic.Interface, error) {
+	return nil, errors.New("featuretest: no dynamic client: give the feature one")
+}
+
+// FlushThen implements feature.Host: it records msgs as sent.
+func (h *Host) FlushThen(ctx context.Context, b plan.Bridge, msgs ...openflow.Message) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return h.Send(ctx, b, msgs...)
+}
+
 // ReadFlows implements feature.Host: the test's Installed flows of b in
 // table t with cookies of feature f.
 func (h *Host) ReadFlows(_ context.Context, b plan.Bridge, t plan.TableID, f plan.Feature) ([]openflow.Flow, error) {
@@ -199,10 +235,22 @@ func (h *Host) ReadFlows(_ context.Context, b plan.Bridge, t plan.TableID, f pla
 	return out, nil
 }
 
-// Send implements feature.Host: it records the messages.
+// SetSendError makes Send fail with err (nil: succeed again), as it
+// does while the agent is not connected.
+func (h *Host) SetSendError(err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.sendErr = err
+}
+
+// Send implements feature.Host: it records the messages, or fails with
+// the error SetSendError gave.
 func (h *Host) Send(_ context.Context, b plan.Bridge, msgs ...openflow.Message) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if h.sendErr != nil {
+		return h.sendErr
+	}
 	for _, m := range msgs {
 		h.sent = append(h.sent, Sent{Bridge: b, Msg: m})
 	}

@@ -92,6 +92,10 @@ type NodeNet struct {
 
 	mu       sync.Mutex
 	reported map[string]string // remote node -> last problem reported
+
+	// warm keeps the userspace datapath's tunnel neighbours known (nil
+	// with the kernel datapath).
+	warm *tunnelWarmer
 }
 
 // New returns the node networking feature.
@@ -156,6 +160,13 @@ func (n *NodeNet) Init(h feature.Host) error {
 	}
 	h.OnNodeChange(func() { poke(n.nodeDirty) })
 	h.NamespaceIDs().OnChange(func(string) { poke(n.podsDirty) })
+	if n.opts.DatapathType == "netdev" {
+		n.warm = newTunnelWarmer(h, n.log)
+		if err := h.Registry().Register(n.warm.sent); err != nil {
+			return fmt.Errorf("nodenet: metrics: %w", err)
+		}
+		h.OnBridgeReady(n.warm.ready)
+	}
 	return nil
 }
 
@@ -180,6 +191,9 @@ func (n *NodeNet) Run(ctx context.Context) {
 	}
 	go n.watchNetlink(ctx)
 	go n.publishPipeline(ctx)
+	if n.warm != nil {
+		go n.warm.run(ctx)
+	}
 	t := time.NewTicker(n.opts.HostCheckInterval)
 	defer t.Stop()
 	for {
@@ -407,6 +421,9 @@ func (n *NodeNet) syncHops() {
 		}
 		n.probed[ip] = now
 		hostnet.Probe(ip)
+	}
+	if n.warm != nil {
+		n.warm.offer(hops, n.remoteIP)
 	}
 	if n.hops != nil && reflect.DeepEqual(hops, n.hops) {
 		return

@@ -220,20 +220,25 @@ func (p *Proxy) watch(h feature.Host) error {
 	f := h.Informers()
 	p.svcInf = f.Core().V1().Services().Informer()
 	p.sliceInf = f.Discovery().V1().EndpointSlices().Informer()
-	// The caches hold every Service and EndpointSlice of the cluster,
-	// without what no feature reads.
-	if err := p.svcInf.SetTransform(stripManagedFields); err != nil {
+	// The caches hold every Service and EndpointSlice of the cluster, each
+	// as the proxy reads it (processed once), not the object.
+	if err := p.svcInf.SetTransform(processService); err != nil {
 		return fmt.Errorf("services: services: %w", err)
 	}
 	if err := p.sliceInf.SetTransform(processSlice); err != nil {
 		return fmt.Errorf("services: endpointslices: %w", err)
 	}
-	svc := func(obj any) *corev1.Service {
+	svc := func(obj any) *proxy.Service {
 		if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 			obj = t.Obj
 		}
-		s, _ := obj.(*corev1.Service)
-		return s
+		switch s := obj.(type) {
+		case *proxy.Service:
+			return s
+		case *corev1.Service: // not through the transform
+			return proxy.ServiceOf(s)
+		}
+		return nil
 	}
 	slice := func(obj any) *proxy.Slice {
 		if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
@@ -247,11 +252,11 @@ func (p *Proxy) watch(h feature.Host) error {
 		}
 		return nil
 	}
-	recordSvc := func(old, cur *corev1.Service) {
+	recordSvc := func(old, cur *proxy.Service) {
 		if old == nil && cur == nil {
 			return
 		}
-		if p.svcs.Record(old, cur) {
+		if p.svcs.RecordService(old, cur) {
 			p.metrics.serviceChanges.Inc()
 			p.metrics.lastQueued.SetToCurrentTime()
 			p.proxyHealth.queued()

@@ -9,7 +9,10 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 
 	"nodeflow/proxy"
@@ -50,6 +53,26 @@ func controllerSlice() *discovery.EndpointSlice {
 		s.Endpoints = append(s.Endpoints, e)
 	}
 	return s
+}
+
+// checkIdentity checks that an informer keys, versions and deletes obj as
+// the object whose metadata is m.
+func checkIdentity(t *testing.T, obj k8sruntime.Object, m *metav1.ObjectMeta) {
+	t.Helper()
+	acc, err := meta.Accessor(obj)
+	if err != nil {
+		t.Fatalf("meta.Accessor(%T): %v", obj, err)
+	}
+	if acc.GetNamespace() != m.Namespace || acc.GetName() != m.Name || acc.GetUID() != m.UID || acc.GetResourceVersion() != m.ResourceVersion {
+		t.Errorf("identity lost: %s/%s uid %s version %s, want %s/%s uid %s version %s", acc.GetNamespace(), acc.GetName(), acc.GetUID(),
+			acc.GetResourceVersion(), m.Namespace, m.Name, m.UID, m.ResourceVersion)
+	}
+	if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err != nil || key != m.Namespace+"/"+m.Name {
+		t.Errorf("informer key %q (%v), want %s/%s", key, err, m.Namespace, m.Name)
+	}
+	if c := obj.DeepCopyObject(); !reflect.DeepEqual(c, obj) {
+		t.Errorf("deep copy %+v differs from %+v", c, obj)
+	}
 }
 
 // TestProcessSlice checks that what the informer keeps gives the proxy the
@@ -97,12 +120,7 @@ func TestProcessSlice(t *testing.T) {
 	if len(errs[0]) == 0 || fmt.Sprint(errs[0]) != fmt.Sprint(errs[1]) {
 		t.Errorf("errors as received %v, as kept %v; want the same, and some (the slice has bad input)", errs[0], errs[1])
 	}
-	if got.Name != orig.Name || got.Namespace != orig.Namespace || got.UID != orig.UID || got.ResourceVersion != orig.ResourceVersion {
-		t.Errorf("identity lost: %+v", got.ObjectMeta)
-	}
-	if got.Labels != nil || got.Annotations != nil || got.OwnerReferences != nil || got.ManagedFields != nil {
-		t.Errorf("metadata kept: %+v", got.ObjectMeta)
-	}
+	checkIdentity(t, got, &orig.ObjectMeta)
 	// A kept slice passes through again unchanged (a relist's replace).
 	if again, err := processSlice(got); err != nil || again != any(got) {
 		t.Errorf("a processed slice went through as %v (%v)", again, err)
@@ -132,31 +150,133 @@ func BenchmarkSlimEndpointSlice(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	heap := func(slim bool) float64 {
-		runtime.GC()
-		var before, after runtime.MemStats
-		runtime.ReadMemStats(&before)
-		kept := make([]any, n)
-		for i := range kept {
-			s := &discovery.EndpointSlice{}
-			if err := json.Unmarshal(data, s); err != nil {
-				b.Fatal(err)
-			}
-			kept[i] = s
-			if slim {
-				kept[i], _ = processSlice(s)
-			}
+	decode := func(int) any {
+		s := &discovery.EndpointSlice{}
+		if err := json.Unmarshal(data, s); err != nil {
+			b.Fatal(err)
 		}
-		runtime.GC()
-		runtime.ReadMemStats(&after)
-		runtime.KeepAlive(kept)
-		return float64(after.HeapInuse-before.HeapInuse) / n
+		return s
 	}
-	var received, slim float64
+	received := func(obj any) (any, error) { return obj, nil }
+	heap := func(keep func(any) (any, error)) float64 { return keptHeap(n, decode, keep) }
+	var whole, slim float64
 	for range b.N {
-		received, slim = heap(false), heap(true)
+		whole, slim = heap(received), heap(processSlice)
 	}
-	b.ReportMetric(received, "B/slice-received")
+	b.ReportMetric(whole, "B/slice-received")
 	b.ReportMetric(slim, "B/slice-kept")
-	b.ReportMetric(slim/received, "ratio")
+	b.ReportMetric(slim/whole, "ratio")
+}
+
+// apiService is a Service as the API server returns it, with everything
+// the proxy does not read, and one bad port.
+func apiService() *corev1.Service {
+	return &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: "default", Name: "web", UID: "s1", ResourceVersion: "9",
+			Labels:        map[string]string{"app": "web"},
+			Annotations:   map[string]string{lastApplied: `{"kind":"Service"}`, "team": "a"},
+			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl"}},
+		},
+		Spec: corev1.ServiceSpec{
+			Type: corev1.ServiceTypeClusterIP, ClusterIP: "10.96.0.10", ClusterIPs: []string{"10.96.0.10"},
+			IPFamilies: []corev1.IPFamily{corev1.IPv4Protocol}, Selector: map[string]string{"app": "web"},
+			Ports: []corev1.ServicePort{
+				{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP},
+				{Name: "dns", Port: 53, Protocol: corev1.ProtocolUDP},
+				{Name: "bad", Port: 70000, Protocol: corev1.ProtocolTCP},
+			},
+		},
+		Status: corev1.ServiceStatus{Conditions: []metav1.Condition{{Type: "Ready", Status: metav1.ConditionTrue}}},
+	}
+}
+
+// TestProcessService checks that what the informer keeps gives the proxy
+// the same service ports and the same errors as the object, keeps the
+// Service's identity, and leaves the object alone.
+func TestProcessService(t *testing.T) {
+	orig := apiService()
+	keep := orig.DeepCopy()
+	obj, err := processService(orig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, ok := obj.(*proxy.Service)
+	if !ok {
+		t.Fatalf("the transform kept a %T", obj)
+	}
+	if !reflect.DeepEqual(orig, keep) {
+		t.Error("the transform changed the object it was given")
+	}
+	var errs [2][]error
+	var trackers [2]*proxy.ServiceTracker
+	for i := range trackers {
+		trackers[i] = proxy.NewServiceTracker(func(err error) { errs[i] = append(errs[i], err) })
+	}
+	trackers[0].Record(nil, orig)
+	trackers[1].RecordService(nil, got)
+	for i, tr := range trackers {
+		if changed := tr.Update(); len(changed) != 2 {
+			t.Errorf("tracker %d: %d ports changed, want 2 (the bad one left out)", i, len(changed))
+		}
+	}
+	if a, b := trackers[0].Ports(), trackers[1].Ports(); len(a) != 2 || !reflect.DeepEqual(a, b) {
+		t.Errorf("ports as received %v, as kept %v; want the same two", a, b)
+	}
+	if len(errs[0]) != 1 || fmt.Sprint(errs[0]) != fmt.Sprint(errs[1]) {
+		t.Errorf("errors as received %v, as kept %v; want the same one (port 70000)", errs[0], errs[1])
+	}
+	checkIdentity(t, got, &orig.ObjectMeta)
+	if again, err := processService(got); err != nil || again != any(got) {
+		t.Errorf("a processed Service went through as %v (%v)", again, err)
+	}
+	// Deleting the Service as kept removes its ports.
+	trackers[1].RecordService(got, nil)
+	if changed := trackers[1].Update(); len(changed) != 2 || len(trackers[1].Ports()) != 0 {
+		t.Errorf("after the delete: %d ports changed, %d left", len(changed), len(trackers[1].Ports()))
+	}
+}
+
+// BenchmarkSlimService reports the heap that 10,000 Services (decoded from
+// JSON as an informer gets them, managed fields and kubectl's annotation
+// already stripped as before) keep in a cache, as received and as the
+// transform keeps them; ratio is kept/received.
+func BenchmarkSlimService(b *testing.B) {
+	const n = 10000
+	data, err := json.Marshal(apiService())
+	if err != nil {
+		b.Fatal(err)
+	}
+	decode := func(i int) any {
+		s := &corev1.Service{}
+		if err := json.Unmarshal(data, s); err != nil {
+			b.Fatal(err)
+		}
+		s.Name = fmt.Sprintf("web-%d", i)
+		return s
+	}
+	heap := func(keep func(any) (any, error)) float64 { return keptHeap(n, decode, keep) }
+	var whole, slim float64
+	for range b.N {
+		whole, slim = heap(stripManagedFields), heap(processService)
+	}
+	b.ReportMetric(whole, "B/service-received")
+	b.ReportMetric(slim, "B/service-kept")
+	b.ReportMetric(slim/whole, "ratio")
+}
+
+// keptHeap returns the heap, in bytes per object, that n objects keep
+// when each is decoded and then kept as keep returns it.
+func keptHeap(n int, decode func(i int) any, keep func(any) (any, error)) float64 {
+	runtime.GC()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	kept := make([]any, n)
+	for i := range kept {
+		kept[i], _ = keep(decode(i))
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	runtime.KeepAlive(kept)
+	return float64(after.HeapInuse-before.HeapInuse) / float64(n)
 }

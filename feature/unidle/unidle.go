@@ -38,7 +38,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sirupsen/logrus"
 	corev1 "k8s.io/api/core/v1"
-	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/cache"
 
 	"nodeflow/feature"
 	"nodeflow/flows/plan"
@@ -108,7 +110,7 @@ type Unidler struct {
 	opts    Options
 	h       feature.Host
 	log     logrus.FieldLogger
-	svcs    corelisters.ServiceLister
+	svcs    cache.Indexer // the Services' informer cache: *corev1.Service, or *proxy.Service when the service proxy runs
 	m       *metrics
 	release chan releaseReq
 
@@ -181,7 +183,9 @@ func (u *Unidler) Owns() []plan.Feature { return []plan.Feature{plan.FeatureUnid
 func (u *Unidler) Init(h feature.Host) error {
 	u.h = h
 	u.log = h.Log()
-	u.svcs = h.Informers().Core().V1().Services().Lister()
+	// The service proxy keeps its processed form of each Service in this
+	// cache (proxy.ServiceOf); only the identity is read here.
+	u.svcs = h.Informers().Core().V1().Services().Informer().GetIndexer()
 	u.m = newMetrics()
 	if err := u.m.register(h.Registry()); err != nil {
 		return fmt.Errorf("unidle: metrics: %w", err)
@@ -469,13 +473,20 @@ func (u *Unidler) HandlePacketIn(pi feature.PacketIn) {
 
 // needPods emits the NeedPods event of a port on its Service.
 func (u *Unidler) needPods(name proxy.ServicePortName) {
-	svc, err := u.svcs.Services(name.Namespace).Get(name.Name)
+	obj, ok, err := u.svcs.GetByKey(name.NamespacedName.String())
+	if err == nil && !ok {
+		err = fmt.Errorf("service %s not found", name.NamespacedName)
+	}
+	var svc metav1.Object
+	if err == nil {
+		svc, err = meta.Accessor(obj)
+	}
 	if err != nil {
 		u.log.WithError(err).WithField("service", name.String()).Warn("cannot ask for pods: no Service")
 		return
 	}
 	ref := &corev1.Service{}
-	ref.Namespace, ref.Name, ref.UID, ref.ResourceVersion = svc.Namespace, svc.Name, svc.UID, svc.ResourceVersion
+	ref.Namespace, ref.Name, ref.UID, ref.ResourceVersion = svc.GetNamespace(), svc.GetName(), svc.GetUID(), svc.GetResourceVersion()
 	ref.Kind, ref.APIVersion = "Service", "v1"
 	u.h.Recorder().Eventf(ref, corev1.EventTypeNormal, EventReason, "The service-port %s/%s:%s needs pods.", name.Namespace, name.Name, name.Port)
 	u.m.needPods.Inc()

@@ -301,3 +301,40 @@ func TestReusedID(t *testing.T) {
 		t.Errorf("id 8 still maps to %s after web was unidled", p.name)
 	}
 }
+
+// TestNeedPodsProcessedService: with the service proxy running, the
+// Services' cache holds its processed form (proxy.ServiceOf), and the
+// NeedPods event still names the Service.
+func TestNeedPodsProcessedService(t *testing.T) {
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web", UID: "u-web"},
+		Spec: corev1.ServiceSpec{ClusterIP: "10.96.0.50", Ports: []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP}}}}
+	h := featuretest.New(featuretest.DefaultNode(), svc)
+	if err := h.Informers().Core().V1().Services().Informer().SetTransform(func(obj any) (any, error) {
+		if s, ok := obj.(*corev1.Service); ok {
+			return proxy.ServiceOf(s), nil
+		}
+		return obj, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	u := New(Options{})
+	if err := u.Init(h); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	h.Start(ctx)
+	if obj, _, _ := u.svcs.GetByKey("ns/web"); obj == nil {
+		t.Fatal("ns/web not in the cache")
+	} else if _, ok := obj.(*proxy.Service); !ok {
+		t.Fatalf("the cache holds a %T, want the proxy's processed Service", obj)
+	}
+	name := proxy.ServicePortName{NamespacedName: types.NamespacedName{Namespace: "ns", Name: "web"}, Port: "http", Protocol: corev1.ProtocolTCP}
+	port := &proxy.ServicePort{Name: name, Protocol: corev1.ProtocolTCP, Port: 80, ClusterIPs: []netip.Addr{netip.MustParseAddr("10.96.0.50")}}
+	u.Idled(name, port, map[string]uint32{service.GroupKey(name, proxy.IPv4, false): 7})
+	u.HandlePacketIn(packetIn(7, 4, syn(40000, 1)))
+	events := drain(h.Events)
+	if len(events) != 1 || !strings.Contains(events[0], "NeedPods The service-port ns/web:http needs pods.") {
+		t.Fatalf("events %q, want one NeedPods", events)
+	}
+}

@@ -234,6 +234,8 @@ var (
 	refEthSrc  = openflow.MustParseFieldRef("NXM_OF_ETH_SRC[]")
 	refEthDst  = openflow.MustParseFieldRef("NXM_OF_ETH_DST[]")
 	refARPSha  = openflow.MustParseFieldRef("NXM_NX_ARP_SHA[]")
+	refIPv6Src = openflow.MustParseFieldRef("NXM_NX_IPV6_SRC[]")
+	refIPv6Dst = openflow.MustParseFieldRef("NXM_NX_IPV6_DST[]")
 	refARPTha  = openflow.MustParseFieldRef("NXM_NX_ARP_THA[]")
 	refARPSpa  = openflow.MustParseFieldRef("NXM_OF_ARP_SPA[]")
 	refARPTpa  = openflow.MustParseFieldRef("NXM_OF_ARP_TPA[]")
@@ -241,9 +243,12 @@ var (
 	ethTypeARP = openflow.EthType(0x0806)
 )
 
-// arpReply turns an ARP request for ip into the reply "ip is at mac" and
-// sends it back out of the port it came from.
-func arpReply(ip netip.Addr, mac net.HardwareAddr) []openflow.Instruction {
+// ARPReply returns the actions that turn an ARP request for ip into the
+// reply "ip is at mac" and send it back out of the port it came from: the
+// request's source becomes the reply's destination (Ethernet and ARP), and
+// mac and ip its source. The virtual networks' ARP table (flows/vnet)
+// answers with it too.
+func ARPReply(ip netip.Addr, mac net.HardwareAddr) []openflow.Instruction {
 	return apply(
 		openflow.RegMove{Src: refEthSrc, Dst: refEthDst},
 		setEthSrc(mac),
@@ -256,10 +261,55 @@ func arpReply(ip netip.Addr, mac net.HardwareAddr) []openflow.Instruction {
 	)
 }
 
+// ipv6LinkLocal is fe80::/10: the source of most neighbour solicitations.
+var ipv6LinkLocal = netip.MustParsePrefix("fe80::/10")
+
+// NDAnswer returns the two flows' instructions that answer a neighbour
+// solicitation for ip with the advertisement "ip is at mac" (flags:
+// NDRouter, NDSolicited, NDOverride), sent back out of the port it came
+// from, as ARPReply does for ARP, in table t: the first (for a flow that
+// matches the solicitation) swaps the MACs and addresses, makes it an
+// advertisement with flags and a target link-layer option, and resubmits
+// it to t; the second (for a flow there that matches that advertisement)
+// writes the option's address and sends it. Open vSwitch takes nd_tll only
+// from a flow that matches an advertisement, and rewrites the option's type
+// before its address, so one flow cannot do both.
+func NDAnswer(ip netip.Addr, mac net.HardwareAddr, flags uint32, t plan.TableID) (solicit, advert []openflow.Instruction) {
+	return apply(
+			openflow.RegMove{Src: refEthSrc, Dst: refEthDst},
+			setEthSrc(mac),
+			openflow.RegMove{Src: refIPv6Src, Dst: refIPv6Dst},
+			openflow.SetField{Field: openflow.IPv6Src(ip)},
+			openflow.SetField{Field: openflow.ICMPv6Type(136)},
+			openflow.SetField{Field: openflow.NDReserved(flags)},
+			openflow.SetField{Field: openflow.NDOptionsType(2)},
+			openflow.Resubmit{InPort: openflow.Port16InPort, Table: uint8(t)},
+		),
+		apply(openflow.SetField{Field: openflow.NDTLL(mac)}, out(openflow.PortInPort))
+}
+
+// RouterNDFlows answer a neighbour solicitation for the router address ip
+// (MAC mac) in table 5 with the router's advertisement (NDAnswer); the
+// second flow matches the advertisement from and for ip. Solicitations
+// from an on-link source (from subnet, or link-local) are answered;
+// duplicate address detection (from ::) is not.
+func RouterNDFlows(ip netip.Addr, mac net.HardwareAddr, subnet netip.Prefix) []openflow.Flow {
+	solicit, advert := NDAnswer(ip, mac, openflow.NDRouter|openflow.NDSolicited|openflow.NDOverride, plan.PodARP)
+	nd := func(typ uint8, ins []openflow.Instruction, src openflow.Field) openflow.Flow {
+		return flow(plan.PodARP, plan.PriorityOverride, ins, fam6.eth(), openflow.IPProto(58), openflow.ICMPv6Type(typ), openflow.ICMPv6Code(0), src, openflow.NDTarget(ip))
+	}
+	return []openflow.Flow{
+		nd(135, solicit, openflow.IPv6SrcPrefix(subnet.Masked())),
+		nd(135, solicit, openflow.IPv6SrcPrefix(ipv6LinkLocal)),
+		nd(136, advert, openflow.IPv6Src(ip)),
+	}
+}
+
 // NodeFlows returns br0's node-wide flows (owner OwnerLocal):
 //
 //	table 0   vxlan0, the patch port and mp0 by in_port; mp0's ARP and ND
-//	table 5   ARP for the router and mp0 addresses of each IPv4 pod subnet
+//	table 5   ARP for the router and mp0 addresses of each IPv4 pod subnet,
+//	          neighbour solicitations for the router of each IPv6 one
 //	table 20  un-SNAT for packets to the node IPs and router addresses
 //	table 25  every IP packet through the service zone
 //	table 40  SNAT after DNAT, by ct_mark
@@ -285,14 +335,15 @@ func NodeFlows(c Config) ([]openflow.Flow, error) {
 	)
 	add(ndToARPTable(c.MgmtPort, c.MgmtMAC)...)
 
-	// Table 5: ARP for the router and mp0.
+	// Table 5: ARP for the router and mp0, ND for the IPv6 router.
 	for _, p := range c.PodCIDRs {
 		if !p.Addr().Is4() {
+			add(RouterNDFlows(RouterIP(p), c.RouterMAC, p)...)
 			continue
 		}
 		add(
-			flow(plan.PodARP, plan.PriorityOverride, arpReply(RouterIP(p), c.RouterMAC), ethTypeARP, openflow.ARPOp(1), openflow.ARPTpa(RouterIP(p))),
-			flow(plan.PodARP, plan.PriorityOverride, arpReply(MgmtIP(p), c.MgmtMAC), ethTypeARP, openflow.ARPOp(1), openflow.ARPTpa(MgmtIP(p))),
+			flow(plan.PodARP, plan.PriorityOverride, ARPReply(RouterIP(p), c.RouterMAC), ethTypeARP, openflow.ARPOp(1), openflow.ARPTpa(RouterIP(p))),
+			flow(plan.PodARP, plan.PriorityOverride, ARPReply(MgmtIP(p), c.MgmtMAC), ethTypeARP, openflow.ARPOp(1), openflow.ARPTpa(MgmtIP(p))),
 		)
 	}
 
@@ -526,10 +577,9 @@ func ndToARPTable(port uint32, mac net.HardwareAddr) []openflow.Flow {
 }
 
 // NDFlows floods IPv6 neighbour solicitations and advertisements among the
-// local ports (pods and mp0) in the ARP table (owner OwnerND): br0 cannot
-// build a neighbour advertisement itself, so the neighbours answer each
-// other, and mp0 (which holds the router address of the IPv6 pod subnet)
-// answers for the router. ports is every local port, mp0 included.
+// local ports (pods and mp0) in the ARP table (owner OwnerND), below the
+// router's answer (RouterNDFlows): the neighbours answer each other. ports
+// is every local port, mp0 included.
 func NDFlows(ports []uint32) []openflow.Flow {
 	ports = slices.Clone(ports)
 	slices.Sort(ports)

@@ -51,7 +51,8 @@ func (r Remote) Validate() error {
 
 // RemoteFlows returns the flows for one remote node (owner RemoteOwner):
 //
-//	table 15  VXLAN from its IP: the VNI becomes the namespace id
+//	table 15  VXLAN from its IP whose key is a namespace id (bit 23 clear,
+//	          plan.TunnelKeyVNIBit): the key becomes the namespace id
 //	table 40  with ReturnsByTunnel: the host's new service connections
 //	          to its pods SNATed to the node IP (else table 40's default,
 //	          the router address)
@@ -81,7 +82,10 @@ func RemoteFlows(c Config, r Remote) ([]openflow.Flow, error) {
 	fs := []openflow.Flow{
 		flow(plan.PodTunnelIngress, plan.PriorityNormal,
 			then([]openflow.Action{openflow.RegMove{Src: refTunID, Dst: plan.NamespaceID.Ref()}}, plan.PodUnSNAT),
-			openflow.InPort(c.TunnelPort), openflow.TunIPv4Src(r.TunnelIP)),
+			openflow.InPort(c.TunnelPort), openflow.TunIPv4Src(r.TunnelIP),
+			// Namespace ids only: a key with plan.TunnelKeyVNIBit is a
+			// virtual network's VNI, which never enters the pod pipeline.
+			openflow.TunnelIDMasked(0, plan.TunnelKeyVNIBit)),
 	}
 	for _, p := range r.PodCIDRs {
 		f := famOfPrefix(p)
@@ -180,7 +184,7 @@ func PodFlows(c Config, p Pod) ([]openflow.Flow, error) {
 	for _, ip := range p.IPs {
 		f := famOf(ip)
 		if ip.Is4() {
-			fs = append(fs, flow(plan.PodARP, plan.PriorityNormal, arpReply(ip, p.MAC), ethTypeARP, openflow.ARPOp(1), openflow.ARPTpa(ip)))
+			fs = append(fs, flow(plan.PodARP, plan.PriorityNormal, ARPReply(ip, p.MAC), ethTypeARP, openflow.ARPOp(1), openflow.ARPTpa(ip)))
 		}
 		fs = append(fs,
 			flow(plan.PodPortSecurity, plan.PriorityNormal, then([]openflow.Action{nsLoad}, plan.PodUnSNAT),

@@ -39,6 +39,10 @@ const (
 	FeatureHostPort Feature = 0x0a
 	// FeatureNetworkPolicy is NetworkPolicy on br0 (tables 45 and 65).
 	FeatureNetworkPolicy Feature = 0x0b
+	// FeatureVNet is the virtual networks' flows (tables 100-110, and their
+	// entries in tables 0 and 15): one local attachment's, or one VNI's
+	// remote mappings.
+	FeatureVNet Feature = 0x0c
 	// FeatureLearned marks flows that `learn` actions create (session
 	// affinity). The reconciler never deletes or rewrites them.
 	FeatureLearned Feature = 0xfe
@@ -66,6 +70,7 @@ var features = []FeatureInfo{
 	{FeatureUnidle, "Unidle", "unidle", "an idled service's metered packet-in"},
 	{FeatureHostPort, "HostPort", "hostport", "one pod's hostPorts: the DNAT on br0, the ingress from the uplink on breth0"},
 	{FeatureNetworkPolicy, "NetworkPolicy", "netpol", "NetworkPolicy: a policy's rules, a pod's isolation and clauses, a peer's clauses"},
+	{FeatureVNet, "VNet", "vnet", "virtual networks: a local attachment's port, port security, ARP answer and delivery; a VNI's remote mappings and tunnel ingress"},
 	{FeatureLearned, "Learned", "", "flows created by learn actions; never touched by the reconciler"},
 }
 

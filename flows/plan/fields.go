@@ -259,8 +259,9 @@ var (
 	// (by a group bucket or a learned affinity flow).
 	EndpointSelected = mustField("EndpointSelected", Pod, SpaceReg, 0, 4, 4, "an endpoint has been chosen for a new service connection")
 	// NamespaceID is the source pod's namespace id, 24 bits so that it can
-	// travel as a VXLAN VNI.
-	NamespaceID = mustField("NamespaceID", Pod, SpaceReg, 1, 0, 23, "source namespace id (VNI-sized), from port security or tun_id")
+	// travel as a VXLAN VNI. In the virtual networks' tables it holds the
+	// VNI instead: namespace ids are 1..0x7fffff, VNIs 0x800000..0xffffff.
+	NamespaceID = mustField("NamespaceID", Pod, SpaceReg, 1, 0, 23, "source namespace id (VNI-sized), from port security or tun_id; a virtual network's VNI in tables 100-110")
 	// EndpointIPv4 is the IPv4 endpoint a group bucket chose.
 	EndpointIPv4 = mustField("EndpointIPv4", Pod, SpaceReg, 3, 0, 31, "IPv4 endpoint chosen by the service group")
 	// EndpointPort is the endpoint's L4 port.
@@ -314,12 +315,12 @@ var (
 
 var declaredFields = []Field{
 	PktSource, EndpointSelected, NamespaceID, EndpointIPv4, EndpointPort, ServiceID, EndpointIPv6, SNATKind,
-	TunnelPeer, GatewayOrigin, AffinityChecked,
+	TunnelPeer, GatewayOrigin, AffinityChecked, VNetLocal,
 }
 
 var declaredMarks = []Mark{
 	FromPod, FromTunnel, FromGateway, FromHost, EndpointChosen,
-	SNATToNodeIP, ReturnByTunnel, OriginRouter, OriginHost, AffinityLookedUp,
+	SNATToNodeIP, ReturnByTunnel, OriginRouter, OriginHost, AffinityLookedUp, FromLocalAttachment,
 }
 
 // Alias declares an intended overlap between two fields.

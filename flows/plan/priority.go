@@ -190,7 +190,12 @@ const PolicyClauseLanes = 64
 // and says so with the Node annotation PipelineAnnotation); NetworkPolicy
 // tables 45 (EgressPolicy) and 65 (IngressPolicy): table 40 goes on to 45,
 // routing to a local pod goes through 65.
-const PipelineVersion = 4
+//
+// 5: virtual networks (FeatureVNet): tables 100 (VNetPortSecurity), 105
+// (VNetARP) and 110 (VNetForward), attachment ports in table 0, VNIs from
+// the tunnel in table 15; the pod network's table-15 flows accept only
+// keys without TunnelKeyVNIBit (namespace ids).
+const PipelineVersion = 5
 
 // PipelineAnnotation is the Node annotation in which each agent publishes
 // the PipelineVersion it runs, so that the other nodes know what it can

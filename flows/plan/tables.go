@@ -109,6 +109,11 @@ const (
 	PodTunnelEgress    TableID = 80
 	PodEgressSNAT      TableID = 90
 	PodGatewayOutput   TableID = 95
+	// The virtual networks' tables (vnet.go): past every table of the pod
+	// network, which never goes to them, as they never go back to it.
+	PodVNetPortSecurity TableID = 100
+	PodVNetARP          TableID = 105
+	PodVNetForward      TableID = 110
 )
 
 // breth0 tables: the seed's numbers.
@@ -128,14 +133,14 @@ const VersionTable TableID = 253
 
 var tables = []Table{
 	// br0
-	{Pod, PodClassifier, "Classifier", "dispatch by in_port: pod ports, vxlan0, the patch port, mp0; ARP to the ARP table",
-		MissDrop, 0, []Feature{FeatureNode, FeaturePod}},
-	{Pod, PodARP, "ARP", "answer ARP for the router address and for pods; deliver the rest",
+	{Pod, PodClassifier, "Classifier", "dispatch by in_port: pod ports, vxlan0, the patch port, mp0, virtual-network attachments; ARP to the ARP table",
+		MissDrop, 0, []Feature{FeatureNode, FeaturePod, FeatureVNet}},
+	{Pod, PodARP, "ARP", "answer ARP for the router address and for pods, and neighbour solicitations for the IPv6 router address; deliver the rest",
 		MissDrop, 0, []Feature{FeatureNode, FeaturePod}},
 	{Pod, PodPortSecurity, "PortSecurity", "a pod may only send from its own MAC and IPs; load its namespace id",
 		MissDrop, 0, []Feature{FeaturePod}},
-	{Pod, PodTunnelIngress, "TunnelIngress", "accept VXLAN only from known nodes; load the VNI",
-		MissDrop, 0, []Feature{FeatureNode}},
+	{Pod, PodTunnelIngress, "TunnelIngress", "accept VXLAN only from known nodes: a namespace id into the pod pipeline, a virtual network's VNI into its forwarding table",
+		MissDrop, 0, []Feature{FeatureNode, FeatureVNet}},
 	{Pod, PodUnSNAT, "UnSNAT", "packets to a SNAT address: restore their destination in the SNAT zone",
 		MissGoto, PodConntrack, []Feature{FeatureNode}},
 	{Pod, PodConntrack, "Conntrack", "every IP packet: restore service DNAT in the service zone",
@@ -164,6 +169,12 @@ var tables = []Table{
 		MissDrop, 0, []Feature{FeatureNode}},
 	{Pod, PodGatewayOutput, "GatewayOutput", "set the next hop's MAC and output to the patch port (IN_PORT when it came from there)",
 		MissDrop, 0, []Feature{FeatureNode, FeatureService}},
+	{Pod, PodVNetPortSecurity, "VNetPortSecurity", "a virtual-network attachment may only send IPv4 and ARP, or IPv6 and neighbour discovery, from its own MAC and address; load its VNI",
+		MissDrop, 0, []Feature{FeatureVNet}},
+	{Pod, PodVNetARP, "VNetARP", "answer ARP requests and neighbour solicitations for the addresses of the sender's VNI from the known mappings; drop all others",
+		MissDrop, 0, []Feature{FeatureVNet}},
+	{Pod, PodVNetForward, "VNetForward", "by VNI and destination (a neighbour solicitation by its target): output to a local attachment, or tunnel to a remote one's node (only what came from a local attachment); drop the rest",
+		MissDrop, 0, []Feature{FeatureVNet}},
 	{Pod, VersionTable, "Version", "the version note: pipeline version, generation and agent version",
 		MissDrop, 0, []Feature{FeatureMeta}},
 

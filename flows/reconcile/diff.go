@@ -79,6 +79,9 @@ type Diff struct {
 	// Blocked maps owners held back from this diff to the reason.
 	Blocked map[string]error
 	Stats   DiffStats
+	// Version is the store's change count when the diff was taken: every
+	// change counted up to it is in the diff (or held back, see Blocked).
+	Version uint64
 }
 
 // DiffStats counts the changes of a diff.
@@ -164,7 +167,7 @@ func (s *Store) diff(opts DiffOptions) *Diff {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 
-	d := &Diff{Blocked: map[string]error{}}
+	d := &Diff{Blocked: map[string]error{}, Version: s.version}
 	// Units are keyed by owner name: an owner's entries from before its
 	// latest Set belong to an older *owner with the same name.
 	units := map[string]*unit{}

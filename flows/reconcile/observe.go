@@ -16,8 +16,14 @@ type Observed struct {
 	// are read in place: a flow is decoded only when its encoding differs
 	// from the desired one's.
 	flowParts []flowPart
-	Groups    []openflow.GroupEntry
-	Meters    []openflow.MeterEntry
+	// Groups are decoded groups; the groups of groupParts come after
+	// them.
+	Groups []openflow.GroupEntry
+	// groupParts are group desc reply bodies as read (Dump), read in
+	// place like flowParts: a group is decoded only when its encoding
+	// differs from the desired one's.
+	groupParts []flowPart
+	Meters     []openflow.MeterEntry
 	// GroupIDs, when not nil, says that only these groups were read (one
 	// by one): the others are unknown, not absent.
 	GroupIDs []uint32
@@ -76,22 +82,31 @@ func (s *Store) observe(obs *Observed, fresh bool) (unwanted int) {
 	}
 
 	for i := range obs.Groups {
-		g := &obs.Groups[i]
-		sl := s.groups[g.ID]
-		if sl == nil {
-			sl = &groupSlot{}
-			s.groups[g.ID] = sl
+		if s.observeGroupLocked(&obs.Groups[i], ep) {
+			unwanted++
 		}
-		sl.epoch = ep
-		if sl.desired != nil && sl.desired.sameAs(g) {
-			sl.installed = sl.desired
-		} else {
-			sl.installed = &groupEntry{id: g.ID, group: g, buckets: len(g.Buckets)}
-			s.markGroup(g.ID, sl)
-			if sl.desired == nil {
+	}
+	for _, p := range obs.groupParts {
+		// The framing was checked when the reply was read.
+		_ = openflow.EachGroupDesc(p.body, p.v, func(_ int, id uint32, entry []byte) error {
+			if sl := s.groups[id]; sl != nil && sl.desired != nil && sl.desired.group == nil && sl.desired.packed.SameAsDesc(entry, p.v) {
+				sl.epoch = ep
+				sl.installed = sl.desired
+				s.groupsInPlace++
+				return nil
+			}
+			s.groupsDecoded++
+			g, err := openflow.DecodeGroupDesc(entry, p.v)
+			if err != nil {
+				// Not ours to read: replaced by the desired group, or
+				// deleted when none is desired.
+				g = openflow.GroupEntry{ID: id}
+			}
+			if s.observeGroupLocked(&g, ep) {
 				unwanted++
 			}
-		}
+			return nil
+		})
 	}
 	var queried map[uint32]bool
 	if obs.GroupIDs != nil {
@@ -171,6 +186,24 @@ func (s *Store) observe(obs *Observed, fresh bool) (unwanted int) {
 		}
 	}
 	return unwanted
+}
+
+// observeGroupLocked records g as read from the switch in a full dump of
+// epoch ep, and reports whether no owner wants it. s.mu is held.
+func (s *Store) observeGroupLocked(g *openflow.GroupEntry, ep uint32) (unwanted bool) {
+	sl := s.groups[g.ID]
+	if sl == nil {
+		sl = &groupSlot{}
+		s.groups[g.ID] = sl
+	}
+	sl.epoch = ep
+	if sl.desired != nil && sl.desired.sameAs(g) {
+		sl.installed = sl.desired
+		return false
+	}
+	sl.installed = &groupEntry{id: g.ID, group: g, buckets: len(g.Buckets)}
+	s.markGroup(g.ID, sl)
+	return sl.desired == nil
 }
 
 // observeFlowLocked records that the switch holds f under k, and queues
@@ -303,10 +336,14 @@ func (s *Store) observeUpdates(us []openflow.FlowUpdate) monitorResult {
 			res.repair = true
 		}
 	}
+	if res.repair {
+		s.version++
+	}
 	return res
 }
 
-// flowPart is one flow stats reply body, in the version it was read.
+// flowPart is one part of a multipart reply read in place (flow stats or
+// group desc): its version and body.
 type flowPart struct {
 	v    openflow.Version
 	body []byte
@@ -394,22 +431,67 @@ func withoutEmptyApplyBytes(ins []byte) []byte {
 // switch, checks their framing, and keeps their bodies in obs to be read
 // in place.
 func (obs *Observed) readFlowParts(msgs [][]byte) error {
+	parts, err := readParts(msgs, openflow.MultipartFlow, func(body []byte, v openflow.Version) error {
+		return openflow.EachFlowStats(body, v, func(int, *openflow.FlowStatsView) error { return nil })
+	})
+	obs.flowParts = append(obs.flowParts, parts...)
+	return err
+}
+
+// readGroupParts takes the parts of a group desc reply as read from the
+// switch, checks their framing, and keeps their bodies in obs to be read
+// in place.
+func (obs *Observed) readGroupParts(msgs [][]byte) error {
+	parts, err := readParts(msgs, openflow.MultipartGroupDesc, func(body []byte, v openflow.Version) error {
+		return openflow.EachGroupDesc(body, v, func(int, uint32, []byte) error { return nil })
+	})
+	obs.groupParts = append(obs.groupParts, parts...)
+	return err
+}
+
+// readParts checks the parts of a multipart reply of type typ as read
+// from the switch (their type, their more flags, and their entries'
+// framing with check) and returns their bodies, those before the first
+// bad part when one is.
+func readParts(msgs [][]byte, typ openflow.MultipartType, check func(body []byte, v openflow.Version) error) ([]flowPart, error) {
+	var parts []flowPart
 	for i, m := range msgs {
 		r, err := openflow.ViewMultipartReply(m)
 		if err != nil {
-			return fmt.Errorf("part %d of %d: %w", i+1, len(msgs), err)
+			return parts, fmt.Errorf("part %d of %d: %w", i+1, len(msgs), err)
 		}
-		if r.Type != openflow.MultipartFlow {
-			return fmt.Errorf("part %d of %d: %s, want a flow stats reply: %w", i+1, len(msgs), r.Type, openflow.ErrMalformed)
+		if r.Type != typ {
+			return parts, fmt.Errorf("part %d of %d: %s, want a %s reply: %w", i+1, len(msgs), r.Type, typ, openflow.ErrMalformed)
 		}
 		if more, last := r.More(), i == len(msgs)-1; more == last {
-			return fmt.Errorf("part %d of %d: more flag %v: %w", i+1, len(msgs), more, openflow.ErrMalformed)
+			return parts, fmt.Errorf("part %d of %d: more flag %v: %w", i+1, len(msgs), more, openflow.ErrMalformed)
 		}
-		if err := openflow.EachFlowStats(r.Body, r.Version, func(int, *openflow.FlowStatsView) error { return nil }); err != nil {
-			return fmt.Errorf("part %d of %d: %w", i+1, len(msgs), err)
+		if err := check(r.Body, r.Version); err != nil {
+			return parts, fmt.Errorf("part %d of %d: %w", i+1, len(msgs), err)
 		}
-		obs.flowParts = append(obs.flowParts, flowPart{v: r.Version, body: r.Body})
+		parts = append(parts, flowPart{v: r.Version, body: r.Body})
 	}
+	return parts, nil
+}
+
+// decodeGroups decodes the groups read in place into obs.Groups, for the
+// callers that want every group as a value. An entry that does not decode
+// is an error.
+func (obs *Observed) decodeGroups() error {
+	for _, p := range obs.groupParts {
+		err := openflow.EachGroupDesc(p.body, p.v, func(i int, _ uint32, entry []byte) error {
+			g, err := openflow.DecodeGroupDesc(entry, p.v)
+			if err != nil {
+				return fmt.Errorf("group desc %d: %w", i, err)
+			}
+			obs.Groups = append(obs.Groups, g)
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+	}
+	obs.groupParts = nil
 	return nil
 }
 

@@ -99,6 +99,8 @@ type SyncReport struct {
 	Blocked map[string]error
 	// Err is the first error, if the pass did not fully succeed.
 	Err error
+
+	version uint64 // the diff's Version (0: no diff was taken)
 }
 
 // Reconciler keeps one bridge equal to a Store. Create it with New, wire
@@ -117,7 +119,10 @@ type Reconciler struct {
 
 	wake    chan struct{} // repairs queued by the flow monitor
 	full    chan SyncKind // a full pass is needed
-	flushes chan chan error
+	flushes chan *flushRequest
+	// done is the store version the last pass without an error saw (the
+	// sync loop's).
+	done uint64
 
 	mu          sync.Mutex
 	pendingFull SyncKind
@@ -146,7 +151,7 @@ func New(store *Store, opts Options) *Reconciler {
 		log:     opts.Logger.WithField("bridge", opts.Bridge),
 		wake:    make(chan struct{}, 1),
 		full:    make(chan SyncKind, 1),
-		flushes: make(chan chan error),
+		flushes: make(chan *flushRequest, 8),
 		synced:  make(chan struct{}),
 	}
 }
@@ -277,18 +282,116 @@ func (r *Reconciler) handleFlowMonitor(m ofconn.AsyncMessage) {
 // Flush runs a sync pass that starts after the call and waits for it:
 // every change queued before the call is then on the switch, or held back
 // (see Store.Errors). It returns the pass's error.
+//
+// It always runs a pass of its own, even when an earlier one already saw
+// the changes: a caller that then sends packets through the new flows
+// (the unidler's re-injection) also gets the switch a round trip to
+// revalidate its datapath flows, which it does apart from the commit.
 func (r *Reconciler) Flush(ctx context.Context) error {
-	ch := make(chan error, 1)
+	return r.FlushThen(ctx)
+}
+
+// FlushThen is Flush, and then sends msgs (packet-outs, typically) on the
+// bridge's connection right after those changes: added to the end of the
+// pass's last bundle, so that the switch runs them against the flows the
+// bundle commits and only if it commits, or sent as soon as the pass is
+// done when it had no bundle (or its last one failed). They are sent
+// whatever the error returned, unless the connection is down. With msgs,
+// a pass that began after the changes serves the call, and none of its
+// own is run.
+func (r *Reconciler) FlushThen(ctx context.Context, msgs ...openflow.Message) error {
+	req := &flushRequest{version: r.store.changeVersion(), after: msgs, done: make(chan error, 1)}
 	select {
-	case r.flushes <- ch:
+	case r.flushes <- req:
 	case <-ctx.Done():
 		return ctx.Err()
 	}
 	select {
-	case err := <-ch:
+	case err := <-req.done:
 		return err
 	case <-ctx.Done():
-		return ctx.Err()
+		if req.state.CompareAndSwap(flushPending, flushCancelled) {
+			return ctx.Err()
+		}
+		return fmt.Errorf("reconcile: %s: %w: %w", r.opts.Bridge, ErrSentWithPass, ctx.Err())
+	}
+}
+
+// ErrSentWithPass is wrapped in FlushThen's error when its context ended
+// after the sync loop took the call: its messages go out with that pass
+// (or have gone). When the error does not wrap it, they were not sent.
+var ErrSentWithPass = errors.New("the messages were already handed to a pass")
+
+// flushRequest is one Flush call: the store version it waits for, the
+// messages to send after it, and where to answer.
+type flushRequest struct {
+	version uint64
+	after   []openflow.Message
+	done    chan error
+	state   atomic.Int32 // flushPending, then flushTaken or flushCancelled
+}
+
+// The states of a flushRequest.
+const (
+	flushPending = iota
+	flushTaken
+	flushCancelled
+)
+
+// takeFlushes returns first and every other flush request already queued,
+// but those whose caller gave up.
+func (r *Reconciler) takeFlushes(first *flushRequest) []*flushRequest {
+	var reqs []*flushRequest
+	take := func(f *flushRequest) {
+		if f.state.CompareAndSwap(flushPending, flushTaken) {
+			reqs = append(reqs, f)
+		}
+	}
+	take(first)
+	for {
+		select {
+		case f := <-r.flushes:
+			take(f)
+		default:
+			return reqs
+		}
+	}
+}
+
+// served reports whether the last successful pass saw every change reqs
+// wait for, with no full pass pending: they need no pass of their own.
+// A plain Flush (no messages) always has one (see Flush).
+func (r *Reconciler) served(reqs []*flushRequest) bool {
+	for _, f := range reqs {
+		if len(f.after) == 0 {
+			return false
+		}
+	}
+	r.mu.Lock()
+	full := r.pendingFull != ""
+	r.mu.Unlock()
+	if full {
+		return false
+	}
+	for _, f := range reqs {
+		if f.version > r.done {
+			return false
+		}
+	}
+	return true
+}
+
+// sendAfter sends the messages of reqs that no bundle carried.
+func (r *Reconciler) sendAfter(ctx context.Context, msgs []openflow.Message) {
+	if len(msgs) == 0 {
+		return
+	}
+	c := r.conn.Load()
+	if c == nil {
+		return
+	}
+	if err := c.Send(ctx, msgs...); err != nil {
+		r.log.WithError(err).Debug("cannot send the messages queued after a flush")
 	}
 }
 
@@ -309,7 +412,7 @@ func (r *Reconciler) Run(ctx context.Context) error {
 		if next := earliest(auditAt, retryAt); !next.IsZero() {
 			timer = clk.After(next.Sub(clk.Now()))
 		}
-		var flush chan error
+		var flush *flushRequest
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -326,6 +429,24 @@ func (r *Reconciler) Run(ctx context.Context) error {
 			}
 		case flush = <-r.flushes:
 		}
+		var flushes []*flushRequest
+		var after []openflow.Message
+		if flush != nil {
+			if flushes = r.takeFlushes(flush); len(flushes) == 0 {
+				continue
+			}
+			for _, f := range flushes {
+				after = append(after, f.after...)
+			}
+			if r.served(flushes) {
+				// The last pass saw their changes: no pass of their own.
+				r.sendAfter(ctx, after)
+				for _, f := range flushes {
+					f.done <- nil
+				}
+				continue
+			}
+		}
 		if wait := r.opts.MinInterval - clk.Now().Sub(last); wait > 0 && flush == nil {
 			select {
 			case <-ctx.Done():
@@ -334,15 +455,15 @@ func (r *Reconciler) Run(ctx context.Context) error {
 			}
 		}
 		last = clk.Now()
-		full, took, err := r.pass(ctx)
+		full, took, err := r.pass(ctx, after)
 		if full && r.opts.AuditInterval > 0 {
 			// Any full pass audits: the next audit is counted from it.
 			auditAt = clk.Now().Add(auditDelay(r.opts.AuditInterval, took))
 		}
 		// Changes queued during the pass have signalled Changed again, so
 		// the next iteration picks them up.
-		if flush != nil {
-			flush <- err
+		for _, f := range flushes {
+			f.done <- err
 		}
 		retryAt = r.store.nextRetry()
 	}
@@ -380,10 +501,12 @@ func auditDelay(interval, took time.Duration) time.Duration {
 
 // pass runs one sync: a full one when requested, else an incremental one.
 // It reports whether it was a full pass, and how long it took.
-func (r *Reconciler) pass(ctx context.Context) (full bool, took time.Duration, err error) {
+//
+// after are sent after its changes (see FlushThen).
+func (r *Reconciler) pass(ctx context.Context, after []openflow.Message) (full bool, took time.Duration, err error) {
 	c := r.conn.Load()
 	if c == nil || !c.Connected() {
-		return false, 0, fmt.Errorf("reconcile: %s: not connected", r.opts.Bridge)
+		return false, 0, fmt.Errorf("reconcile: %s: not connected: %w", r.opts.Bridge, ofconn.ErrDisconnected)
 	}
 	r.mu.Lock()
 	kind := r.pendingFull
@@ -398,9 +521,15 @@ func (r *Reconciler) pass(ctx context.Context) (full bool, took time.Duration, e
 	default:
 	}
 	rep := SyncReport{Kind: kind, Start: r.clock().Now()}
-	err = r.sync(ctx, c, &rep)
+	err = r.sync(ctx, c, &rep, &after)
+	// What no bundle carried goes now, whatever the pass's outcome.
+	r.sendAfter(ctx, after)
 	rep.Duration = r.clock().Now().Sub(rep.Start)
 	rep.Err = err
+	if err == nil && rep.version != 0 {
+		// A pass with an error may have put changes back in the queue.
+		r.done = rep.version
+	}
 	if err != nil && kind != SyncIncremental {
 		// Try the full pass again on the next wake-up.
 		r.requestFull(kind)
@@ -427,7 +556,7 @@ func (r *Reconciler) pass(ctx context.Context) (full bool, took time.Duration, e
 	return kind != SyncIncremental, rep.Duration, err
 }
 
-func (r *Reconciler) sync(ctx context.Context, c *ofconn.Conn, rep *SyncReport) error {
+func (r *Reconciler) sync(ctx context.Context, c *ofconn.Conn, rep *SyncReport, after *[]openflow.Message) error {
 	maxBundle := r.opts.MaxBundle
 	if rep.Kind != SyncIncremental {
 		obs, err := r.dump(ctx, c)
@@ -462,12 +591,16 @@ func (r *Reconciler) sync(ctx context.Context, c *ofconn.Conn, rep *SyncReport) 
 	rep.Stats = d.Stats
 	rep.Blocked = d.Blocked
 	rep.Bundles = len(d.Batches)
-	return r.apply(ctx, c, d)
+	rep.version = d.Version
+	return r.apply(ctx, c, d, after)
 }
 
 // apply sends a diff: meters first, bundles in order, then meter deletes.
-// It reports every change to the store as applied or not.
-func (r *Reconciler) apply(ctx context.Context, c *ofconn.Conn, d *Diff) error {
+// It reports every change to the store as applied or not. *after go at the
+// end of the last bundle: apply clears it when that bundle committed them
+// (or when one of them was refused), and leaves it for the caller to send
+// otherwise.
+func (r *Reconciler) apply(ctx context.Context, c *ofconn.Conn, d *Diff, after *[]openflow.Message) error {
 	v := c.Version()
 	gen := r.Generation()
 	now := r.clock().Now()
@@ -499,18 +632,35 @@ func (r *Reconciler) apply(ctx context.Context, c *ofconn.Conn, d *Diff) error {
 			keep(err)
 			continue
 		}
+		own := len(msgs)
+		carries := len(*after) > 0 && i == len(d.Batches)-1
+		if carries {
+			msgs = append(msgs, *after...)
+		}
 		err = c.Bundle(ctx, msgs)
 		if err == nil {
 			r.store.commitBatch(b)
+			if carries {
+				*after = nil
+			}
 			continue
 		}
 		if errors.Is(err, ofconn.ErrDisconnected) || errors.Is(err, ofconn.ErrClosed) || ctx.Err() != nil {
 			r.abortRest(d, i, now)
 			return fmt.Errorf("reconcile: %s: %w", r.opts.Bridge, err)
 		}
+		var me *ofconn.MessageError
+		if carries && errors.As(err, &me) && me.Index >= own {
+			// A message sent after the changes failed, not a change: drop
+			// them and let the next pass send the changes alone.
+			*after = nil
+			r.store.abortBatch(b, nil, now)
+			keep(fmt.Errorf("reconcile: %s: a message sent after the changes: %w", r.opts.Bridge, err))
+			r.poke()
+			continue
+		}
 		// Find the owner of the failing message, hold it back, and let the
 		// next pass send the others.
-		var me *ofconn.MessageError
 		bad := ""
 		what := ""
 		if errors.As(err, &me) {
@@ -598,11 +748,11 @@ func Dump(ctx context.Context, c *ofconn.Conn, opts DumpOptions) (*Observed, err
 		return nil, fmt.Errorf("dump flows: %w", err)
 	}
 	if opts.GroupIDs == nil {
-		gr, err := c.MultipartReply(ctx, &openflow.GroupDescRequest{GroupID: openflow.GroupAll})
+		gparts, err := c.MultipartRaw(ctx, &openflow.GroupDescRequest{GroupID: openflow.GroupAll})
 		if err != nil {
 			return nil, fmt.Errorf("%w: %w", errDumpGroups, err)
 		}
-		if obs.Groups, err = gr.GroupDesc(); err != nil {
+		if err := obs.readGroupParts(gparts); err != nil {
 			return nil, fmt.Errorf("%w: %w", errDumpGroups, err)
 		}
 	} else {
@@ -685,6 +835,9 @@ func (r *Reconciler) Compare(ctx context.Context, prefix string) ([]Difference, 
 	obs, err := r.dump(ctx, c)
 	if err == nil {
 		err = obs.decodeFlows()
+	}
+	if err == nil {
+		err = obs.decodeGroups()
 	}
 	if err != nil {
 		return nil, fmt.Errorf("reconcile: %s: %w", r.opts.Bridge, err)

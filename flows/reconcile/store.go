@@ -44,6 +44,11 @@ type Store struct {
 	dirtyM  []uint32
 	epoch   uint32
 	changed chan struct{}
+	// version counts the changes that want a pass (a Set that changed
+	// something, a repair the flow monitor found); a diff records the
+	// version it saw, so that a Flush knows whether a pass has seen its
+	// changes.
+	version uint64
 	// counts are the desired flows, groups and meters of every owner
 	// (Counts), kept as owners come and go.
 	counts [3]int
@@ -55,6 +60,9 @@ type Store struct {
 	// settled and those that took the text one (Fingerprints).
 	scratch                   []byte
 	wireMatches, textCompares uint64
+	// groupsInPlace and groupsDecoded count the groups of full dumps
+	// settled by their encoding, and those decoded to be compared.
+	groupsInPlace, groupsDecoded uint64
 	// decoded counts the flows of dumps that were decoded (not settled in
 	// place); undecodable those left out because they did not decode.
 	decoded, undecodable uint64
@@ -80,6 +88,17 @@ func (s *Store) Fingerprints() (wire, text, decoded uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.wireMatches, s.textCompares, s.decoded
+}
+
+// GroupComparisons returns how many groups read by full dumps were found
+// equal to the desired ones by their encoding alone, read in place
+// (inPlace), and how many had to be decoded (decoded: different, not
+// desired, held decoded, or encoded otherwise by Open vSwitch), since the
+// store was made.
+func (s *Store) GroupComparisons() (inPlace, decoded uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.groupsInPlace, s.groupsDecoded
 }
 
 // undecodableFlows returns how many flows read from dumps were left out
@@ -397,10 +416,18 @@ func NewStore(opts StoreOptions) *Store {
 func (s *Store) Changed() <-chan struct{} { return s.changed }
 
 func (s *Store) notify() {
+	s.version++
 	select {
 	case s.changed <- struct{}{}:
 	default:
 	}
+}
+
+// changeVersion returns the store's change count (see Store.version).
+func (s *Store) changeVersion() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.version
 }
 
 // Set replaces everything owner wants with st. An empty st removes the

@@ -14,6 +14,7 @@ import (
 	"nodeflow/flows/reconcile"
 	"nodeflow/flows/service"
 	"nodeflow/flows/unidle"
+	"nodeflow/flows/vnet"
 	"nodeflow/openflow"
 )
 
@@ -35,6 +36,7 @@ var features = []struct {
 	{"services", buildServices},
 	{"egress firewall", buildEgressFirewall},
 	{"network policy", buildNetworkPolicy},
+	{"virtual networks", buildVNet},
 }
 
 // Build builds the desired state of c.Local's bridges with the real
@@ -50,6 +52,9 @@ func Build(c Config) (*Desired, error) {
 	}
 	for _, p := range c.Pods {
 		d.ports[plan.Pod][p.Port] = "pod"
+	}
+	for _, a := range c.Attachments {
+		d.ports[plan.Pod][a.Port] = "attachment"
 	}
 	for _, f := range features {
 		if err := f.build(&c, d); err != nil {
@@ -333,4 +338,35 @@ func buildNetworkPolicy(c *Config, d *Desired) error {
 		return nil
 	}
 	return d.set(plan.Pod, policy.PolicyOwner(ns[0], SamplePolicy), reconcile.State{Flows: rules})
+}
+
+// buildVNet sets what the virtual networks' connection agent wants: each
+// local attachment's flows, and each VNI's remote mappings (without the
+// addresses its local attachments hold).
+func buildVNet(c *Config, d *Desired) error {
+	taken := map[uint32][]netip.Addr{}
+	for _, a := range c.Attachments {
+		fs, err := vnet.LocalFlows(a)
+		if err != nil {
+			return err
+		}
+		if err := d.set(plan.Pod, vnet.LocalOwner(a.Namespace, a.Name), reconcile.State{Flows: fs}); err != nil {
+			return err
+		}
+		taken[a.VNI] = append(taken[a.VNI], a.IP)
+	}
+	cfg := vnet.Config{TunnelPort: c.Ports.Tunnel, HostIP: c.Local.IPs[0]}
+	for _, vni := range slices.Sorted(maps.Keys(c.RemoteAttachments)) {
+		fs, problems, err := vnet.VNIFlows(cfg, vni, c.RemoteAttachments[vni], taken[vni])
+		if err != nil {
+			return err
+		}
+		if len(problems) > 0 {
+			return fmt.Errorf("VNI %d: %v", vni, problems)
+		}
+		if err := d.set(plan.Pod, vnet.VNIOwner(vni), reconcile.State{Flows: fs}); err != nil {
+			return err
+		}
+	}
+	return nil
 }

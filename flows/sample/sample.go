@@ -15,7 +15,9 @@ import (
 	"nodeflow/flows/node"
 	"nodeflow/flows/plan"
 	"nodeflow/flows/reconcile"
+	"nodeflow/flows/vnet"
 	"nodeflow/proxy"
+	"nodeflow/vnet/api"
 )
 
 // Ports are the ofports of both bridges, as Open vSwitch numbers them when
@@ -61,6 +63,10 @@ type Config struct {
 	// EgressFirewalls are namespaces' egress firewall rules, in order; the
 	// namespace's id is its pods'.
 	EgressFirewalls map[string][]efflows.Rule
+	// Attachments are the virtual-network attachments on this node, and
+	// RemoteAttachments those of their VNIs on other nodes, by VNI.
+	Attachments       []vnet.Local
+	RemoteAttachments map[uint32][]vnet.Remote
 }
 
 // ServicePort is one service port and its endpoints, as the proxy's
@@ -93,6 +99,14 @@ func (c *Config) Pod(namespace, name string) (node.Pod, bool) {
 
 // Namespace of the sample's pods and services.
 const Namespace = "sample"
+
+// VNetNamespace is the namespace of the sample's virtual-network
+// attachments, and VNI their VNI: three on this node (v1 and v2, IPv4,
+// ports 7 and 8; v6, IPv6, port 9) and two on node2 (v3, IPv4; v7, IPv6).
+const (
+	VNetNamespace        = "tenant"
+	VNI           uint32 = 0x800001
+)
 
 // FencedNamespace is the namespace of the sample's pod under an egress
 // firewall: it may reach OutsideClient's address and nothing else outside
@@ -157,6 +171,11 @@ func Default() Config {
 	}
 	fenced := pod("c", 6, "10.128.0.7", "fd01:0:0:1::7")
 	fenced.Namespace, fenced.NamespaceID = FencedNamespace, 0x11
+	attachment := func(name string, port uint32, ip string) vnet.Local {
+		a := addr(ip)
+		return vnet.Local{Namespace: VNetNamespace, Name: name, VNI: VNI, Port: port, IP: a, MAC: api.MACOf(VNI, a)}
+	}
+	remoteAtt, remoteAtt6 := addr("10.10.0.3"), addr("fd10::3")
 	tcp, udp, sctp := v1.ProtocolTCP, v1.ProtocolUDP, v1.ProtocolSCTP
 	const n1, n2 = "node1", "node2"
 	idledPort := &proxy.ServicePort{Name: svcName("idled", "http", tcp), Protocol: tcp, Port: 80,
@@ -175,6 +194,11 @@ func Default() Config {
 		EgressFirewalls: map[string][]efflows.Rule{FencedNamespace: {
 			{Action: fw.Allow, Prefixes: []netip.Prefix{netip.PrefixFrom(OutsideClient, 32)}},
 			{Action: fw.Deny, Prefixes: []netip.Prefix{prefix("0.0.0.0/0"), prefix("::/0")}},
+		}},
+		Attachments: []vnet.Local{attachment("v1", 7, "10.10.0.1"), attachment("v2", 8, "10.10.0.2"), attachment("v6", 9, "fd10::1")},
+		RemoteAttachments: map[uint32][]vnet.Remote{VNI: {
+			{Namespace: VNetNamespace, Name: "v3", IP: remoteAtt, MAC: api.MACOf(VNI, remoteAtt), HostIP: node2.IPs[0]},
+			{Namespace: VNetNamespace, Name: "v7", IP: remoteAtt6, MAC: api.MACOf(VNI, remoteAtt6), HostIP: node2.IPs[0]},
 		}},
 		NextHops: []node.NextHop{
 			{Prefix: prefix("0.0.0.0/0"), MAC: DefaultGatewayMAC},

@@ -20,7 +20,7 @@ func TestBuild(t *testing.T) {
 	}
 	for b, want := range map[plan.Bridge][]string{
 		plan.Pod: {"pipeline/br0", "node/local", "node/remote/node2", "node/nd", "node/nexthops",
-			"pod/sample/a", "pod/sample/b", "service/_meters", "service/sample/web:http/TCP", "service/sample/empty:/SCTP"},
+			"pod/sample/a", "pod/sample/b", "vnet/tenant/v1", "vnet/tenant/v2", "vnet/tenant/v6", "vnet/_vni/8388609", "service/_meters", "service/sample/web:http/TCP", "service/sample/empty:/SCTP"},
 		plan.Gateway: {"pipeline/breth0", "gateway/defaults", "service-gateway/sample/web:http/TCP"},
 	} {
 		owners := d.Store(b).Owners("")
@@ -104,7 +104,9 @@ func TestShapes(t *testing.T) {
 			{plan.PodEndpointDNAT, 100, "udp,EndpointIPv4,EndpointPort,ServiceID", "learn(table=31),ct(commit,table=40,zone=65000,nat(dst))", plan.FeatureService},
 			{plan.PodSNAT, 130, "ct_state=+new+trk+dnat,ip,PktSource=FromGateway,nw_dst", "ct(commit,table=45,zone=65001,nat(src))", plan.FeatureNode},
 			{plan.PodSNAT, 200, "ct_state=+new+trk+dnat,ip,nw_src,nw_dst", "ct(commit,table=45,zone=65001,nat(src))", plan.FeaturePod},
-			{plan.PodTunnelIngress, 100, "tun_src,in_port=vxlan0", "move tun_id[0..23]->NamespaceID,goto_table:20", plan.FeatureNode},
+			{plan.PodTunnelIngress, 100, "tun_id,tun_src,in_port=vxlan0", "move tun_id[0..23]->NamespaceID,goto_table:20", plan.FeatureNode},
+			{plan.PodTunnelIngress, 200, "tun_id,tun_src,in_port=vxlan0", "set NamespaceID,goto_table:110", plan.FeatureVNet},
+			{plan.PodVNetForward, 100, "ip,NamespaceID,VNetLocal=FromLocalAttachment,dl_dst,nw_dst", "set tun_dst,set tun_id,output:vxlan0", plan.FeatureVNet},
 			{plan.PodARP, 100, "icmp6,icmp_type=135", "output:mp0,output:pod...", plan.FeatureNode},
 			{plan.PodServiceLB, 0, "", "goto_table:40", plan.FeaturePipeline},
 		},

@@ -18,8 +18,17 @@ func TestAuditComparesWireForm(t *testing.T) {
 	for _, b := range plan.Bridges {
 		store := r.stores[b]
 		w0, t0, d0 := store.Fingerprints()
+		g0, gd0 := store.GroupComparisons()
 		r.reconcile(bridgeName(b), store)
 		w1, t1, d1 := store.Fingerprints()
+		g1, gd1 := store.GroupComparisons()
+		t.Logf("%s: %d groups equal by encoding, %d decoded", bridgeName(b), g1-g0, gd1-gd0)
+		if gd1 != gd0 {
+			t.Errorf("%s: %d groups of the dump decoded, want none (every group settled in place)", bridgeName(b), gd1-gd0)
+		}
+		if b == plan.Pod && g1 == g0 {
+			t.Errorf("%s: no group compared by encoding", bridgeName(b))
+		}
 		wire, text, decoded := w1-w0, t1-t0, d1-d0
 		t.Logf("%s: %d flows equal by encoding, %d compared as text, %d decoded", bridgeName(b), wire, text, decoded)
 		if decoded != text {

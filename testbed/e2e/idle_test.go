@@ -115,7 +115,7 @@ func TestIdle(t *testing.T) {
 	b := startUnidler(t, e, "idle-b")
 	leader := waitLeaseHolder(t, e, "")
 	t.Logf("%s leads", leader)
-	replicas := map[string]*unidlerProc{"idle-a": a, "idle-b": b}
+	replicas := map[string]*controllerProc{"idle-a": a, "idle-b": b}
 
 	// A malformed list and a target that no longer exists: a Warning
 	// event names the problem.
@@ -288,8 +288,9 @@ func runNodeflowErr(e *env, stdin string, args ...string) (string, error) {
 	return out.String(), nil
 }
 
-// unidlerProc is a running `nodeflow unidler`.
-type unidlerProc struct {
+// controllerProc is a running cluster controller: `nodeflow unidler` or
+// `nodeflow ipam`.
+type controllerProc struct {
 	cmd     *exec.Cmd
 	metrics string // URL of its /metrics
 	log     string
@@ -302,7 +303,15 @@ const unidlerLeaseNamespace = "nodeflow"
 
 // startUnidler runs `nodeflow unidler` as replica id, with the unidler's
 // roles (the testbed's unidler kubeconfig), until the test ends.
-func startUnidler(t testing.TB, e *env, id string) *unidlerProc {
+func startUnidler(t testing.TB, e *env, id string) *controllerProc {
+	t.Helper()
+	return startController(t, e, "unidler", e.state.UnidlerKubeconfig, id, "--lease-namespace", unidlerLeaseNamespace)
+}
+
+// startController runs `nodeflow <command>` as replica id with the
+// kubeconfig given (a ServiceAccount's of deploy/rbac) and args, until the
+// test ends, and waits until it serves /metrics.
+func startController(t testing.TB, e *env, command, kubeconfig, id string, args ...string) *controllerProc {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -315,17 +324,16 @@ func startUnidler(t testing.TB, e *env, id string) *unidlerProc {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kubeconfig := e.state.UnidlerKubeconfig
 	if kubeconfig == "" {
-		t.Fatal("the testbed has no unidler kubeconfig")
+		t.Fatalf("the testbed has no kubeconfig for nodeflow %s", command)
 	}
-	cmd := exec.Command(filepath.Join(e.binDir, "nodeflow"), "--log-level", "debug", "unidler", "--kubeconfig", kubeconfig,
-		"--metrics-addr", addr, "--lease-namespace", unidlerLeaseNamespace, "--identity", id)
+	argv := append([]string{"--log-level", "debug", command, "--kubeconfig", kubeconfig, "--metrics-addr", addr, "--identity", id}, args...)
+	cmd := exec.Command(filepath.Join(e.binDir, "nodeflow"), argv...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	p := &unidlerProc{cmd: cmd, metrics: "http://" + addr + "/metrics", log: logPath, exited: make(chan struct{})}
+	p := &controllerProc{cmd: cmd, metrics: "http://" + addr + "/metrics", log: logPath, exited: make(chan struct{})}
 	keepRunning(cmd, func() { logf.Close(); close(p.exited) })
 	t.Cleanup(func() {
 		p.stop(t)
@@ -341,8 +349,8 @@ func startUnidler(t testing.TB, e *env, id string) *unidlerProc {
 	return p
 }
 
-// stop ends the unidler with SIGTERM and waits for it to exit.
-func (p *unidlerProc) stop(t testing.TB) {
+// stop ends the controller with SIGTERM and waits for it to exit.
+func (p *controllerProc) stop(t testing.TB) {
 	t.Helper()
 	select {
 	case <-p.exited:
@@ -354,7 +362,19 @@ func (p *unidlerProc) stop(t testing.TB) {
 	case <-p.exited:
 	case <-time.After(20 * time.Second):
 		_ = p.cmd.Process.Kill()
-		t.Errorf("unidler %d did not stop on SIGTERM", p.cmd.Process.Pid)
+		t.Errorf("%s %d did not stop on SIGTERM", p.cmd.Args[3], p.cmd.Process.Pid)
+	}
+}
+
+// kill ends the controller with SIGKILL, as a crash would, and waits for
+// it to exit.
+func (p *controllerProc) kill(t testing.TB) {
+	t.Helper()
+	_ = p.cmd.Process.Kill()
+	select {
+	case <-p.exited:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("%d did not exit on SIGKILL", p.cmd.Process.Pid)
 	}
 }
 

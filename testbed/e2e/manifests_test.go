@@ -71,4 +71,5 @@ func TestProcessesRunAsServiceAccounts(t *testing.T) {
 		}
 	}
 	check(e.state.UnidlerKubeconfig, "system:serviceaccount:nodeflow:nodeflow-unidler")
+	check(e.state.IPAMKubeconfig, "system:serviceaccount:nodeflow:nodeflow-ipam")
 }

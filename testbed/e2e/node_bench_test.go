@@ -97,17 +97,21 @@ func manyPods(b testing.TB, e *env, ns, node string, n int) {
 }
 
 // rssKiB reads a process's resident set size.
-func rssKiB(pid int) (int, error) {
+func rssKiB(pid int) (int, error) { return procStatusKiB(pid, "VmRSS") }
+
+// procStatusKiB returns a KiB field of /proc/PID/status: VmRSS, or VmHWM
+// (the peak RSS).
+func procStatusKiB(pid int, field string) (int, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0, err
 	}
 	for _, l := range strings.Split(string(b), "\n") {
-		if strings.HasPrefix(l, "VmRSS:") {
+		if strings.HasPrefix(l, field+":") {
 			return strconv.Atoi(strings.Fields(l)[1])
 		}
 	}
-	return 0, fmt.Errorf("no VmRSS for pid %d", pid)
+	return 0, fmt.Errorf("no %s for pid %d", field, pid)
 }
 
 // replaceFlows times `ovs-ofctl --bundle replace-flows` of bridge's own

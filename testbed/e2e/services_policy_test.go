@@ -76,7 +76,7 @@ func nodePortOf(t *testing.T, svc *v1.Service, proto v1.Protocol) int {
 
 // member returns the testbed member name or fails (skips for ext1, which
 // a topology may lack).
-func member(t *testing.T, e *env, name string) *testbed.Member {
+func member(t testing.TB, e *env, name string) *testbed.Member {
 	t.Helper()
 	m, ok := e.state.Member(name)
 	if !ok {

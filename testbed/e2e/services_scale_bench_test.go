@@ -182,21 +182,35 @@ func runServicesScale(b *testing.B, e *env) map[string]float64 {
 	})
 	cold := polled.Sub(restart)
 	rssCold := mustRSS(b, agentPID)
+	peakCold, err := procStatusKiB(agentPID, "VmHWM")
+	if err != nil {
+		b.Fatal(err)
+	}
 	coldProfile()
 	saveProfile(b, m, "cold-heap.prof", "heap")()
 	res["s-nodeflow-cpu-cold-start"] = ticksToMs(cpuTicks(b, agentPID, false)) / 1000
-	b.Logf("nodeflow: cold start with %d services: ready %s, all groups in OVS %s after process start; CPU %.1f s; RSS %d KiB; %s",
-		n, ready.Round(time.Millisecond), cold.Round(time.Millisecond), res["s-nodeflow-cpu-cold-start"], rssCold, goMemory(m))
+	b.Logf("nodeflow: cold start with %d services: ready %s, all groups in OVS %s after process start; CPU %.1f s; RSS %d KiB (peak %d KiB); %s",
+		n, ready.Round(time.Millisecond), cold.Round(time.Millisecond), res["s-nodeflow-cpu-cold-start"], rssCold, peakCold, goMemory(m))
 	res["s-nodeflow-cold-start"] = cold.Seconds()
 	res["MiB-nodeflow-RSS-cold"] = float64(rssCold) / 1024
+	res["MiB-nodeflow-RSS-cold-peak"] = float64(peakCold) / 1024
 	idle := idleWindow(b)
+	idleAudits0 := scrapeAgent(b, m).histogram("nodeflow_sync_duration_seconds", `kind="audit"`)
+	idleProfile := saveProfile(b, m, "idle-cpu.prof", fmt.Sprintf("profile?seconds=%d", max(1, int(idle.Seconds())-1)))
 	res["ms-nodeflow-idle-cpu-per-min"] = idleCPU(b, agentPID, false, idle)
-	b.Logf("nodeflow: idle with %d services: %.0f ms of CPU a minute", n, res["ms-nodeflow-idle-cpu-per-min"])
+	idleProfile()
+	idleAudits := scrapeAgent(b, m).histogram("nodeflow_sync_duration_seconds", `kind="audit"`).minus(idleAudits0)
+	b.Logf("nodeflow: idle with %d services: %.0f ms of CPU a minute; %v audits of both bridges (mean %.0f ms)", n, res["ms-nodeflow-idle-cpu-per-min"],
+		idleAudits.count, idleAudits.sum/math.Max(idleAudits.count, 1)*1000)
 
 	// One Service's endpoints, changed one at a time.
 	target := "svc-00000"
 	gid := groupOf(b, m, endpointAddr(remote, 0, 0, n))
-	hist0 := scrapeAgent(b, m).histogram("kubeproxy_network_programming_duration_seconds", "")
+	scrape0 := scrapeAgent(b, m)
+	hist0 := scrape0.histogram("kubeproxy_network_programming_duration_seconds", "")
+	pass0 := scrape0.histogram("nodeflow_sync_duration_seconds", `bridge="br0",kind="incremental"`)
+	audit0 := scrape0.histogram("nodeflow_sync_duration_seconds", `bridge="br0",kind="audit"`)
+	changesProfile := saveProfile(b, m, "changes-cpu.prof", "profile?seconds=5")
 	cpu0 := cpuTicks(b, agentPID, false)
 	// The agent's metrics are read once, after the changes: a scrape costs
 	// the agent CPU (its flow counts walk every owner), which would count
@@ -215,8 +229,14 @@ func runServicesScale(b *testing.B, e *env) map[string]float64 {
 		return nil
 	})
 	cpu1 := cpuTicks(b, agentPID, false)
-	hist1 := scrapeAgent(b, m).histogram("kubeproxy_network_programming_duration_seconds", "")
+	scrape1 := scrapeAgent(b, m)
+	hist1 := scrape1.histogram("kubeproxy_network_programming_duration_seconds", "")
 	delta := hist1.minus(hist0)
+	passes := scrape1.histogram("nodeflow_sync_duration_seconds", `bridge="br0",kind="incremental"`).minus(pass0)
+	audits := scrape1.histogram("nodeflow_sync_duration_seconds", `bridge="br0",kind="audit"`).minus(audit0)
+	b.Logf("nodeflow: br0 passes during the changes: %v incremental (p50 %.1f ms, p99 %.1f ms), %v audits (mean %.0f ms)",
+		passes.count, passes.quantile(0.5)*1000, passes.quantile(0.99)*1000, audits.count, audits.sum/math.Max(audits.count, 1)*1000)
+	changesProfile()
 	res["ms-nodeflow-p50"] = percentile(nfLat, 50).Seconds() * 1000
 	res["ms-nodeflow-p99"] = percentile(nfLat, 99).Seconds() * 1000
 	res["ms-nodeflow-metric-p50"] = delta.quantile(0.50) * 1000

@@ -157,6 +157,7 @@ func TestUpgradeZeroLoss(t *testing.T) {
 		}
 	}
 
+	settled(t, e) // nothing torn down under the traffic but by the roll
 	traffic := startServiceTraffic(t, clients, vips)
 	roll := func(to string, bin, version string, pipeline int) {
 		for _, m := range nodes {

@@ -7,10 +7,15 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
 	"path/filepath"
+	"runtime"
+	"testing"
 	"time"
 
 	"nodeflow/nsrun"
+
+	"github.com/vishvananda/netns"
 )
 
 // Path returns the path of the named network namespace (as `ip netns` names it).
@@ -55,4 +60,36 @@ func Dial(ctx context.Context, ns, network, addr string, timeout time.Duration) 
 		return err
 	})
 	return c, err
+}
+
+// InNew runs fn on the calling goroutine's thread, moved into a fresh
+// network namespace, and moves the thread back after it. It skips t without
+// root (fails it when NODEFLOW_REQUIRE_OVS is set, as CI sets it). The
+// namespace goes when nothing holds it any more.
+func InNew(t testing.TB, fn func()) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		if os.Getenv("NODEFLOW_REQUIRE_OVS") != "" {
+			t.Fatal("needs root for a network namespace, and NODEFLOW_REQUIRE_OVS is set")
+		}
+		t.Skip("needs root for a network namespace")
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	orig, err := netns.Get()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer orig.Close()
+	ns, err := netns.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := netns.Set(orig); err != nil {
+			panic(err)
+		}
+		ns.Close()
+	}()
+	fn()
 }
