@@ -115,7 +115,7 @@ type builtPort struct {
 	port *proxy.ServicePort
 	// used are the endpoints its groups hold (internal and external).
 	used []proxy.Endpoint
-	ids  map[string]uint32
+	ids  groupIDs
 	// idled: the port is idled and left to the idle handler.
 	idled bool
 	// refused counts the endpoints left out because they cannot be right.
@@ -462,7 +462,7 @@ func (p *Proxy) sync(ctx context.Context, full bool) error {
 			// Give back the ids this attempt took that the installed
 			// state does not use.
 			for _, k := range keys {
-				if _, used := old.ids[k]; !used {
+				if _, used := old.ids.lookup(k); !used {
 					p.ids.Release(k)
 				}
 			}
@@ -498,7 +498,7 @@ func (p *Proxy) sync(ctx context.Context, full bool) error {
 		}
 		idle = append(idle, idleChanges(name, port, out.GroupIDs, had && old.idled, out.Idled, proxy.HasEndpoints(eps))...)
 		p.refused += refused - old.refused
-		p.built[name] = builtPort{port: port, used: used, ids: out.GroupIDs, idled: out.Idled, refused: refused, lost: lost}
+		p.built[name] = builtPort{port: port, used: used, ids: compactIDs(out.GroupIDs), idled: out.Idled, refused: refused, lost: lost}
 	}
 	p.metrics.services.Set(float64(len(p.built)))
 	p.metrics.refusedEndpoints.Set(float64(p.refused))
@@ -553,13 +553,13 @@ func (p *Proxy) sync(ctx context.Context, full bool) error {
 func (p *Proxy) forget(name proxy.ServicePortName, old builtPort, keep map[string]uint32) {
 	p.idMu.Lock()
 	defer p.idMu.Unlock()
-	for key, id := range old.ids {
-		if _, ok := keep[key]; ok {
+	for _, g := range old.ids {
+		if _, ok := keep[g.key]; ok {
 			continue
 		}
-		p.ids.Release(key)
-		if p.byID[id] == name {
-			delete(p.byID, id)
+		p.ids.Release(g.key)
+		if p.byID[g.id] == name {
+			delete(p.byID, g.id)
 		}
 	}
 }

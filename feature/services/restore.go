@@ -103,8 +103,8 @@ func (p *Proxy) restoreGroupIDs(installed []openflow.Flow) []string {
 func (p *Proxy) releaseUnbuilt(keys []string) {
 	used := map[string]bool{}
 	for _, b := range p.built {
-		for k := range b.ids {
-			used[k] = true
+		for _, g := range b.ids {
+			used[g.key] = true
 		}
 	}
 	for _, k := range keys {

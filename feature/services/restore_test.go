@@ -50,7 +50,7 @@ func TestServiceProxyKeepsInstalledGroupIDs(t *testing.T) {
 	if err := first.sync(ctx, false); err != nil {
 		t.Fatal(err)
 	}
-	if got := first.built[webPort].ids; got[internalKey] != 4242 || got[externalKey] != 4343 {
+	if got := first.built[webPort].ids; got.id(internalKey) != 4242 || got.id(externalKey) != 4343 {
 		t.Fatalf("first agent's ids %v, want the reserved 4242 and 4343", got)
 	}
 
@@ -61,7 +61,7 @@ func TestServiceProxyKeepsInstalledGroupIDs(t *testing.T) {
 	if err := fresh.sync(ctx, false); err != nil {
 		t.Fatal(err)
 	}
-	if got := fresh.built[webPort].ids; got[internalKey] == 4242 {
+	if got := fresh.built[webPort].ids; got.id(internalKey) == 4242 {
 		t.Fatalf("without restore the ids are %v: the test cannot tell restore from luck", got)
 	}
 
@@ -73,7 +73,7 @@ func TestServiceProxyKeepsInstalledGroupIDs(t *testing.T) {
 	if err := restarted.sync(ctx, false); err != nil {
 		t.Fatal(err)
 	}
-	if got := restarted.built[webPort].ids; got[internalKey] != 4242 || got[externalKey] != 4343 {
+	if got := restarted.built[webPort].ids; got.id(internalKey) != 4242 || got.id(externalKey) != 4343 {
 		t.Errorf("restarted agent's ids %v, want the installed 4242 and 4343", got)
 	}
 	if restarted.installed != nil {
@@ -91,7 +91,7 @@ func TestServiceProxyKeepsInstalledGroupIDs(t *testing.T) {
 	if err := changed.sync(ctx, false); err != nil {
 		t.Fatal(err)
 	}
-	if got := changed.built[webPort].ids; got[internalKey] != 4242 || len(got) != 1 {
+	if got := changed.built[webPort].ids; got.id(internalKey) != 4242 || len(got) != 1 {
 		t.Errorf("ids after the change %v, want only the internal 4242", got)
 	}
 	if n := changed.ids.Len(); n != 1 {
