@@ -114,6 +114,21 @@ func procStatusKiB(pid int, field string) (int, error) {
 	return 0, fmt.Errorf("no %s for pid %d", field, pid)
 }
 
+// rssParts says what a process's resident set is made of: anonymous
+// memory (the Go heap, stacks and the runtime's own) and file pages (the
+// binary's code and data that it touched).
+func rssParts(pid int) string {
+	var parts []string
+	for _, f := range []string{"RssAnon", "RssFile", "RssShmem"} {
+		kib, err := procStatusKiB(pid, f)
+		if err != nil {
+			return err.Error()
+		}
+		parts = append(parts, fmt.Sprintf("%s %d KiB", strings.TrimPrefix(f, "Rss"), kib))
+	}
+	return strings.Join(parts, ", ")
+}
+
 // replaceFlows times `ovs-ofctl --bundle replace-flows` of bridge's own
 // flows (the full-replace approach of the ovn-kubernetes gateway), as the
 // reference for the agent's start-up reconcile.

@@ -144,8 +144,8 @@ func runServicesScale(b *testing.B, e *env) map[string]float64 {
 	saveProfile(b, m, "created-heap.prof", "heap")()
 	res["s-nodeflow-cpu-create"] = ticksToMs(cpuTicks(b, agentPID, false)-cpuCreate) / 1000
 	flows := countFlows(b, m)
-	b.Logf("nodeflow: all %d services in OVS %s after the first create (%s after the last); agent CPU %.1f s; RSS %d KiB (+%d), br0 %d flows; %s",
-		n, programmed.Round(time.Millisecond), (programmed - created).Round(time.Millisecond), res["s-nodeflow-cpu-create"], rss1, rss1-rss0, flows, goMemory(m))
+	b.Logf("nodeflow: all %d services in OVS %s after the first create (%s after the last); agent CPU %.1f s; RSS %d KiB (+%d; %s), br0 %d flows; %s",
+		n, programmed.Round(time.Millisecond), (programmed - created).Round(time.Millisecond), res["s-nodeflow-cpu-create"], rss1, rss1-rss0, rssParts(agentPID), flows, goMemory(m))
 	res["s-create-api"] = created.Seconds()
 	res["s-nodeflow-all-in-ovs"] = programmed.Seconds()
 	res["s-nodeflow-after-last-create"] = (programmed - created).Seconds()
@@ -189,8 +189,8 @@ func runServicesScale(b *testing.B, e *env) map[string]float64 {
 	coldProfile()
 	saveProfile(b, m, "cold-heap.prof", "heap")()
 	res["s-nodeflow-cpu-cold-start"] = ticksToMs(cpuTicks(b, agentPID, false)) / 1000
-	b.Logf("nodeflow: cold start with %d services: ready %s, all groups in OVS %s after process start; CPU %.1f s; RSS %d KiB (peak %d KiB); %s",
-		n, ready.Round(time.Millisecond), cold.Round(time.Millisecond), res["s-nodeflow-cpu-cold-start"], rssCold, peakCold, goMemory(m))
+	b.Logf("nodeflow: cold start with %d services: ready %s, all groups in OVS %s after process start; CPU %.1f s; RSS %d KiB (peak %d KiB; %s); %s",
+		n, ready.Round(time.Millisecond), cold.Round(time.Millisecond), res["s-nodeflow-cpu-cold-start"], rssCold, peakCold, rssParts(agentPID), goMemory(m))
 	res["s-nodeflow-cold-start"] = cold.Seconds()
 	res["MiB-nodeflow-RSS-cold"] = float64(rssCold) / 1024
 	res["MiB-nodeflow-RSS-cold-peak"] = float64(peakCold) / 1024
