@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"net/netip"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -18,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
+	"nodeflow/testbed"
 	"nodeflow/testbed/nsutil"
 	"nodeflow/testbed/workload"
 )
@@ -42,7 +44,15 @@ type serviceTraffic struct {
 	// names are every stream's, so that settle waits for the streams that
 	// have not answered yet too.
 	names []string
+	// failedAt are the failures' times; drops, when set (watchNodes),
+	// explains them.
+	failedAt []time.Time
+	drops    *dropWatch
 }
+
+// watchNodes makes finish report, when a request failed, what the nodes'
+// datapaths dropped and logged around the failures.
+func (s *serviceTraffic) watchNodes(nodes []*testbed.Member) { s.drops = watchDrops(nodes) }
 
 // serviceUnderTraffic deploys web pods on both nodes and a client pod on
 // each, puts a dual-stack Service (webPorts) in front of the web pods, and
@@ -96,7 +106,9 @@ func startServiceTraffic(t *testing.T, clients []netPod, vips []netip.Addr) *ser
 				cancel()
 				s.mu.Lock()
 				if err != nil {
-					s.fails[name] = append(s.fails[name], fmt.Sprintf("%s: %v", time.Now().Format("15:04:05.000"), err))
+					now := time.Now()
+					s.fails[name] = append(s.fails[name], fmt.Sprintf("%s: %v", now.Format("15:04:05.000"), err))
+					s.failedAt = append(s.failedAt, now)
 				} else {
 					s.ok[name]++
 				}
@@ -217,4 +229,10 @@ func (s *serviceTraffic) finish(t *testing.T, what string) {
 		t.Log(r)
 	}
 	t.Logf("%s: %d requests answered in %d streams, %d failed", what, total, len(s.ok), len(s.fails))
+	if len(s.failedAt) > 0 && s.drops != nil {
+		// A failure is recorded when the request gave up (its timeout
+		// after it was sent): the window reaches back from the first.
+		first, last := slices.MinFunc(s.failedAt, time.Time.Compare), slices.MaxFunc(s.failedAt, time.Time.Compare)
+		s.drops.report(t, first.Add(-1500*time.Millisecond), last)
+	}
 }

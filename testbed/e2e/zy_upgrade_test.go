@@ -159,6 +159,7 @@ func TestUpgradeZeroLoss(t *testing.T) {
 
 	settled(t, e) // nothing torn down under the traffic but by the roll
 	traffic := startServiceTraffic(t, clients, vips)
+	traffic.watchNodes(nodes)
 	roll := func(to string, bin, version string, pipeline int) {
 		for _, m := range nodes {
 			start := time.Now()
