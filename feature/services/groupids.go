@@ -36,9 +36,3 @@ func (g groupIDs) lookup(key string) (uint32, bool) {
 	}
 	return g[i].id, true
 }
-
-// id returns the id of key, 0 when g has none.
-func (g groupIDs) id(key string) uint32 {
-	id, _ := g.lookup(key)
-	return id
-}

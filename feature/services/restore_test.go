@@ -121,3 +121,9 @@ func TestRestoreGroupIDsIgnoresStrangers(t *testing.T) {
 		t.Errorf("restored %v (%d ids held) from flows that are not the port's", keys, p.ids.Len())
 	}
 }
+
+// id returns the id of key, 0 when g has none.
+func (g groupIDs) id(key string) uint32 {
+	id, _ := g.lookup(key)
+	return id
+}

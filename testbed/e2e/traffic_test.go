@@ -230,9 +230,10 @@ func (s *serviceTraffic) finish(t *testing.T, what string) {
 	}
 	t.Logf("%s: %d requests answered in %d streams, %d failed", what, total, len(s.ok), len(s.fails))
 	if len(s.failedAt) > 0 && s.drops != nil {
-		// A failure is recorded when the request gave up (its timeout
-		// after it was sent): the window reaches back from the first.
+		// A failure is recorded when the request gave up, up to its
+		// timeout after it was sent: the window reaches 3.5 s back from
+		// the first and 1 s past the last.
 		first, last := slices.MinFunc(s.failedAt, time.Time.Compare), slices.MaxFunc(s.failedAt, time.Time.Compare)
-		s.drops.report(t, first.Add(-1500*time.Millisecond), last)
+		s.drops.report(t, first.Add(-3500*time.Millisecond), last.Add(time.Second))
 	}
 }
