@@ -5,17 +5,15 @@
 //
 // # Layers
 //
-// DecodeFrame walks Ethernet (with up to two 802.1Q/802.1ad tags), IPv4 or
-// IPv6 (skipping hop-by-hop, routing and destination options headers, and
-// atomic fragments) and UDP, and returns the UDP datagram with its
-// addresses. The walk is written here rather than with gopacket's layer
-// decoders because it runs on the path of a held DNS reply: it allocates
-// nothing, it checks every length against both the header's claim and
-// the bytes present (a frame cut short, for example by a packet-in's
-// max_len, gives io.ErrUnexpectedEOF), and it refuses what cannot be a
-// whole DNS reply (fragments, an IPv4 total length of 0) with sentinel
-// errors. The tests and the fuzz target use gopacket to build frames and
-// as an independent decoder to compare against.
+// DecodeFrame walks Ethernet, IP and UDP with nodeflow/packet, checks the
+// UDP header and returns the datagram with its addresses. It runs on the
+// path of a held DNS reply: it allocates nothing, it checks every length
+// against both the header's claim and the bytes present (a frame cut
+// short, for example by a packet-in's max_len, gives io.ErrUnexpectedEOF),
+// and it refuses what cannot be a whole DNS reply (fragments, an IPv4
+// total length of 0) with sentinel errors. The tests and the fuzz target
+// use gopacket to build frames and as an independent decoder to compare
+// against.
 //
 // ParseHeader reads the 12-byte DNS header without decoding the rest, and
 // Classify combines both to say, cheaply, whether a frame is a DNS reply

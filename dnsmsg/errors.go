@@ -1,22 +1,26 @@
 package dnsmsg
 
-import "errors"
+import (
+	"errors"
+
+	"nodeflow/packet"
+)
 
 // Sentinel errors. The errors returned by this package wrap one of these
 // (or io.ErrUnexpectedEOF when the input ends early) and name the field
 // that was wrong.
 var (
 	// ErrNotIP means the frame carries neither IPv4 nor IPv6.
-	ErrNotIP = errors.New("not an IPv4 or IPv6 packet")
+	ErrNotIP = packet.ErrNotIP
 	// ErrNotUDP means the IP packet carries another protocol.
 	ErrNotUDP = errors.New("not a UDP datagram")
 	// ErrFragment means the packet is a fragment of a larger one, which
 	// cannot be read on its own.
-	ErrFragment = errors.New("a fragment")
+	ErrFragment = packet.ErrFragment
 	// ErrNotDNSPort means the datagram does not come from port 53.
 	ErrNotDNSPort = errors.New("source port is not 53")
 	// ErrInvalid means a header field holds a value that cannot be right.
-	ErrInvalid = errors.New("invalid value")
+	ErrInvalid = packet.ErrInvalid
 	// ErrNotResponse means the DNS message is a query (QR bit clear).
 	ErrNotResponse = errors.New("not a response")
 	// ErrNotQuery means the DNS message's opcode is not a standard query.

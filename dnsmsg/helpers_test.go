@@ -137,3 +137,10 @@ func gopacketUDP(frame []byte) (d Datagram, ok bool) {
 		Payload: udp.Payload,
 	}, true
 }
+
+// IP protocol numbers the tests put in headers.
+const (
+	protoUDP      = 17
+	protoFragment = 44
+	protoDestOpts = 60
+)

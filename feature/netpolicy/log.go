@@ -3,13 +3,14 @@ package netpolicy
 import (
 	"net/netip"
 
-	"github.com/gopacket/gopacket"
-	"github.com/gopacket/gopacket/layers"
+	"errors"
+
 	"github.com/sirupsen/logrus"
 
 	"nodeflow/feature"
 	"nodeflow/flows/plan"
 	"nodeflow/flows/policy"
+	"nodeflow/packet"
 )
 
 // LogAnnotation on a namespace turns on the log of the packets its pods'
@@ -63,29 +64,15 @@ func (f *Feature) denied(p feature.PacketIn) (Denied, bool) {
 		return d, false
 	}
 	d.Namespace, d.Pod = ns, name
-	pkt := gopacket.NewPacket(m.Data, layers.LayerTypeEthernet, gopacket.DecodeOptions{Lazy: true, NoCopy: true})
-	var src, dst netip.Addr
-	switch ip := pkt.NetworkLayer().(type) {
-	case *layers.IPv4:
-		src, _ = netip.AddrFromSlice(ip.SrcIP.To4())
-		dst, _ = netip.AddrFromSlice(ip.DstIP.To4())
-		d.Protocol = ip.Protocol.String()
-	case *layers.IPv6:
-		src, _ = netip.AddrFromSlice(ip.SrcIP)
-		dst, _ = netip.AddrFromSlice(ip.DstIP)
-		d.Protocol = ip.NextHeader.String()
-	default:
+	ip, err := packet.Decode(m.Data)
+	if err != nil && !errors.Is(err, packet.ErrFragment) {
 		return d, false
 	}
-	var sport, dport uint16
-	switch l4 := pkt.TransportLayer().(type) {
-	case *layers.TCP:
-		sport, dport, d.Protocol = uint16(l4.SrcPort), uint16(l4.DstPort), "TCP"
-	case *layers.UDP:
-		sport, dport, d.Protocol = uint16(l4.SrcPort), uint16(l4.DstPort), "UDP"
-	case *layers.SCTP:
-		sport, dport, d.Protocol = uint16(l4.SrcPort), uint16(l4.DstPort), "SCTP"
-	}
+	// A fragment's transport header is in its first fragment alone: its
+	// sample is logged with the addresses and no ports.
+	d.Protocol = packet.ProtoName(ip.Proto)
+	src, dst := ip.Src, ip.Dst
+	sport, dport, _ := ip.Ports()
 	d.Src, d.Dst = netip.AddrPortFrom(src, sport), netip.AddrPortFrom(dst, dport)
 	return d, true
 }

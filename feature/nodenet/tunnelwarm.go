@@ -2,7 +2,6 @@ package nodenet
 
 import (
 	"context"
-	"fmt"
 	"maps"
 	"net"
 	"net/netip"
@@ -10,8 +9,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gopacket/gopacket"
-	"github.com/gopacket/gopacket/layers"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sirupsen/logrus"
 
@@ -19,6 +16,7 @@ import (
 	"nodeflow/flows/node"
 	"nodeflow/flows/plan"
 	"nodeflow/openflow"
+	"nodeflow/packet"
 )
 
 // TunnelWarmInterval is how often the userspace datapath's tunnel
@@ -161,9 +159,9 @@ func (w *tunnelWarmer) warm(ctx context.Context, now time.Time) {
 		}
 		mac := w.macs[ip]
 		if mac == nil {
-			mac = layers.EthernetBroadcast
+			mac = broadcastMAC
 		}
-		data, err := ARPRequest(nd.HostMAC, mac, src, ip)
+		data, err := packet.ARPRequest(nd.HostMAC, mac, src, ip)
 		if err != nil {
 			w.log.WithError(err).WithField("neighbour", ip).Debug("tunnel neighbour probe not built")
 			continue
@@ -210,22 +208,5 @@ func sourceFor(ips []netip.Prefix, dst netip.Addr) (src netip.Addr, onLink, ok b
 	return src, false, src.IsValid()
 }
 
-// ARPRequest returns an Ethernet frame asking dst (at dstMAC: unicast, as
-// a neighbour's reachability is confirmed, or broadcast) for its MAC on
-// behalf of src at srcMAC.
-func ARPRequest(srcMAC, dstMAC net.HardwareAddr, src, dst netip.Addr) ([]byte, error) {
-	if !src.Is4() || !dst.Is4() || len(srcMAC) != 6 || len(dstMAC) != 6 {
-		return nil, fmt.Errorf("nodenet: ARP request from %s (%s) to %s (%s): need IPv4 addresses and Ethernet MACs", src, srcMAC, dst, dstMAC)
-	}
-	eth := &layers.Ethernet{SrcMAC: srcMAC, DstMAC: dstMAC, EthernetType: layers.EthernetTypeARP}
-	arp := &layers.ARP{
-		AddrType: layers.LinkTypeEthernet, Protocol: layers.EthernetTypeIPv4, HwAddressSize: 6, ProtAddressSize: 4,
-		Operation: layers.ARPRequest, SourceHwAddress: srcMAC, SourceProtAddress: src.AsSlice(),
-		DstHwAddress: make(net.HardwareAddr, 6), DstProtAddress: dst.AsSlice(),
-	}
-	buf := gopacket.NewSerializeBuffer()
-	if err := gopacket.SerializeLayers(buf, gopacket.SerializeOptions{FixLengths: true}, eth, arp); err != nil {
-		return nil, fmt.Errorf("nodenet: ARP request to %s: %w", dst, err)
-	}
-	return buf.Bytes(), nil
-}
+// broadcastMAC is the Ethernet broadcast address.
+var broadcastMAC = net.HardwareAddr{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}

@@ -20,6 +20,7 @@ import (
 	"nodeflow/flows/node"
 	"nodeflow/flows/plan"
 	"nodeflow/openflow"
+	"nodeflow/packet"
 )
 
 func mustMAC(s string) net.HardwareAddr {
@@ -123,12 +124,12 @@ func TestTunnelWarm(t *testing.T) {
 // TestARPRequestOracle: Open vSwitch reads the packet-out as a unicast ARP
 // request out of the uplink.
 func TestARPRequestOracle(t *testing.T) {
-	data, err := ARPRequest(mustMAC("02:00:00:00:00:11"), mustMAC("02:00:00:00:00:12"),
+	data, err := packet.ARPRequest(mustMAC("02:00:00:00:00:11"), mustMAC("02:00:00:00:00:12"),
 		netip.MustParseAddr("172.30.0.11"), netip.MustParseAddr("172.30.0.12"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ARPRequest(mustMAC("02:00:00:00:00:11"), mustMAC("02:00:00:00:00:12"),
+	if _, err := packet.ARPRequest(mustMAC("02:00:00:00:00:11"), mustMAC("02:00:00:00:00:12"),
 		netip.MustParseAddr("fd00::11"), netip.MustParseAddr("fd00::12")); err == nil || !strings.Contains(err.Error(), "fd00::12") {
 		t.Errorf("an IPv6 ARP request: error %v, want one naming the address", err)
 	}
