@@ -348,8 +348,8 @@ func (s *Store) diff(opts DiffOptions) *Diff {
 		}
 		seen[r] = true
 		for name := range r.owners {
-			if o := s.owners[name]; o != nil && o.err != nil && now.Before(o.retryAt) {
-				block(r, o.err)
+			if o := s.owners[name]; o != nil && o.backedOff(now) {
+				block(r, o.fail.err)
 			}
 		}
 		if r.size == 0 && len(r.meters) == 0 {
@@ -365,10 +365,10 @@ func (s *Store) diff(opts DiffOptions) *Diff {
 			for name := range u.owners {
 				if name != foreignOwner {
 					d.Blocked[name] = u.err
-					if o := s.owners[name]; o != nil && o.err == nil {
+					if o := s.owners[name]; o != nil && o.lastErr() == nil {
 						// Visible in Errors until it goes through; no
 						// back-off: it waits for the change it needs.
-						o.err = u.err
+						o.fail = &ownerFailure{err: u.err}
 					}
 				}
 			}
@@ -578,7 +578,7 @@ func (s *Store) commitBatch(b *Batch) {
 	}
 	for _, name := range b.owners {
 		if o := s.owners[name]; o != nil {
-			o.err, o.failures = nil, 0
+			o.fail = nil
 		}
 	}
 }
@@ -693,13 +693,17 @@ func (s *Store) failOwner(name string, err error, now time.Time) {
 	if o == nil {
 		return
 	}
-	o.err = err
-	o.failures++
-	d := minBackoff << min(o.failures-1, 16)
+	if o.fail == nil {
+		o.fail = &ownerFailure{}
+	}
+	f := o.fail
+	f.err = err
+	f.failures++
+	d := minBackoff << min(f.failures-1, 16)
 	if d > maxBackoff || d <= 0 {
 		d = maxBackoff
 	}
-	o.retryAt = now.Add(d)
+	f.retryAt = now.Add(d)
 	s.backedOff[o] = struct{}{}
 }
 
@@ -714,8 +718,8 @@ func (s *Store) nextRetry() time.Time {
 			delete(s.backedOff, o) // replaced or gone since
 			continue
 		}
-		if o.err != nil && !o.retryAt.IsZero() && (t.IsZero() || o.retryAt.Before(t)) {
-			t = o.retryAt
+		if f := o.fail; f != nil && f.err != nil && !f.retryAt.IsZero() && (t.IsZero() || f.retryAt.Before(t)) {
+			t = f.retryAt
 		}
 	}
 	return t

@@ -78,7 +78,10 @@ func (s *Store) Render(w io.Writer, prefix string, gen plan.Generation) error {
 				return err
 			}
 		}
-		ms := append([]openflow.MeterEntry(nil), o.state.Meters...)
+		ms := make([]openflow.MeterEntry, len(o.meters))
+		for i := range o.meters {
+			ms[i] = *o.meters[i].meter
+		}
 		sort.Slice(ms, func(i, j int) bool { return ms[i].ID < ms[j].ID })
 		for _, m := range ms {
 			if _, err := fmt.Fprintf(w, " %s\n", m.String()); err != nil {

@@ -109,21 +109,43 @@ func (s *Store) undecodableFlows() uint64 {
 	return s.undecodable
 }
 
-// owner is one owner's desired state and bookkeeping.
+// owner is one owner's desired state and bookkeeping. A node holds one
+// per Service port and bridge, among others, so it is kept small: the
+// caller's State is not kept (its flows and groups are held packed, its
+// meters by the entries), and an apply failure's bookkeeping lives apart,
+// allocated when the owner first fails.
 type owner struct {
 	name    string
-	feature plan.Feature
 	cookie  uint64 // feature and owner bits; generation 0
-	state   State
 	flows   []flowEntry
 	groups  []groupEntry
 	meters  []meterEntry
+	fail    *ownerFailure // nil until an apply fails
+	feature plan.Feature
+}
 
-	// Apply failures: the owner is left out of diffs until retryAt, so
-	// that one bad owner does not block the others.
+// ownerFailure is what keeps an owner's changes off the switch: the owner
+// is left out of diffs until retryAt, so that one bad owner does not block
+// the others. A zero retryAt means no back-off: the owner waits for a
+// change it needs (a group nobody wants yet).
+type ownerFailure struct {
 	err      error
 	failures int
 	retryAt  time.Time
+}
+
+// lastErr returns the error that last kept o's changes off the switch, or
+// nil.
+func (o *owner) lastErr() error {
+	if o.fail == nil {
+		return nil
+	}
+	return o.fail.err
+}
+
+// backedOff reports whether o failed and may not be retried before now.
+func (o *owner) backedOff(now time.Time) bool {
+	return o.fail != nil && o.fail.err != nil && now.Before(o.fail.retryAt)
 }
 
 type flowEntry struct {
@@ -443,13 +465,12 @@ func (s *Store) Set(name string, st State) error {
 		return fmt.Errorf("reconcile: owner %s: learned flows are not desired state: %w", name, ErrInvalid)
 	}
 	cookie := uint64(plan.MakeCookie(feature, name, 0))
-	o := &owner{name: name, feature: feature, cookie: cookie, state: st}
-	if err := s.prepare(o); err != nil {
-		return err
-	}
+	o := &owner{name: name, feature: feature, cookie: cookie}
 	// The flows and groups are held packed (see flowEntry, groupEntry);
 	// the values are the caller's to drop.
-	o.state.Flows, o.state.Groups = nil, nil
+	if err := s.prepare(o, st); err != nil {
+		return err
+	}
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -509,8 +530,8 @@ func (s *Store) Contested(name string, st State) []Contest {
 	if err != nil {
 		return nil
 	}
-	o := &owner{name: name, feature: feature, state: st}
-	if s.prepare(o) != nil {
+	o := &owner{name: name, feature: feature}
+	if s.prepare(o, st) != nil {
 		return nil
 	}
 	s.mu.Lock()
@@ -527,9 +548,8 @@ func (s *Store) Contested(name string, st State) []Contest {
 // Delete removes everything owner wants.
 func (s *Store) Delete(name string) error { return s.Set(name, State{}) }
 
-// prepare validates o.state and fills o's entries. It takes no lock.
-func (s *Store) prepare(o *owner) error {
-	st := o.state
+// prepare validates st and fills o's entries from it. It takes no lock.
+func (s *Store) prepare(o *owner, st State) error {
 	o.flows = make([]flowEntry, len(st.Flows))
 	var seen map[openflow.FlowKey]int
 	var buf []byte
@@ -716,7 +736,7 @@ func (s *Store) Get(name string) (State, bool) {
 	if !ok {
 		return State{}, false
 	}
-	st := o.state
+	var st State
 	st.Flows = make([]openflow.Flow, len(o.flows))
 	for i := range o.flows {
 		st.Flows[i] = *o.flows[i].value()
@@ -725,6 +745,12 @@ func (s *Store) Get(name string) (State, bool) {
 		st.Groups = make([]openflow.GroupEntry, len(o.groups))
 		for i := range o.groups {
 			st.Groups[i] = *o.groups[i].value()
+		}
+	}
+	if len(o.meters) > 0 {
+		st.Meters = make([]openflow.MeterEntry, len(o.meters))
+		for i := range o.meters {
+			st.Meters[i] = *o.meters[i].meter
 		}
 	}
 	return st, true
@@ -774,8 +800,8 @@ func (s *Store) Errors() map[string]error {
 	defer s.mu.Unlock()
 	out := map[string]error{}
 	for n, o := range s.owners {
-		if o.err != nil {
-			out[n] = o.err
+		if err := o.lastErr(); err != nil {
+			out[n] = err
 		}
 	}
 	return out

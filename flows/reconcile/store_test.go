@@ -437,8 +437,9 @@ func dumpDesired(s *Store) string {
 		for i := range o.groups {
 			sw.groups[o.groups[i].id] = *o.groups[i].value()
 		}
-		for _, m := range o.state.Meters {
-			sw.meters[m.ID] = m
+		for i := range o.meters {
+			m := o.meters[i].meter
+			sw.meters[m.ID] = *m
 		}
 	}
 	return sw.dump()
