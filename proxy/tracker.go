@@ -55,6 +55,23 @@ type change[V any] struct {
 	previous, current *V
 }
 
+// keepMapAt is the most entries a map of changes between two Updates may
+// have held and still be cleared for reuse: a bigger one (a resync, the
+// cluster's Services arriving at start-up) is dropped instead, as a Go map
+// keeps the room it grew to, and 10,000 Services' worth is 1.5 MB held for
+// nothing after the first Update.
+const keepMapAt = 256
+
+// reset empties m for reuse, or returns a fresh map when m grew past
+// keepMapAt entries.
+func reset[K comparable, V any](m map[K]V) map[K]V {
+	if len(m) > keepMapAt {
+		return make(map[K]V)
+	}
+	clear(m)
+	return m
+}
+
 // record notes a change of key from prev to cur and reports whether one is
 // pending afterwards: false when it cancelled out (same says so).
 func (c changes[V]) record(key types.NamespacedName, prev, cur *V, same func(a, b *V) bool) bool {
@@ -178,7 +195,7 @@ func (t *ServiceTracker) Update() ChangeSet {
 		candidates[key] = true
 		t.release(key)
 	}
-	clear(t.pending)
+	t.pending = reset(t.pending)
 	for key := range t.blocked {
 		candidates[key] = true
 	}
@@ -269,7 +286,7 @@ func (t *ServiceTracker) TakeClusterIPChanges() []netip.Addr {
 	for a := range t.ipMoves {
 		out = append(out, a)
 	}
-	clear(t.ipMoves)
+	t.ipMoves = reset(t.ipMoves)
 	slices.SortFunc(out, netip.Addr.Compare)
 	return out
 }
@@ -431,7 +448,7 @@ func (t *EndpointsTracker) Update() ChangeSet {
 			t.slices[ch.current.service] = l
 		}
 	}
-	clear(t.pending)
+	t.pending = reset(t.pending)
 	for svc := range affected {
 		merged := map[ServicePortName][]Endpoint{}
 		if infos := t.slices[svc]; len(infos) == 1 {
