@@ -322,17 +322,7 @@ func TestAgentRestartZeroLoss(t *testing.T) {
 // agent's flows were back on br0 (the version note in table 253).
 func restartVswitchd(t *testing.T, m *testbed.Member) time.Duration {
 	t.Helper()
-	pidb, err := os.ReadFile(filepath.Join(m.OVSRundir, "ovs-vswitchd.pid"))
-	var pid int
-	if err == nil {
-		pid, _ = strconv.Atoi(strings.TrimSpace(string(pidb)))
-	}
-	if pid == 0 {
-		// The sandbox may not write a pidfile: find the process by its
-		// control socket on the command line.
-		out, _ := exec.Command("pgrep", "-f", "ovs-vswitchd .*"+m.OVSRundir).Output()
-		pid, _ = strconv.Atoi(strings.Fields(string(out) + " 0")[0])
-	}
+	pid := ovsPID(m)
 	if pid == 0 {
 		t.Fatalf("cannot find ovs-vswitchd of %s (no pidfile, no process with its run directory)", m.Name)
 	}
