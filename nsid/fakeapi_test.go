@@ -16,6 +16,8 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	k8stesting "k8s.io/client-go/testing"
+
+	"nodeflow/watchtest"
 )
 
 // lockAPI stands in for the API server's NamespaceID storage behind a
@@ -33,7 +35,7 @@ type lockAPI struct {
 	uids     int
 	objs     map[string]*unstructured.Unstructured
 	history  []watch.Event
-	watchers []*lockWatcher
+	watchers []*watchtest.Watcher
 	// Mutating requests served, by verb.
 	creates, updates, deletes int
 }
@@ -77,7 +79,7 @@ func (api *lockAPI) emit(t watch.EventType, u *unstructured.Unstructured) {
 	ev := watch.Event{Type: t, Object: u.DeepCopy()}
 	api.history = append(api.history, ev)
 	for _, w := range api.watchers {
-		w.push(watch.Event{Type: t, Object: u.DeepCopy()})
+		w.Push(watch.Event{Type: t, Object: u.DeepCopy()})
 	}
 }
 
@@ -225,71 +227,16 @@ func (api *lockAPI) watch(action k8stesting.Action) (bool, watch.Interface, erro
 			from, _ = strconv.ParseInt(rv, 10, 64)
 		}
 	}
-	w := newLockWatcher()
+	w := watchtest.New()
 	for _, ev := range api.history {
 		rv, _ := strconv.ParseInt(ev.Object.(*unstructured.Unstructured).GetResourceVersion(), 10, 64)
 		if rv > from {
-			w.push(watch.Event{Type: ev.Type, Object: ev.Object.DeepCopyObject()})
+			w.Push(watch.Event{Type: ev.Type, Object: ev.Object.DeepCopyObject()})
 		}
 	}
 	api.watchers = append(api.watchers, w)
 	return true, w, nil
 }
-
-// lockWatcher delivers events in order through an unbounded queue.
-type lockWatcher struct {
-	ch   chan watch.Event
-	mu   sync.Mutex
-	q    []watch.Event
-	wake chan struct{}
-	done chan struct{}
-	once sync.Once
-}
-
-func newLockWatcher() *lockWatcher {
-	w := &lockWatcher{ch: make(chan watch.Event), wake: make(chan struct{}, 1), done: make(chan struct{})}
-	go w.loop()
-	return w
-}
-
-func (w *lockWatcher) push(ev watch.Event) {
-	w.mu.Lock()
-	w.q = append(w.q, ev)
-	w.mu.Unlock()
-	select {
-	case w.wake <- struct{}{}:
-	default:
-	}
-}
-
-func (w *lockWatcher) loop() {
-	defer close(w.ch)
-	for {
-		w.mu.Lock()
-		var ev *watch.Event
-		if len(w.q) > 0 {
-			ev = &w.q[0]
-			w.q = w.q[1:]
-		}
-		w.mu.Unlock()
-		if ev == nil {
-			select {
-			case <-w.wake:
-				continue
-			case <-w.done:
-				return
-			}
-		}
-		select {
-		case w.ch <- *ev:
-		case <-w.done:
-			return
-		}
-	}
-}
-
-func (w *lockWatcher) ResultChan() <-chan watch.Event { return w.ch }
-func (w *lockWatcher) Stop()                          { w.once.Do(func() { close(w.done) }) }
 
 // lockObject builds a lock object as a test wants it, well-formed or not.
 func lockObject(name string, spec map[string]any) *unstructured.Unstructured {

@@ -18,6 +18,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"nodeflow/vnet/api"
+	"nodeflow/watchtest"
 )
 
 // fakeAPI stands in for the API server's storage of the three vnet
@@ -38,7 +39,7 @@ type fakeAPI struct {
 	uids     int
 	objs     map[string]map[string]*unstructured.Unstructured // resource -> namespace/name
 	history  map[string][]watch.Event
-	watchers map[string][]*fakeWatcher
+	watchers map[string][]*watchtest.Watcher
 	// requests counts the requests served, by "verb resource[/subresource]".
 	requests map[string]int
 	// beforeWrite, when set, may fail a mutating request before it is
@@ -58,7 +59,7 @@ func hasStatus(resource string) bool { return resource != api.ResourceIPLocks }
 
 func newFakeAPI() *fakeAPI {
 	f := &fakeAPI{rv: 1, objs: map[string]map[string]*unstructured.Unstructured{}, history: map[string][]watch.Event{},
-		watchers: map[string][]*fakeWatcher{}, requests: map[string]int{}}
+		watchers: map[string][]*watchtest.Watcher{}, requests: map[string]int{}}
 	for _, gvr := range resources {
 		f.objs[gvr.Resource] = map[string]*unstructured.Unstructured{}
 	}
@@ -102,9 +103,9 @@ func (f *fakeAPI) stamp(u *unstructured.Unstructured) {
 
 func (f *fakeAPI) emit(resource string, t watch.EventType, u *unstructured.Unstructured) {
 	f.history[resource] = append(f.history[resource], watch.Event{Type: t, Object: u.DeepCopy()})
-	f.watchers[resource] = slices.DeleteFunc(f.watchers[resource], (*fakeWatcher).stopped)
+	f.watchers[resource] = slices.DeleteFunc(f.watchers[resource], (*watchtest.Watcher).Stopped)
 	for _, w := range f.watchers[resource] {
-		w.push(watch.Event{Type: t, Object: u.DeepCopy()})
+		w.Push(watch.Event{Type: t, Object: u.DeepCopy()})
 	}
 }
 
@@ -356,79 +357,15 @@ func (f *fakeAPI) watch(action k8stesting.Action) (bool, watch.Interface, error)
 			from, _ = strconv.ParseInt(r.ResourceVersion, 10, 64)
 		}
 	}
-	w := newFakeWatcher()
+	w := watchtest.New()
 	for _, ev := range f.history[res] {
 		rv, _ := strconv.ParseInt(ev.Object.(*unstructured.Unstructured).GetResourceVersion(), 10, 64)
 		if rv > from {
-			w.push(watch.Event{Type: ev.Type, Object: ev.Object.DeepCopyObject()})
+			w.Push(watch.Event{Type: ev.Type, Object: ev.Object.DeepCopyObject()})
 		}
 	}
 	f.watchers[res] = append(f.watchers[res], w)
 	return true, w, nil
-}
-
-// fakeWatcher delivers events in order through an unbounded queue.
-type fakeWatcher struct {
-	ch   chan watch.Event
-	mu   sync.Mutex
-	q    []watch.Event
-	wake chan struct{}
-	done chan struct{}
-	once sync.Once
-}
-
-func newFakeWatcher() *fakeWatcher {
-	w := &fakeWatcher{ch: make(chan watch.Event), wake: make(chan struct{}, 1), done: make(chan struct{})}
-	go w.loop()
-	return w
-}
-
-func (w *fakeWatcher) push(ev watch.Event) {
-	w.mu.Lock()
-	w.q = append(w.q, ev)
-	w.mu.Unlock()
-	select {
-	case w.wake <- struct{}{}:
-	default:
-	}
-}
-
-func (w *fakeWatcher) loop() {
-	defer close(w.ch)
-	for {
-		w.mu.Lock()
-		var ev *watch.Event
-		if len(w.q) > 0 {
-			ev = &w.q[0]
-			w.q = w.q[1:]
-		}
-		w.mu.Unlock()
-		if ev == nil {
-			select {
-			case <-w.wake:
-				continue
-			case <-w.done:
-				return
-			}
-		}
-		select {
-		case w.ch <- *ev:
-		case <-w.done:
-			return
-		}
-	}
-}
-
-func (w *fakeWatcher) ResultChan() <-chan watch.Event { return w.ch }
-func (w *fakeWatcher) Stop()                          { w.once.Do(func() { close(w.done) }) }
-
-func (w *fakeWatcher) stopped() bool {
-	select {
-	case <-w.done:
-		return true
-	default:
-		return false
-	}
 }
 
 // rivalLocked returns the lock that another controller would have created
