@@ -7,7 +7,9 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -22,11 +24,39 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"nodeflow/leader"
+	"nodeflow/memlimit"
 )
 
 // The plumbing the cluster controllers (`nodeflow unidler`, `nodeflow
 // ipam`) share: a registry with the Go and process collectors served on
 // --metrics-addr with /healthz, and a run under leader election.
+
+// controllerProcess is what a cluster controller's command sets up before
+// its controller: its log, the Go memory limit from its container's, a
+// context ended by SIGINT or SIGTERM, and its metrics registry, served on
+// --metrics-addr.
+type controllerProcess struct {
+	ctx  context.Context
+	log  *logrus.Entry
+	reg  *prometheus.Registry
+	stop func()
+}
+
+// startController sets up the process of the controller component; call
+// stop when the controller returns.
+func startController(c *cli.Context, component string) (*controllerProcess, error) {
+	log := logrus.WithField("component", component)
+	if n, what := memlimit.Apply(); n > 0 {
+		log.WithField("bytes", n).Info(what)
+	}
+	ctx, stopSignals := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
+	reg, stopMetrics, err := serveMetrics(c.String("metrics-addr"), log)
+	if err != nil {
+		stopSignals()
+		return nil, err
+	}
+	return &controllerProcess{ctx: ctx, log: log, reg: reg, stop: func() { stopMetrics(); stopSignals() }}, nil
+}
 
 // serveMetrics makes the controller's registry and, when addr is set,
 // serves /metrics and /healthz on it until the returned stop is called.

@@ -3,15 +3,11 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/sirupsen/logrus"
 	"github.com/urfave/cli/v2"
 
 	"nodeflow/leader"
-	"nodeflow/memlimit"
 	"nodeflow/vnet/ipam"
 )
 
@@ -53,18 +49,12 @@ func runIPAM(c *cli.Context) error {
 		return fmt.Errorf("ipam: %w", err)
 	}
 	kc, dyn, ns := api.kube, api.dyn, api.namespace
-	log := logrus.WithField("component", "ipam")
-	if n, what := memlimit.Apply(); n > 0 {
-		log.WithField("bytes", n).Info(what)
-	}
-	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
-	defer stop()
-
-	reg, stopMetrics, err := serveMetrics(c.String("metrics-addr"), log)
+	proc, err := startController(c, "ipam")
 	if err != nil {
 		return fmt.Errorf("ipam: %w", err)
 	}
-	defer stopMetrics()
+	defer proc.stop()
+	ctx, log, reg := proc.ctx, proc.log, proc.reg
 
 	ctrl, err := ipam.New(ipam.Options{Dynamic: dyn, Kube: kc, Registerer: reg, Log: logrus.StandardLogger(),
 		Workers: c.Int("workers"), Resync: c.Duration("resync")})

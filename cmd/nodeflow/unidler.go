@@ -3,15 +3,11 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/sirupsen/logrus"
 	"github.com/urfave/cli/v2"
 
 	"nodeflow/leader"
-	"nodeflow/memlimit"
 	"nodeflow/unidler"
 )
 
@@ -52,18 +48,12 @@ func runUnidler(c *cli.Context) error {
 	if err != nil {
 		return fmt.Errorf("unidler: %w", err)
 	}
-	log := logrus.WithField("component", "unidler")
-	if n, what := memlimit.Apply(); n > 0 {
-		log.WithField("bytes", n).Info(what)
-	}
-	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
-	defer stop()
-
-	reg, stopMetrics, err := serveMetrics(c.String("metrics-addr"), log)
+	proc, err := startController(c, "unidler")
 	if err != nil {
 		return fmt.Errorf("unidler: %w", err)
 	}
-	defer stopMetrics()
+	defer proc.stop()
+	ctx, log, reg := proc.ctx, proc.log, proc.reg
 
 	ctrl := unidler.New(unidler.Options{Client: kc, Discovered: discovered, Registerer: reg, Log: logrus.StandardLogger(),
 		Workers: c.Int("workers"), ReadyTimeout: c.Duration("ready-timeout")})
