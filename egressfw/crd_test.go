@@ -1,76 +1,13 @@
 package egressfw
 
 import (
-	"context"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
-	"k8s.io/apiextensions-apiserver/pkg/apis/apiextensions"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	crdvalidation "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/validation"
-	structuralschema "k8s.io/apiextensions-apiserver/pkg/apiserver/schema"
-	"k8s.io/apiextensions-apiserver/pkg/apiserver/schema/cel"
-	"k8s.io/apiextensions-apiserver/pkg/apiserver/validation"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/util/validation/field"
-	celconfig "k8s.io/apiserver/pkg/apis/cel"
-	"sigs.k8s.io/yaml"
+
+	"nodeflow/crdtest"
 )
-
-// crdValidator checks objects the way the API server does for one CRD:
-// its OpenAPI schema (types, enums, patterns, formats, bounds) and its CEL
-// rules.
-type crdValidator struct {
-	schema     validation.SchemaValidator
-	structural *structuralschema.Structural
-	cel        *cel.Validator
-}
-
-func (v *crdValidator) validate(u *unstructured.Unstructured) field.ErrorList {
-	errs := validation.ValidateCustomResource(nil, u.Object, v.schema)
-	celErrs, _ := v.cel.Validate(context.Background(), nil, v.structural, u.Object, nil, celconfig.RuntimeCELCostBudget)
-	return append(errs, celErrs...)
-}
-
-// loadCRD reads deploy/crds/<file> strictly into a CustomResourceDefinition,
-// checks it as the API server checks a CRD on create (structural schema,
-// CEL compilation and its estimated cost), and returns a validator for its
-// one version.
-func loadCRD(t *testing.T, file string) (*apiextensionsv1.CustomResourceDefinition, *crdValidator) {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join("..", "deploy", "crds", file))
-	if err != nil {
-		t.Fatal(err)
-	}
-	crd := &apiextensionsv1.CustomResourceDefinition{}
-	if err := yaml.UnmarshalStrict(b, crd); err != nil {
-		t.Fatalf("%s: %v", file, err)
-	}
-	apiextensionsv1.SetObjectDefaults_CustomResourceDefinition(crd)
-	internal := &apiextensions.CustomResourceDefinition{}
-	if err := apiextensionsv1.Convert_v1_CustomResourceDefinition_To_apiextensions_CustomResourceDefinition(crd, internal, nil); err != nil {
-		t.Fatalf("%s: convert: %v", file, err)
-	}
-	if errs := crdvalidation.ValidateCustomResourceDefinition(context.Background(), internal); len(errs) > 0 {
-		t.Fatalf("%s: the API server would refuse it: %v", file, errs.ToAggregate())
-	}
-	// The internal form keeps a schema that all versions share at the top.
-	if len(internal.Spec.Versions) != 1 || internal.Spec.Validation == nil || internal.Spec.Validation.OpenAPIV3Schema == nil {
-		t.Fatalf("%s: want one version with a schema", file)
-	}
-	s := internal.Spec.Validation.OpenAPIV3Schema
-	sv, _, err := validation.NewSchemaValidator(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := structuralschema.NewStructural(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return crd, &crdValidator{schema: sv, structural: st, cel: cel.NewValidator(st, true, celconfig.PerCallLimit)}
-}
 
 // TestCRDs checks deploy/crds/egressfirewalls.yaml and
 // egressnetworkpolicies.yaml: names, scope and limits match this package,
@@ -88,7 +25,7 @@ func TestCRDs(t *testing.T) {
 		{"egressnetworkpolicies.yaml", KindEgressNetworkPolicy, EgressNetworkPolicyGVR.Resource, EgressNetworkPolicyGVR.Group, MaxEgressNetworkPolicyRules, false},
 	} {
 		t.Run(tc.file, func(t *testing.T) {
-			crd, _ := loadCRD(t, tc.file)
+			crd, _ := crdtest.Load(t, tc.file)
 			gvk := tc.kind.GVK()
 			v := crd.Spec.Versions[0]
 			if crd.Name != tc.resource+"."+tc.group || crd.Spec.Group != gvk.Group || crd.Spec.Names.Kind != gvk.Kind ||
@@ -114,8 +51,8 @@ func TestCRDs(t *testing.T) {
 // is still caught), and what it accepts, Policy accepts, except where the
 // decoder is deliberately stricter.
 func TestCRDsAgreeWithTheDecoder(t *testing.T) {
-	_, efv := loadCRD(t, "egressfirewalls.yaml")
-	_, enpv := loadCRD(t, "egressnetworkpolicies.yaml")
+	_, efv := crdtest.Load(t, "egressfirewalls.yaml")
+	_, enpv := crdtest.Load(t, "egressnetworkpolicies.yaml")
 	many := func(n int) string {
 		return strings.Repeat("  - {type: Deny, to: {cidrSelector: 0.0.0.0/0}}\n", n)
 	}
@@ -161,7 +98,7 @@ func TestCRDsAgreeWithTheDecoder(t *testing.T) {
 			if u.GetKind() == string(KindEgressNetworkPolicy) {
 				v = enpv
 			}
-			errs := v.validate(u)
+			errs := v.Validate(u, nil)
 			switch {
 			case tc.api == "" && len(errs) > 0:
 				t.Fatalf("the API server would refuse it: %v", errs.ToAggregate())

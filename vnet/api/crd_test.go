@@ -1,82 +1,19 @@
 package api
 
 import (
-	"context"
 	"net/netip"
 	"reflect"
 	"slices"
 	"strings"
 	"testing"
 
-	"k8s.io/apiextensions-apiserver/pkg/apis/apiextensions"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	crdvalidation "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/validation"
-	structuralschema "k8s.io/apiextensions-apiserver/pkg/apiserver/schema"
-	"k8s.io/apiextensions-apiserver/pkg/apiserver/schema/cel"
-	"k8s.io/apiextensions-apiserver/pkg/apiserver/validation"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utiljson "k8s.io/apimachinery/pkg/util/json"
-	"k8s.io/apimachinery/pkg/util/validation/field"
-	celconfig "k8s.io/apiserver/pkg/apis/cel"
 	"sigs.k8s.io/yaml"
 
-	"nodeflow/deploy"
+	"nodeflow/crdtest"
 )
-
-// crdValidator checks objects the way the API server does for one CRD:
-// its OpenAPI schema and its CEL rules, transition rules included when
-// there is an old object.
-type crdValidator struct {
-	schema     validation.SchemaValidator
-	structural *structuralschema.Structural
-	cel        *cel.Validator
-}
-
-func (v *crdValidator) validate(obj, old *unstructured.Unstructured) field.ErrorList {
-	errs := validation.ValidateCustomResource(nil, obj.Object, v.schema)
-	var oldObj any
-	if old != nil {
-		oldObj = old.Object
-	}
-	celErrs, _ := v.cel.Validate(context.Background(), nil, v.structural, obj.Object, oldObj, celconfig.RuntimeCELCostBudget)
-	return append(errs, celErrs...)
-}
-
-// loadCRD reads deploy/crds/<file> strictly, checks it as the API server
-// checks a CRD on create (structural schema, selectable fields, CEL
-// compilation and estimated cost), and returns it with a validator.
-func loadCRD(t *testing.T, file string) (*apiextensionsv1.CustomResourceDefinition, *crdValidator) {
-	t.Helper()
-	b, err := deploy.CRDs.ReadFile("crds/" + file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	crd := &apiextensionsv1.CustomResourceDefinition{}
-	if err := yaml.UnmarshalStrict(b, crd); err != nil {
-		t.Fatalf("%s: %v", file, err)
-	}
-	apiextensionsv1.SetObjectDefaults_CustomResourceDefinition(crd)
-	internal := &apiextensions.CustomResourceDefinition{}
-	if err := apiextensionsv1.Convert_v1_CustomResourceDefinition_To_apiextensions_CustomResourceDefinition(crd, internal, nil); err != nil {
-		t.Fatalf("%s: convert: %v", file, err)
-	}
-	if errs := crdvalidation.ValidateCustomResourceDefinition(context.Background(), internal); len(errs) > 0 {
-		t.Fatalf("%s: the API server would refuse it: %v", file, errs.ToAggregate())
-	}
-	if len(internal.Spec.Versions) != 1 || internal.Spec.Validation == nil || internal.Spec.Validation.OpenAPIV3Schema == nil {
-		t.Fatalf("%s: want one version with a schema", file)
-	}
-	s := internal.Spec.Validation.OpenAPIV3Schema
-	sv, _, err := validation.NewSchemaValidator(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := structuralschema.NewStructural(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return crd, &crdValidator{schema: sv, structural: st, cel: cel.NewValidator(st, true, celconfig.PerCallLimit)}
-}
 
 var crdFiles = []struct {
 	file     string
@@ -98,7 +35,7 @@ var crdFiles = []struct {
 func TestCRDs(t *testing.T) {
 	for _, tc := range crdFiles {
 		t.Run(tc.file, func(t *testing.T) {
-			crd, _ := loadCRD(t, tc.file)
+			crd, _ := crdtest.Load(t, tc.file)
 			v := crd.Spec.Versions[0]
 			if crd.Name != tc.resource+"."+Group || crd.Spec.Group != Group || crd.Spec.Names.Kind != tc.kind ||
 				crd.Spec.Names.ListKind != tc.kind+"List" || crd.Spec.Names.Plural != tc.resource ||
@@ -156,7 +93,7 @@ func hasPath(s *apiextensionsv1.JSONSchemaProps, path string) bool {
 func TestCRDSchemasMatchTypes(t *testing.T) {
 	for _, tc := range crdFiles {
 		t.Run(tc.file, func(t *testing.T) {
-			crd, _ := loadCRD(t, tc.file)
+			crd, _ := crdtest.Load(t, tc.file)
 			root := crd.Spec.Versions[0].Schema.OpenAPIV3Schema
 			for _, part := range []string{"spec", "status"} {
 				f, ok := tc.typ.FieldByName(strings.ToUpper(part[:1]) + part[1:])
@@ -231,9 +168,9 @@ func lockYAML(name, spec string) string {
 // TestCRDValidation validates objects, and updates of them, with the CRDs'
 // schemas and CEL rules as the API server would.
 func TestCRDValidation(t *testing.T) {
-	validators := map[string]*crdValidator{}
+	validators := map[string]*crdtest.Validator{}
 	for _, tc := range crdFiles {
-		_, validators[tc.kind] = loadCRD(t, tc.file)
+		_, validators[tc.kind] = crdtest.Load(t, tc.file)
 	}
 	for _, tc := range []struct {
 		name     string
@@ -284,7 +221,7 @@ func TestCRDValidation(t *testing.T) {
 			if tc.old != "" {
 				old = obj(t, tc.old)
 			}
-			errs := validators[u.GetKind()].validate(u, old)
+			errs := validators[u.GetKind()].Validate(u, old)
 			switch {
 			case tc.api == "" && len(errs) > 0:
 				t.Fatalf("the API server would refuse it: %v", errs.ToAggregate())
@@ -299,8 +236,8 @@ func TestCRDValidation(t *testing.T) {
 
 // The locks NewIPLock makes, and the addresses MACOf gives, pass the CRDs.
 func TestCRDsAcceptWhatThePackageWrites(t *testing.T) {
-	_, lockV := loadCRD(t, "vnet-iplocks.yaml")
-	_, attV := loadCRD(t, "vnet-networkattachments.yaml")
+	_, lockV := crdtest.Load(t, "vnet-iplocks.yaml")
+	_, attV := crdtest.Load(t, "vnet-networkattachments.yaml")
 	att := &NetworkAttachment{}
 	att.Namespace, att.Name, att.UID = "ns", "a", "u"
 	for _, tc := range []struct {
@@ -312,7 +249,7 @@ func TestCRDsAcceptWhatThePackageWrites(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if errs := lockV.validate(u, nil); len(errs) > 0 {
+		if errs := lockV.Validate(u, nil); len(errs) > 0 {
 			t.Errorf("lock of %d %s: %v", tc.vni, ip, errs.ToAggregate())
 		}
 		a := att.DeepCopy()
@@ -322,7 +259,7 @@ func TestCRDsAcceptWhatThePackageWrites(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if errs := attV.validate(ua, nil); len(errs) > 0 {
+		if errs := attV.Validate(ua, nil); len(errs) > 0 {
 			t.Errorf("attachment with %d %s: %v", tc.vni, ip, errs.ToAggregate())
 		}
 	}

@@ -9,6 +9,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utiljson "k8s.io/apimachinery/pkg/util/json"
 	"sigs.k8s.io/yaml"
+
+	"nodeflow/crdtest"
 )
 
 // TestDocExample checks the example objects of docs/virtual-networks.md:
@@ -24,9 +26,9 @@ func TestDocExample(t *testing.T) {
 		t.Fatal("docs/virtual-networks.md has no yaml example")
 	}
 	block, _, _ = strings.Cut(block, "```")
-	validators := map[string]*crdValidator{}
+	validators := map[string]*crdtest.Validator{}
 	for _, tc := range crdFiles {
-		_, validators[tc.kind] = loadCRD(t, tc.file)
+		_, validators[tc.kind] = crdtest.Load(t, tc.file)
 	}
 	kinds := map[string]bool{}
 	for i, doc := range strings.Split(block, "---\n") {
@@ -43,7 +45,7 @@ func TestDocExample(t *testing.T) {
 		if v == nil {
 			t.Fatalf("document %d: kind %q", i, u.GetKind())
 		}
-		if errs := v.validate(u, nil); len(errs) > 0 {
+		if errs := v.Validate(u, nil); len(errs) > 0 {
 			t.Errorf("%s %s: the API server would refuse it: %v", u.GetKind(), u.GetName(), errs.ToAggregate())
 		}
 		switch u.GetKind() {
