@@ -139,7 +139,7 @@ func egfwSetup(t *testing.T) *egfwEnv {
 
 // runningPods waits until app's n pods in ns run with their ports, and
 // returns them.
-func runningPods(t *testing.T, e *env, ns, app string, n int) []netPod {
+func runningPods(t testing.TB, e *env, ns, app string, n int) []netPod {
 	t.Helper()
 	var pods []netPod
 	eventually(t, 90*time.Second, fmt.Sprintf("%d %s pods running with ports", n, app), func(ctx context.Context) error {

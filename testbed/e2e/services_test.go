@@ -21,7 +21,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
-	"nodeflow/cni"
 	"nodeflow/testbed"
 	"nodeflow/testbed/nsutil"
 	"nodeflow/testbed/workload"
@@ -57,42 +56,7 @@ func deployPods(t testing.TB, e *env, ns, name string, replicas int) []netPod {
 	if _, err := e.client.AppsV1().Deployments(ns).Create(context.Background(), dep, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	var pods []netPod
-	eventually(t, 90*time.Second, fmt.Sprintf("%d %s pods running with ports", replicas, name), func(ctx context.Context) error {
-		list, err := e.client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=" + name})
-		if err != nil {
-			return err
-		}
-		pods = pods[:0]
-		for _, p := range list.Items {
-			if p.Status.Phase != v1.PodRunning || len(p.Status.PodIPs) != 2 || p.DeletionTimestamp != nil {
-				return fmt.Errorf("pod %s: %s, %d addresses", p.Name, p.Status.Phase, len(p.Status.PodIPs))
-			}
-			np := netPod{name: p.Name, node: p.Spec.NodeName}
-			for _, ip := range p.Status.PodIPs {
-				np.ips = append(np.ips, netip.MustParseAddr(ip.IP))
-			}
-			m, ok := e.state.Member(p.Spec.NodeName)
-			if !ok {
-				return fmt.Errorf("no member %s", p.Spec.NodeName)
-			}
-			for _, op := range cniPorts(t, m) {
-				if op.ExternalIDs[cni.ExternalIDPodName] == p.Name && op.ExternalIDs[cni.ExternalIDPodNamespace] == ns {
-					np.netns = strings.TrimPrefix(op.ExternalIDs[cni.ExternalIDNetns], "/run/netns/")
-					np.port = op.Ofport
-				}
-			}
-			if np.netns == "" || np.port <= 0 {
-				return fmt.Errorf("pod %s: no port on %s yet", p.Name, p.Spec.NodeName)
-			}
-			pods = append(pods, np)
-		}
-		if len(pods) != replicas {
-			return fmt.Errorf("%d of %d pods", len(pods), replicas)
-		}
-		return nil
-	})
-	return pods
+	return runningPods(t, e, ns, name, replicas)
 }
 
 // svcAddrs returns a Service's ClusterIP of each family (IPv4 first).
