@@ -1,9 +1,8 @@
 package netpolicy
 
 import (
-	"net/netip"
-
 	"errors"
+	"net/netip"
 
 	"github.com/sirupsen/logrus"
 
