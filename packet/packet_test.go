@@ -50,7 +50,7 @@ func frame(t testing.TB, b build) []byte {
 		}
 		ls = append(ls, tag)
 	}
-	var net gopacket.NetworkLayer
+	var nl gopacket.NetworkLayer
 	if b.ipv6 {
 		ip := &layers.IPv6{Version: 6, HopLimit: 64, SrcIP: v6a.AsSlice(), DstIP: v6b.AsSlice(), NextHeader: b.proto}
 		ls = append(ls, ip)
@@ -61,22 +61,22 @@ func frame(t testing.TB, b build) []byte {
 			hop.Options = []*layers.IPv6HopByHopOption{{OptionType: 1, OptionLength: 4, OptionData: []byte{0, 0, 0, 0}}}
 			ls = append(ls, hop)
 		}
-		net = ip
+		nl = ip
 	} else {
 		ip := &layers.IPv4{Version: 4, IHL: 5, TTL: 64, SrcIP: v4a.AsSlice(), DstIP: v4b.AsSlice(), Protocol: b.proto}
 		ls = append(ls, ip)
-		net = ip
+		nl = ip
 	}
 	switch b.proto {
 	case layers.IPProtocolTCP:
 		tcp := &layers.TCP{SrcPort: 40000, DstPort: 443, SYN: true, Window: 1000}
-		if err := tcp.SetNetworkLayerForChecksum(net); err != nil {
+		if err := tcp.SetNetworkLayerForChecksum(nl); err != nil {
 			t.Fatal(err)
 		}
 		ls = append(ls, tcp)
 	case layers.IPProtocolUDP:
 		udp := &layers.UDP{SrcPort: 40000, DstPort: 53}
-		if err := udp.SetNetworkLayerForChecksum(net); err != nil {
+		if err := udp.SetNetworkLayerForChecksum(nl); err != nil {
 			t.Fatal(err)
 		}
 		ls = append(ls, udp)

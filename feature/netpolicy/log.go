@@ -70,8 +70,7 @@ func (f *Feature) denied(p feature.PacketIn) (Denied, bool) {
 	// A fragment's transport header is in its first fragment alone: its
 	// sample is logged with the addresses and no ports.
 	d.Protocol = packet.ProtoName(ip.Proto)
-	src, dst := ip.Src, ip.Dst
 	sport, dport, _ := ip.Ports()
-	d.Src, d.Dst = netip.AddrPortFrom(src, sport), netip.AddrPortFrom(dst, dport)
+	d.Src, d.Dst = netip.AddrPortFrom(ip.Src, sport), netip.AddrPortFrom(ip.Dst, dport)
 	return d, true
 }

@@ -46,6 +46,16 @@ func TestDeniedSample(t *testing.T) {
 	if !ok || d != want {
 		t.Errorf("denied = %+v, %v; want %+v", d, ok, want)
 	}
+	// A later fragment carries no transport header: its addresses alone.
+	frag := append([]byte(nil), buf.Bytes()...)
+	frag[14+7] = 0x10 // fragment offset 16 (128 bytes)
+	pin.Msg.Data = frag
+	d, ok = f.denied(pin)
+	want.Src, want.Dst = netip.MustParseAddrPort("10.244.2.9:0"), netip.MustParseAddrPort("10.244.1.1:0")
+	if !ok || d != want {
+		t.Errorf("a fragment: denied = %+v, %v; want %+v", d, ok, want)
+	}
+	pin.Msg.Data = buf.Bytes()
 	pin.Msg.Cookie = uint64(plan.MakeCookie(plan.FeatureNetworkPolicy, policy.PodOwner("x", "gone"), 0))
 	if _, ok := f.denied(pin); ok {
 		t.Error("a sample of no known pod was decoded")

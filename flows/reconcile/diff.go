@@ -348,7 +348,7 @@ func (s *Store) diff(opts DiffOptions) *Diff {
 		}
 		seen[r] = true
 		for name := range r.owners {
-			if o := s.owners[name]; o != nil && o.backedOff(now) {
+			if o := s.owners[name]; o != nil && o.waitingAt(now) {
 				block(r, o.fail.err)
 			}
 		}

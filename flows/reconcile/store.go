@@ -143,8 +143,8 @@ func (o *owner) lastErr() error {
 	return o.fail.err
 }
 
-// backedOff reports whether o failed and may not be retried before now.
-func (o *owner) backedOff(now time.Time) bool {
+// waitingAt reports whether o failed and may not be retried before now.
+func (o *owner) waitingAt(now time.Time) bool {
 	return o.fail != nil && o.fail.err != nil && now.Before(o.fail.retryAt)
 }
 

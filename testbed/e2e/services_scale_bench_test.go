@@ -216,8 +216,7 @@ func runServicesScale(b *testing.B, e *env) map[string]float64 {
 	if vswitchd == 0 {
 		b.Fatalf("%s: ovs-vswitchd not found", m.Name)
 	}
-	agentMaj0, machineMaj0 := majorFaults(b, agentPID)
-	ovsMaj0, _ := majorFaults(b, vswitchd)
+	agentMaj0, ovsMaj0, machineMaj0 := majorFaults(b, agentPID), majorFaults(b, vswitchd), machineMajorFaults(b)
 	// The agent's metrics are read once, after the changes: a scrape costs
 	// the agent CPU (its flow counts walk every owner), which would count
 	// in the changes' CPU time.
@@ -235,8 +234,7 @@ func runServicesScale(b *testing.B, e *env) map[string]float64 {
 		return nil
 	})
 	cpu1 := cpuTicks(b, agentPID, false)
-	agentMaj1, machineMaj1 := majorFaults(b, agentPID)
-	ovsMaj1, _ := majorFaults(b, vswitchd)
+	agentMaj1, ovsMaj1, machineMaj1 := majorFaults(b, agentPID), majorFaults(b, vswitchd), machineMajorFaults(b)
 	scrape1 := scrapeAgent(b, m)
 	hist1 := scrape1.histogram("kubeproxy_network_programming_duration_seconds", "")
 	delta := hist1.minus(hist0)
@@ -254,8 +252,9 @@ func runServicesScale(b *testing.B, e *env) map[string]float64 {
 		changes, percentile(nfLat, 50), percentile(nfLat, 99), percentile(nfLat, 100), delta.quantile(0.5)*1000, delta.quantile(0.99)*1000,
 		delta.sum/math.Max(delta.count, 1)*1000, delta.count, ticksToMs(cpu1-cpu0))
 	// A machine that drops binaries' pages from memory (proactive
-	// reclaim) makes the agent, the switch and the API server read them
-	// back from disk during the changes: the latency then measures that.
+	// reclaim) makes the agent and the switch read them back from disk
+	// during the changes: these counts tell whether the latency above
+	// includes that.
 	b.Logf("nodeflow: major page faults during the changes: agent %d, node1's ovs-vswitchd %d, the machine %d",
 		agentMaj1-agentMaj0, ovsMaj1-ovsMaj0, machineMaj1-machineMaj0)
 
@@ -637,10 +636,13 @@ func statField(b testing.TB, pid, i int) int {
 	return v
 }
 
-// majorFaults returns the page faults that had to read from disk (a
-// page of a binary the kernel had dropped, say), of one process (field
-// 12 of its stat) and of the whole machine (pgmajfault in /proc/vmstat).
-func majorFaults(b testing.TB, pid int) (proc, machine int) {
+// majorFaults returns the page faults of pid that had to read from disk
+// (a page of a binary the kernel had dropped, say): field 12 of its stat.
+func majorFaults(b testing.TB, pid int) int { return statField(b, pid, 12) }
+
+// machineMajorFaults returns the same count for the whole machine
+// (pgmajfault in /proc/vmstat).
+func machineMajorFaults(b testing.TB) int {
 	b.Helper()
 	raw, err := os.ReadFile("/proc/vmstat")
 	if err != nil {
@@ -648,10 +650,15 @@ func majorFaults(b testing.TB, pid int) (proc, machine int) {
 	}
 	for _, l := range strings.Split(string(raw), "\n") {
 		if v, ok := strings.CutPrefix(l, "pgmajfault "); ok {
-			machine, _ = strconv.Atoi(v)
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				b.Fatalf("/proc/vmstat pgmajfault: %v", err)
+			}
+			return n
 		}
 	}
-	return statField(b, pid, 12), machine
+	b.Fatal("/proc/vmstat has no pgmajfault")
+	return 0
 }
 
 // ovsPID returns the pid of m's ovs-vswitchd, or 0 when it cannot be
