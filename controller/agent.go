@@ -46,6 +46,7 @@ import (
 	"nodeflow/flows/plan"
 	"nodeflow/flows/reconcile"
 	"nodeflow/hostnet"
+	"nodeflow/kubeclient"
 	"nodeflow/nsid"
 	"nodeflow/openflow"
 	"nodeflow/openflow/ofconn"
@@ -423,7 +424,7 @@ func (a *Agent) setupKube(ctx context.Context) error {
 	if rc.Burst <= 0 {
 		rc.Burst = DefaultKubeAPIBurst
 	}
-	kc, err := kubernetes.NewForConfig(rc)
+	kc, err := kubeclient.NewTyped(rc)
 	if err != nil {
 		return fmt.Errorf("controller: kubernetes client: %w", err)
 	}

@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
+	"nodeflow/kubeclient"
 	"nodeflow/proxy"
 )
 
@@ -168,7 +169,7 @@ func New(cfg Config) (*Service, error) {
 			}
 		}
 		if cfg.Kube == nil {
-			if cfg.Kube, err = kubernetes.NewForConfig(rc); err != nil {
+			if cfg.Kube, err = kubeclient.NewTyped(rc); err != nil {
 				return nil, fmt.Errorf("nsid: client: %w", err)
 			}
 		}

@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"nodeflow/kubeclient"
 	"nodeflow/leader"
 	"nodeflow/memlimit"
 )
@@ -139,7 +140,7 @@ func clients(c *cli.Context, agent string) (apiClients, error) {
 	if out.namespace, _, err = cc.Namespace(); err != nil {
 		return out, fmt.Errorf("kubeconfig: namespace: %w", err)
 	}
-	if out.kube, err = kubernetes.NewForConfig(rc); err != nil {
+	if out.kube, err = kubeclient.NewTyped(rc); err != nil {
 		return out, fmt.Errorf("kubernetes client: %w", err)
 	}
 	if out.dyn, err = dynamic.NewForConfig(rc); err != nil {

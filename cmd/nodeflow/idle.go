@@ -22,6 +22,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"nodeflow/idling"
+	"nodeflow/kubeclient"
 )
 
 func init() {
@@ -68,7 +69,7 @@ func kubeClient(kubeconfig, ns, agent string) (kubernetes.Interface, *idling.Dis
 			return nil, nil, "", fmt.Errorf("kubeconfig: namespace: %w", err)
 		}
 	}
-	kc, err := kubernetes.NewForConfig(rc)
+	kc, err := kubeclient.NewTyped(rc)
 	if err != nil {
 		return nil, nil, "", fmt.Errorf("kubernetes client: %w", err)
 	}
