@@ -334,10 +334,10 @@ func (a NAT) appendNAT(b []byte) ([]byte, error) {
 	b = binary.BigEndian.AppendUint16(b, flags)
 	b = binary.BigEndian.AppendUint16(b, present)
 	if a.MinAddr.IsValid() {
-		b = append(b, a.MinAddr.AsSlice()...)
+		b = appendAddr(b, a.MinAddr)
 	}
 	if a.MaxAddr.IsValid() {
-		b = append(b, a.MaxAddr.AsSlice()...)
+		b = appendAddr(b, a.MaxAddr)
 	}
 	if a.MinPort != 0 {
 		b = binary.BigEndian.AppendUint16(b, a.MinPort)
@@ -472,4 +472,15 @@ func decodeNAT(b []byte, v Version) (Action, error) {
 func init() {
 	nxDecoders[nxastCT] = decodeCT
 	nxDecoders[nxastNAT] = decodeNAT
+}
+
+// appendAddr appends a's 4 or 16 bytes to b: netip.Addr.AsSlice would
+// allocate them on the heap, once for every DNAT bucket of a cold start.
+func appendAddr(b []byte, a netip.Addr) []byte {
+	if a.Is4() {
+		v := a.As4()
+		return append(b, v[:]...)
+	}
+	v := a.As16()
+	return append(b, v[:]...)
 }

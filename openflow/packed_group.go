@@ -24,8 +24,12 @@ type PackedGroup struct {
 // with ErrTooLong when its buckets take more than one group mod can carry
 // (64 KiB): such a group is installed in several messages (see
 // GroupEntry.Mods), and is best held as a GroupEntry.
-func PackGroup(g *GroupEntry) (PackedGroup, error) {
-	b, err := g.AddMod().appendGroupMod(nil, Version15)
+func PackGroup(g *GroupEntry) (PackedGroup, error) { return PackGroupInto(nil, g) }
+
+// PackGroupInto is PackGroup with buf as scratch space for the encoding,
+// which the result does not keep.
+func PackGroupInto(buf []byte, g *GroupEntry) (PackedGroup, error) {
+	b, err := g.AddMod().appendGroupMod(buf[:0], Version15)
 	if err != nil {
 		return PackedGroup{}, fmt.Errorf("pack group %d: %w", g.ID, err)
 	}
@@ -36,6 +40,10 @@ func PackGroup(g *GroupEntry) (PackedGroup, error) {
 func (p *PackedGroup) Equal(q *PackedGroup) bool {
 	return p.ID == q.ID && p.Type == q.Type && p.wire == q.wire
 }
+
+// MessageLen returns the length of p's group mod in OpenFlow 1.5, its
+// header included, as Marshal would encode it.
+func (p *PackedGroup) MessageLen() int { return HeaderLen + 2 + len(p.wire) }
 
 // IsZero reports whether p is the zero PackedGroup, which holds no group.
 func (p *PackedGroup) IsZero() bool { return p.wire == "" }

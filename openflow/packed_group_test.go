@@ -37,6 +37,13 @@ func TestPackedGroup(t *testing.T) {
 		if p.String() != g.String() {
 			t.Errorf("round trip:\n got %s\nwant %s", p.String(), g.String())
 		}
+		if b, err := Marshal(Version15, 0, g.AddMod()); err != nil || len(b) != p.MessageLen() {
+			t.Errorf("group %d: MessageLen %d, the encoded group mod %d bytes (%v)", g.ID, p.MessageLen(), len(b), err)
+		}
+		scratch := make([]byte, 0, 16)
+		if q, err := PackGroupInto(scratch, &g); err != nil || !q.Equal(&p) {
+			t.Errorf("group %d: PackGroupInto gives %s (%v), PackGroup %s", g.ID, q.String(), err, p.String())
+		}
 		for _, v := range []Version{Version13, Version15} {
 			for _, cmd := range []GroupModCommand{GroupAddOrModify, GroupModify, GroupDelete} {
 				if v == Version13 && (cmd == GroupAddOrModify || g.SelectionMethod != "" || len(g.Buckets) > 50) {

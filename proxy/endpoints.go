@@ -207,21 +207,23 @@ func processSlice(s *discovery.EndpointSlice) (*sliceInfo, []error) {
 		ready, serving, terminating bool
 		hints                       unique.Handle[Hints]
 	}
-	var eps []parsed
+	eps := make([]parsed, 0, len(s.Endpoints))
 	info.addrs = newEntryAddrs(len(s.Endpoints), want)
 	for i, ep := range s.Endpoints {
 		if len(ep.Addresses) == 0 {
 			continue
 		}
-		f := fmt.Sprintf("endpoints[%d].addresses[0]", i)
+		// The field's name is only made for an error: a cold start
+		// processes every endpoint of the cluster.
+		f := func() string { return fmt.Sprintf("endpoints[%d].addresses[0]", i) }
 		a, err := netip.ParseAddr(ep.Addresses[0])
 		if err != nil {
-			bad(f, fmt.Errorf("%w %q", ErrBadIP, ep.Addresses[0]))
+			bad(f(), fmt.Errorf("%w %q", ErrBadIP, ep.Addresses[0]))
 			continue
 		}
 		a = a.Unmap()
 		if FamilyOf(a) != want {
-			bad(f, fmt.Errorf("%w %q in a slice of address type %s", ErrFamilyMismatch, ep.Addresses[0], s.AddressType))
+			bad(f(), fmt.Errorf("%w %q in a slice of address type %s", ErrFamilyMismatch, ep.Addresses[0], s.AddressType))
 			continue
 		}
 		p := parsed{ip: a, ready: true, terminating: false}
@@ -244,12 +246,12 @@ func processSlice(s *discovery.EndpointSlice) (*sliceInfo, []error) {
 		info.addrs.set(i, a)
 	}
 	for i, port := range s.Ports {
-		f := fmt.Sprintf("ports[%d]", i)
+		f := func() string { return fmt.Sprintf("ports[%d]", i) }
 		if port.Port == nil {
 			continue
 		}
 		if *port.Port < 1 || *port.Port > 65535 {
-			bad(f+".port", fmt.Errorf("%w: %d (1-65535)", ErrPortRange, *port.Port))
+			bad(f()+".port", fmt.Errorf("%w: %d (1-65535)", ErrPortRange, *port.Port))
 			continue
 		}
 		proto := v1.ProtocolTCP
@@ -259,7 +261,7 @@ func processSlice(s *discovery.EndpointSlice) (*sliceInfo, []error) {
 		switch proto {
 		case v1.ProtocolTCP, v1.ProtocolUDP, v1.ProtocolSCTP:
 		default:
-			bad(f+".protocol", fmt.Errorf("%w %q", ErrProtocol, proto))
+			bad(f()+".protocol", fmt.Errorf("%w %q", ErrProtocol, proto))
 			continue
 		}
 		name := ServicePortName{NamespacedName: info.service, Protocol: proto}

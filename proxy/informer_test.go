@@ -6,7 +6,9 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/cache"
@@ -75,5 +77,33 @@ func TestTrackersFromInformers(t *testing.T) {
 	eventually(t, "slice delete recorded", func() bool { return et.PendingCount() != 0 })
 	if got := et.Update(); !got.Has(web) || len(et.Endpoints(web)) != 0 {
 		t.Fatalf("after delete: %v %v", got.Sorted(), et.Endpoints(web))
+	}
+}
+
+// TestTrimmedObjectsAreTheirOwnMeta checks that an informer reads a
+// trimmed Slice's and Service's identity without an allocation: meta.Accessor
+// finds a metav1.Object, with the object's namespace, name, version, UID
+// and deletion time, and the key function keys it as the full object.
+func TestTrimmedObjectsAreTheirOwnMeta(t *testing.T) {
+	del := metav1.Now()
+	om := metav1.ObjectMeta{Namespace: "shop", Name: "web-abc", ResourceVersion: "42", UID: "u-1", DeletionTimestamp: &del,
+		Labels: map[string]string{discovery.LabelServiceName: "web"}}
+	for _, obj := range []runtime.Object{
+		SliceOf(&discovery.EndpointSlice{ObjectMeta: om, AddressType: discovery.AddressTypeIPv4}),
+		ServiceOf(&v1.Service{ObjectMeta: om}),
+	} {
+		m, err := meta.Accessor(obj)
+		if err != nil {
+			t.Fatalf("%T: %v", obj, err)
+		}
+		if m.GetNamespace() != "shop" || m.GetName() != "web-abc" || m.GetResourceVersion() != "42" || m.GetUID() != "u-1" || m.GetDeletionTimestamp() != &del {
+			t.Errorf("%T reads as %s/%s version %s uid %s deleted %v", obj, m.GetNamespace(), m.GetName(), m.GetResourceVersion(), m.GetUID(), m.GetDeletionTimestamp())
+		}
+		if allocs := testing.AllocsPerRun(100, func() { _, _ = meta.Accessor(obj) }); allocs != 0 {
+			t.Errorf("%T: meta.Accessor allocates %.0f times, want none", obj, allocs)
+		}
+		if key, err := cache.MetaNamespaceKeyFunc(obj); err != nil || key != "shop/web-abc" {
+			t.Errorf("%T keys as %q, %v", obj, key, err)
+		}
 	}
 }

@@ -282,14 +282,16 @@ type groupEntry struct {
 }
 
 // newGroupEntry returns the entry of the desired group g of owner o.
-func newGroupEntry(g *openflow.GroupEntry, o *owner) (groupEntry, error) {
-	e := groupEntry{id: g.ID, owner: o, large: tooBigToRead(g), buckets: len(g.Buckets)}
-	p, err := openflow.PackGroup(g)
+// buf is scratch space for the encoding.
+func newGroupEntry(g *openflow.GroupEntry, o *owner, buf []byte) (groupEntry, error) {
+	e := groupEntry{id: g.ID, owner: o, buckets: len(g.Buckets)}
+	p, err := openflow.PackGroupInto(buf, g)
 	switch {
 	case err == nil:
 		e.packed = p
+		e.large = p.MessageLen() > groupReadLimit
 	case errors.Is(err, openflow.ErrTooLong):
-		e.group = g
+		e.group, e.large = g, true
 	default:
 		return e, err
 	}
@@ -552,7 +554,9 @@ func (s *Store) Delete(name string) error { return s.Set(name, State{}) }
 func (s *Store) prepare(o *owner, st State) error {
 	o.flows = make([]flowEntry, len(st.Flows))
 	var seen map[openflow.FlowKey]int
-	var buf []byte
+	scratch := scratchBuffers.Get().(*[]byte)
+	defer scratchBuffers.Put(scratch)
+	buf := *scratch
 	if len(st.Flows) > 1 {
 		seen = make(map[openflow.FlowKey]int, len(st.Flows))
 	}
@@ -609,7 +613,7 @@ func (s *Store) prepare(o *owner, st State) error {
 				return fmt.Errorf("reconcile: owner %s: group %d: bucket %d: weight 0 in a select group is never chosen: %w", o.name, g.ID, j, ErrInvalid)
 			}
 		}
-		e, err := newGroupEntry(g, o)
+		e, err := newGroupEntry(g, o, buf)
 		if err != nil {
 			return fmt.Errorf("reconcile: owner %s: group %d: %w: %w", o.name, g.ID, err, ErrInvalid)
 		}
@@ -818,17 +822,21 @@ func (s *Store) OwnerOfCookie(c uint64) (string, bool) {
 	return "", false
 }
 
+// scratchBuffers hold the space prepare encodes flows and groups in before
+// they are copied into their packed form: a cold start prepares every
+// owner at once, and a buffer grown anew for each flow and group was a
+// tenth of its garbage.
+var scratchBuffers = sync.Pool{New: func() any {
+	b := make([]byte, 0, 4096)
+	return &b
+}}
+
 // groupReadLimit is the largest group description the reconciler reads
 // back. Open vSwitch 3.1 cannot report a group whose description does not
 // fit one OpenFlow message: the length fields of its reply overflow and
 // the connection's byte stream falls out of step (ovs-ofctl dump-groups
 // fails the same way). Such groups are written, never read.
 const groupReadLimit = 60000
-
-func tooBigToRead(g *openflow.GroupEntry) bool {
-	b, err := openflow.Marshal(openflow.Version15, 0, g.AddMod())
-	return err != nil || len(b) > groupReadLimit
-}
 
 // groupReadSet returns the ids of the desired groups that can be read
 // back, and whether some desired group cannot (then groups must be read

@@ -117,8 +117,9 @@ func Build(node *Node, in Input, ids GroupIDs) (Output, error) {
 	// connection held for the family still without one must not be
 	// released to a reject.
 	allEndpoints := true
+	eps := make([]proxy.Endpoint, 0, len(in.Endpoints))
 	for _, f := range p.Families() {
-		var eps []proxy.Endpoint
+		eps = eps[:0]
 		for _, e := range in.Endpoints {
 			if proxy.FamilyOf(e.IP) == f {
 				eps = append(eps, e)
@@ -197,7 +198,7 @@ type vip struct {
 
 func (b *builder) family(all []proxy.Endpoint) error {
 	p := b.port
-	var eps []proxy.Endpoint
+	eps := make([]proxy.Endpoint, 0, len(all))
 	for _, e := range all {
 		if proxy.FamilyOf(e.IP) == b.fam {
 			eps = append(eps, e)
@@ -279,7 +280,8 @@ func (b *builder) lb(key string, vips []vip, eps []proxy.Endpoint, anyEps bool) 
 		return nil
 	}
 	st.Flows = append(st.Flows, b.vipFlows(vips, gid, nil, plan.PriorityHigh)...)
-	g := openflow.GroupEntry{ID: gid, Type: openflow.GroupTypeSelect, SelectionMethod: "hash", SelectionFields: b.hashFields()}
+	g := openflow.GroupEntry{ID: gid, Type: openflow.GroupTypeSelect, SelectionMethod: "hash", SelectionFields: b.hashFields(),
+		Buckets: make([]openflow.Bucket, 0, len(eps))}
 	for i, e := range eps {
 		ep := b.classify(e)
 		var acts []openflow.Action
