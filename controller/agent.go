@@ -172,10 +172,15 @@ func (a *Agent) Run(ctx context.Context) error {
 		go a.serveHealth(ctx)
 	}
 	// 1. The bridges, their ports, and the uplink's addresses on breth0.
+	// When each step of the start-up ended, from the process's start: the
+	// log line that says both bridges are reconciled gives them.
+	steps := logrus.Fields{}
+	step := func(name string) { steps[name] = time.Since(start).Round(time.Millisecond).String() }
 	if err := a.setupOVS(ctx); err != nil {
 		return err
 	}
 	defer a.db.Close()
+	step("ovsdb")
 	// 2. The API and this node's facts.
 	if err := a.setupKube(ctx); err != nil {
 		return err
@@ -184,6 +189,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		return err
 	}
 	a.refreshHostAddrs()
+	step("node")
 
 	// 3. The features. Their desired state is complete before either
 	// reconciler starts: its start-up pass deletes whatever the store does
@@ -216,6 +222,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err := a.runNamespaceIDs(ctx); err != nil {
 		return err
 	}
+	step("namespace-ids")
 	for typ, ok := range a.informers.WaitForCacheSync(ctx.Done()) {
 		if !ok {
 			return fmt.Errorf("controller: informer for %v did not sync: %w", typ, ctx.Err())
@@ -226,11 +233,13 @@ func (a *Agent) Run(ctx context.Context) error {
 			return fmt.Errorf("controller: informer for %v did not sync: %w", typ, ctx.Err())
 		}
 	}
+	step("informers")
 	for _, f := range a.features {
 		if err := f.Sync(ctx); err != nil {
 			return fmt.Errorf("controller: feature %s: first sync: %w", f.Name(), err)
 		}
 	}
+	step("features")
 
 	// 4. The reconcilers, then the features' own loops.
 	if err := a.startReconcilers(ctx); err != nil {
@@ -259,7 +268,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			}
 		}
 		close(a.reconciled)
-		a.log.WithField("startup", time.Since(start).String()).Info("both bridges reconciled")
+		a.log.WithFields(steps).WithField("startup", time.Since(start).String()).Info("both bridges reconciled")
 	}()
 	return a.loop(ctx)
 }

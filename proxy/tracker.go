@@ -177,13 +177,15 @@ func (t *ServiceTracker) PendingCount() int {
 func (t *ServiceTracker) Update() ChangeSet {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	changed := ChangeSet{}
 	if len(t.pending) == 0 {
-		return changed
+		return ChangeSet{}
 	}
-	candidates := map[types.NamespacedName]bool{}
-	fresh := map[types.NamespacedName]bool{}
-	held := map[types.NamespacedName][]netip.Addr{} // before this Update
+	// Sized for the batch: a start-up's holds every Service of the cluster.
+	n := len(t.pending)
+	changed := make(ChangeSet, n)
+	candidates := make(map[types.NamespacedName]bool, n)
+	fresh := make(map[types.NamespacedName]bool, n)
+	held := make(map[types.NamespacedName][]netip.Addr, n) // before this Update
 	for key, ch := range t.pending {
 		fresh[key] = true
 		held[key] = t.ipsOf[key]
@@ -413,8 +415,8 @@ func (t *EndpointsTracker) PendingCount() int {
 func (t *EndpointsTracker) Update() ChangeSet {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	changed := ChangeSet{}
-	affected := map[types.NamespacedName]bool{}
+	changed := make(ChangeSet, len(t.pending))
+	affected := make(map[types.NamespacedName]bool, len(t.pending))
 	for key, ch := range t.pending {
 		if ch.previous != nil {
 			affected[ch.previous.service] = true
