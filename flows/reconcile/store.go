@@ -824,8 +824,8 @@ func (s *Store) OwnerOfCookie(c uint64) (string, bool) {
 
 // scratchBuffers hold the space prepare encodes flows and groups in before
 // they are copied into their packed form: a cold start prepares every
-// owner at once, and a buffer grown anew for each flow and group was a
-// tenth of its garbage.
+// owner at once, and a buffer grown anew for each flow and group was 25 MB
+// of its garbage at 10,000 Services.
 var scratchBuffers = sync.Pool{New: func() any {
 	b := make([]byte, 0, 4096)
 	return &b

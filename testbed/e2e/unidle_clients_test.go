@@ -142,9 +142,9 @@ func TestUnidleClients(t *testing.T) {
 	}
 
 	// All at once, each its first attempt.
-	notIdled := map[string]float64{}
+	drops0 := map[string]map[string]float64{}
 	for _, m := range []*testbed.Member{n1, n2} {
-		notIdled[m.Name] = notIdledDrops(t, m)
+		drops0[m.Name] = unidleDrops(t, m)
 	}
 	readyAt := watchReadyFamilies(t, e, ns, "sleepy")
 	results := make([]unidleResult, len(all))
@@ -163,20 +163,29 @@ func TestUnidleClients(t *testing.T) {
 	for _, m := range []*testbed.Member{n1, n2} {
 		t.Logf("%s: %s", m.Name, unidleMetrics(t, m))
 		// A packet-in of a port idled or released a moment before is
-		// never dropped as unknown.
-		if d := notIdledDrops(t, m) - notIdled[m.Name]; d != 0 {
-			t.Errorf("%s dropped %v packet-ins as not idled", m.Name, d)
+		// never dropped as unknown, and no held packet is lost: the one
+		// drop allowed is a retransmission of a packet already held.
+		for cause, n := range unidleDrops(t, m) {
+			if d := n - drops0[m.Name][cause]; d != 0 && cause != "retransmit" {
+				t.Errorf("%s dropped %v packets as %s", m.Name, d, cause)
+			}
 		}
 	}
 	t.Logf("all %d clients done %s after the first connect", len(all), time.Since(start).Round(time.Millisecond))
-	// A family's endpoints that the API server published later than a
-	// TCP client's 1 s SYN timer excuse that client's retransmission;
-	// nothing else does.
-	late := map[bool]time.Duration{}
+	// The port stays idled until every family has endpoints, so the held
+	// packets wait for the later of the two publications, and then for
+	// the agents to program the flows and re-inject them. Endpoints
+	// published so late that this could not be done before a TCP
+	// client's 1 s SYN timer fired excuse the client's retransmission
+	// (its held SYN is still re-injected: no drop but a retransmission's
+	// is allowed above); nothing else does. How long the re-injection
+	// takes is measured by BenchmarkUnidle, not here.
+	var published time.Duration
 	for v6, at := range readyAt() {
-		late[v6] = at.Sub(start)
-		t.Logf("%s endpoints ready %s after the first connect", family(v6), late[v6].Round(time.Millisecond))
+		published = max(published, at.Sub(start))
+		t.Logf("%s endpoints ready %s after the first connect", family(v6), at.Sub(start).Round(time.Millisecond))
 	}
+	excused := published > time.Second-reinjectAllowance
 	var crowd []time.Duration
 	for i, c := range all {
 		r := results[i]
@@ -185,8 +194,8 @@ func TestUnidleClients(t *testing.T) {
 			t.Errorf("%s: first attempt failed after %s: %v", c.name, r.took.Round(time.Millisecond), r.err)
 		case !strings.HasPrefix(r.pod, "sleepy-"):
 			t.Errorf("%s: answered by %q, want a sleepy pod", c.name, r.pod)
-		case r.synRetrans != 0 && late[c.dst.Is6()] > 900*time.Millisecond:
-			t.Logf("%s: answered after %s, the client's SYN sent %d more times while its family's endpoints were not published", c.name, r.took.Round(time.Millisecond), r.synRetrans)
+		case r.synRetrans != 0 && excused:
+			t.Logf("%s: answered after %s, the client's SYN sent %d more times: the endpoints were published %s after the first connect", c.name, r.took.Round(time.Millisecond), r.synRetrans, published.Round(time.Millisecond))
 		case r.synRetrans != 0:
 			// The held SYN is the one to be answered.
 			t.Errorf("%s: answered after %s, yet the client sent its SYN %d more times: its held first SYN was not the one answered", c.name, r.took.Round(time.Millisecond), r.synRetrans)
@@ -359,15 +368,41 @@ func synRetransmits(conn net.Conn) (int, error) {
 	return int(info.Total_retrans), nil
 }
 
-// notIdledDrops reads the agent's count of packet-ins dropped as of no
-// idled port.
-func notIdledDrops(t testing.TB, m *testbed.Member) float64 {
+// reinjectAllowance is the time TestUnidleClients gives the agents, once
+// the endpoints are published, to program the flows and re-inject the
+// held packets before a client's retransmission counts against them: well
+// above the latency of an endpoint change on the slowest machine measured
+// (docs/benchmarks.md), so that only a lost or forgotten held packet fails.
+const reinjectAllowance = 300 * time.Millisecond
+
+// unidleDrops reads the agent's counts of dropped packet-ins, by cause.
+func unidleDrops(t testing.TB, m *testbed.Member) map[string]float64 {
 	t.Helper()
 	text, err := agentMetrics(m)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return seriesValue(text, `nodeflow_unidle_dropped_packets_total{cause="not-idled"}`)
+	out := map[string]float64{}
+	const prefix = `nodeflow_unidle_dropped_packets_total{cause="`
+	for _, l := range strings.Split(text, "\n") {
+		rest, ok := strings.CutPrefix(l, prefix)
+		if !ok {
+			continue
+		}
+		cause, value, ok := strings.Cut(rest, `"} `)
+		if !ok {
+			continue
+		}
+		v, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
+		if err != nil {
+			t.Fatalf("%s: metric %q: %v", m.Name, l, err)
+		}
+		out[cause] = v
+	}
+	if _, ok := out["not-idled"]; !ok {
+		t.Fatalf("%s: no nodeflow_unidle_dropped_packets_total{cause=\"not-idled\"} in the agent's metrics", m.Name)
+	}
+	return out
 }
 
 // unidleMetrics returns the node agent's unidle metrics in one line.
