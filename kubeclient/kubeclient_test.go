@@ -4,13 +4,16 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 )
@@ -70,4 +73,61 @@ func TestTypedClientSpeaksProtobuf(t *testing.T) {
 	if rc.ContentType != "" || rc.AcceptContentTypes != "" {
 		t.Errorf("the caller's configuration changed: %q, %q", rc.ContentType, rc.AcceptContentTypes)
 	}
+}
+
+// TestListsFirst starts a Service informer on the typed client and checks
+// its first request: a list after ListsFirst, the streaming watch of
+// client-go's default when the environment asks for it.
+func TestListsFirst(t *testing.T) {
+	ListsFirst()
+	first := func(t *testing.T) *http.Request {
+		reqs := make(chan *http.Request, 16)
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			select {
+			case reqs <- r:
+			default:
+			}
+			if r.URL.Query().Get("watch") == "true" {
+				<-r.Context().Done() // a watch that never says anything
+				return
+			}
+			w.Header().Set("Content-Type", runtime.ContentTypeJSON)
+			_, _ = w.Write([]byte(`{"kind":"ServiceList","apiVersion":"v1","metadata":{"resourceVersion":"7"},"items":[]}`))
+		}))
+		t.Cleanup(srv.Close)
+		kc, err := NewTyped(&rest.Config{Host: srv.URL})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		t.Cleanup(cancel)
+		factory := informers.NewSharedInformerFactory(kc, 0)
+		factory.Core().V1().Services().Informer()
+		factory.Start(ctx.Done())
+		t.Cleanup(factory.Shutdown)
+		t.Cleanup(cancel)
+		select {
+		case r := <-reqs:
+			return r
+		case <-time.After(30 * time.Second):
+			t.Fatal("the informer sent no request in 30 s")
+			return nil
+		}
+	}
+	t.Run("default", func(t *testing.T) {
+		if _, set := os.LookupEnv(WatchListEnv); set {
+			t.Skipf("%s is set in this test's environment", WatchListEnv)
+		}
+		q := first(t).URL.Query()
+		if q.Get("watch") != "" || q.Get("sendInitialEvents") != "" || q.Get("resourceVersion") != "0" {
+			t.Errorf("first request %q, want a list from the API server's cache (resourceVersion=0, no watch)", q.Encode())
+		}
+	})
+	t.Run("environment", func(t *testing.T) {
+		t.Setenv(WatchListEnv, "true")
+		q := first(t).URL.Query()
+		if q.Get("watch") != "true" || q.Get("sendInitialEvents") != "true" {
+			t.Errorf("first request %q with %s=true, want client-go's streaming list", q.Encode(), WatchListEnv)
+		}
+	})
 }

@@ -12,6 +12,8 @@ import (
 
 	"github.com/sirupsen/logrus"
 	"github.com/urfave/cli/v2"
+
+	"nodeflow/kubeclient"
 )
 
 // version and commit are set at build time with -ldflags "-X
@@ -25,6 +27,9 @@ var (
 var commands []*cli.Command
 
 func main() {
+	// Informers start with a list, not a stream of single events: the
+	// agent's start-up waits for them (see kubeclient.ListsFirst).
+	kubeclient.ListsFirst()
 	app := &cli.App{
 		Name:    "nodeflow",
 		Usage:   "per-node OpenFlow controller for Open vSwitch",

@@ -29,7 +29,7 @@ func (c *Conn) Send(ctx context.Context, msgs ...openflow.Message) error {
 		return c.opErr("send", err)
 	}
 	first := c.allocXids(uint32(len(msgs)))
-	enc := encoder{v: s.version}
+	enc := encoder{v: s.version, left: len(msgs)}
 	for i, m := range msgs {
 		if err := enc.add(first+uint32(i), m); err != nil {
 			return c.opErr("send", &MessageError{Index: i, Total: len(msgs), Message: m, Err: err})

@@ -105,7 +105,7 @@ func (b *Bundle) Add(ctx context.Context, msgs ...openflow.Message) error {
 		werr <- err
 	}()
 	var encErr error
-	buf := make([]byte, 0, chunkSize+openflow.MaxMessageLen)
+	buf := newChunk(len(msgs))
 	add := openflow.BundleAdd{BundleID: b.id, Flags: b.flags}
 	for i, m := range msgs {
 		add.Xid, add.Message = first+uint32(i), m
@@ -119,7 +119,7 @@ func (b *Bundle) Add(ctx context.Context, msgs ...openflow.Message) error {
 			select {
 			case buf = <-free:
 			default:
-				buf = make([]byte, 0, chunkSize+openflow.MaxMessageLen)
+				buf = newChunk(len(msgs) - i - 1)
 			}
 		}
 	}

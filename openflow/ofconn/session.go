@@ -359,7 +359,7 @@ func (s *session) roundTrip(ctx context.Context, m openflow.Message) ([][]byte, 
 // error instead of a silently truncated reply.
 func (s *session) multipart(ctx context.Context, req openflow.Message) ([][]byte, error) {
 	xid := s.c.allocXids(2)
-	enc := encoder{v: s.version}
+	enc := encoder{v: s.version, left: 2}
 	if err := enc.add(xid, req); err != nil {
 		return nil, err
 	}
@@ -404,17 +404,29 @@ func (s *session) request(ctx context.Context, m openflow.Message) (openflow.Mes
 // goroutines can slip in between chunks.
 const chunkSize = 256 << 10
 
+// newChunk returns an empty buffer to encode n messages into: room for a
+// whole chunk when they fill one, a little when they are few. The buffer
+// grows if the guess is short. A pass that changes one flow sends a few
+// hundred bytes: allocating and clearing a whole chunk for it (320 KiB)
+// made most of the garbage of an endpoint change (docs/benchmarks.md).
+func newChunk(n int) []byte {
+	const guess = 256 // bytes a message, enough for most flow mods
+	return make([]byte, 0, min(chunkSize+openflow.MaxMessageLen, max(n, 1)*guess))
+}
+
 // encoder encodes messages into chunks of about chunkSize bytes.
 type encoder struct {
 	v      openflow.Version
+	left   int // messages still to add, to size the next chunk
 	chunks [][]byte
 	cur    []byte
 }
 
 func (e *encoder) add(xid uint32, m openflow.Message) error {
 	if e.cur == nil {
-		e.cur = make([]byte, 0, chunkSize+openflow.MaxMessageLen)
+		e.cur = newChunk(e.left)
 	}
+	e.left--
 	var err error
 	e.cur, err = openflow.AppendMessage(e.cur, e.v, xid, m)
 	if err != nil {
@@ -440,7 +452,7 @@ func (e *encoder) finish() [][]byte {
 func (s *session) apply(ctx context.Context, msgs []openflow.Message) error {
 	n := uint32(len(msgs))
 	first := s.c.allocXids(n + 1)
-	enc := encoder{v: s.version}
+	enc := encoder{v: s.version, left: len(msgs) + 1}
 	for i, m := range msgs {
 		if err := enc.add(first+uint32(i), m); err != nil {
 			return &BatchError{Errors: []*MessageError{{Index: i, Total: len(msgs), Message: m, Err: err}}}
