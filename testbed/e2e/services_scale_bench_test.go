@@ -32,6 +32,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 
+	"nodeflow/kubeclient"
 	"nodeflow/testbed"
 	"nodeflow/testbed/nsutil"
 )
@@ -66,7 +67,9 @@ var svcScale scenario
 // namespace of its own against the same API server and load, measures its
 // first full sync, RSS, and the same changes, and reports the ratios
 // nodeflow / kube-proxy. NODEFLOW_BENCH_KUBEPROXY=0 leaves kube-proxy out;
-// NODEFLOW_BENCH_COLD_STARTS=n runs the agent's cold start n times.
+// NODEFLOW_BENCH_COLD_STARTS=n runs the agent's cold start n times, and
+// NODEFLOW_BENCH_STREAM_COLD_STARTS=n (default 1) n more with client-go's
+// streamed initial lists, the reference for the agent's plain lists.
 //
 // It takes minutes at 10,000 Services; run it alone, once:
 //
@@ -173,6 +176,24 @@ func runServicesScale(b *testing.B, e *env) map[string]float64 {
 	res["s-nodeflow-cold-start"] = cold.all.Seconds()
 	res["MiB-nodeflow-RSS-cold"] = float64(cold.rss) / 1024
 	res["MiB-nodeflow-RSS-cold-peak"] = float64(slices.MaxFunc(colds, func(x, y coldStart) int { return cmp.Compare(x.peak, y.peak) }).peak) / 1024
+	// The reference: the same cold start with client-go's streamed initial
+	// lists (one watch event per object), which the agent turns off
+	// (kubeclient.ListsFirst). NODEFLOW_BENCH_STREAM_COLD_STARTS, default 1.
+	var streams []coldStart
+	for i := range envInt(b, "NODEFLOW_BENCH_STREAM_COLD_STARTS", 1) {
+		c := coldStartAgent(b, e, m, agentPID, groups0+n, buckets0+n*endpointsPerService, false, kubeclient.WatchListEnv+"=true")
+		agentPID = c.pid
+		b.Logf("nodeflow: cold start %d with %d services and streamed lists (%s=true): all groups in OVS %s after process start; CPU %.1f s; RSS %d KiB (peak %d KiB; %s); %s",
+			i+1, n, kubeclient.WatchListEnv, c.all.Round(time.Millisecond), c.cpu.Seconds(), c.rss, c.peak, c.parts, c.goMem)
+		streams = append(streams, c)
+	}
+	if len(streams) > 0 {
+		slices.SortFunc(streams, func(x, y coldStart) int { return cmp.Compare(x.all, y.all) })
+		stream := streams[len(streams)/2]
+		res["s-nodeflow-cold-start-stream"] = stream.all.Seconds()
+		res["MiB-nodeflow-RSS-cold-peak-stream"] = float64(slices.MaxFunc(streams, func(x, y coldStart) int { return cmp.Compare(x.peak, y.peak) }).peak) / 1024
+		res["cold-start-lists/stream"] = cold.all.Seconds() / stream.all.Seconds()
+	}
 	idle := idleWindow(b)
 	idleAudits0 := scrapeAgent(b, m).histogram("nodeflow_sync_duration_seconds", `kind="audit"`)
 	idleProfile := saveProfile(b, m, "idle-cpu.prof", fmt.Sprintf("profile?seconds=%d", max(1, int(idle.Seconds())-1)))
@@ -1181,7 +1202,7 @@ type coldStart struct {
 // starts a new agent and waits until br0 holds groups groups and buckets
 // buckets again. The first cold start keeps its profiles when
 // NODEFLOW_BENCH_PPROF is set.
-func coldStartAgent(b *testing.B, e *env, m *testbed.Member, pid, groups, buckets int, profile bool) coldStart {
+func coldStartAgent(b *testing.B, e *env, m *testbed.Member, pid, groups, buckets int, profile bool, env ...string) coldStart {
 	b.Helper()
 	stopAgent(b, e, m, pid)
 	ofctl(b, m, "del-flows", "br0")
@@ -1190,7 +1211,7 @@ func coldStartAgent(b *testing.B, e *env, m *testbed.Member, pid, groups, bucket
 		b.Fatalf("br0 still holds %d groups", g)
 	}
 	restart := time.Now()
-	c := coldStart{pid: startAgent(b, e, m).Process.Pid}
+	c := coldStart{pid: startAgentEnv(b, e, m, env...).Process.Pid}
 	coldProfile := func() {}
 	if profile {
 		coldProfile = saveProfile(b, m, "cold-cpu.prof", "profile?seconds=10")

@@ -72,11 +72,18 @@ func agentCommandBinary(e *env, m *testbed.Member, logf *os.File, nodeflow strin
 // environment the testbed gives it, and stops it when the test ends.
 func startAgent(t testing.TB, e *env, m *testbed.Member) *exec.Cmd {
 	t.Helper()
+	return startAgentEnv(t, e, m)
+}
+
+// startAgentEnv is startAgent with env added to the agent's environment.
+func startAgentEnv(t testing.TB, e *env, m *testbed.Member, env ...string) *exec.Cmd {
+	t.Helper()
 	logf, err := os.Create(filepath.Join(t.TempDir(), "agent-"+m.Name+".log"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	cmd := agentCommand(e, m, logf)
+	cmd.Env = append(cmd.Env, env...)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
