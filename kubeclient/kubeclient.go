@@ -8,6 +8,9 @@
 // (docs/benchmarks.md, "The built-in kinds as protobuf"). Custom
 // resources have no protobuf form; the dynamic clients that read them keep
 // the configuration they are given.
+//
+// ListsFirst makes the process's informers start with one list instead of
+// client-go's stream of single events, for the same reason.
 package kubeclient
 
 import (
