@@ -100,10 +100,10 @@ func TestListsFirst(t *testing.T) {
 			t.Fatal(err)
 		}
 		ctx, cancel := context.WithCancel(context.Background())
-		t.Cleanup(cancel)
 		factory := informers.NewSharedInformerFactory(kc, 0)
 		factory.Core().V1().Services().Informer()
 		factory.Start(ctx.Done())
+		// Cleanups run last first: stop the informer, then wait for it.
 		t.Cleanup(factory.Shutdown)
 		t.Cleanup(cancel)
 		select {

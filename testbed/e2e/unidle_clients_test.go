@@ -378,25 +378,10 @@ const reinjectAllowance = 300 * time.Millisecond
 // unidleDrops reads the agent's counts of dropped packet-ins, by cause.
 func unidleDrops(t testing.TB, m *testbed.Member) map[string]float64 {
 	t.Helper()
-	text, err := agentMetrics(m)
-	if err != nil {
-		t.Fatal(err)
-	}
 	out := map[string]float64{}
-	const prefix = `nodeflow_unidle_dropped_packets_total{cause="`
-	for _, l := range strings.Split(text, "\n") {
-		rest, ok := strings.CutPrefix(l, prefix)
-		if !ok {
-			continue
-		}
-		cause, value, ok := strings.Cut(rest, `"} `)
-		if !ok {
-			continue
-		}
-		v, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
-		if err != nil {
-			t.Fatalf("%s: metric %q: %v", m.Name, l, err)
-		}
+	for labels, v := range scrapeAgent(t, m).series("nodeflow_unidle_dropped_packets_total", "cause=") {
+		_, cause, _ := strings.Cut(labels, `cause="`)
+		cause, _, _ = strings.Cut(cause, `"`)
 		out[cause] = v
 	}
 	if _, ok := out["not-idled"]; !ok {
