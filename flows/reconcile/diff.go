@@ -32,10 +32,20 @@ func (k ChangeKind) String() string {
 	return fmt.Sprintf("change(%d)", uint8(k))
 }
 
+// flowChange is one flow's change. Its key is its entries' (they share
+// it): a start-up diff holds one change per flow, and a copy of every key
+// would double what the diff costs.
 type flowChange struct {
 	kind     ChangeKind
-	key      openflow.FlowKey
 	from, to *flowEntry
+}
+
+// key returns the flow's key.
+func (c flowChange) key() openflow.FlowKey {
+	if c.to != nil {
+		return c.to.key
+	}
+	return c.from.key
 }
 
 type groupChange struct {
@@ -138,10 +148,13 @@ type unit struct {
 	err    error
 
 	groupsBefore []groupChange
-	flowDeletes  []flowChange
-	flowUpdates  []flowChange
 	groupsAfter  []groupChange
 	meters       []meterChange
+	// flowDeletes and flowUpdates count the unit's flow changes, which
+	// are in the diff's one list (see diff).
+	flowDeletes, flowUpdates int
+	// batch is the index of the root unit's batch, -1 for none.
+	batch int
 }
 
 func (u *unit) root() *unit {
@@ -178,7 +191,7 @@ func (s *Store) diff(opts DiffOptions) *Diff {
 		}
 		u, ok := units[name]
 		if !ok {
-			u = &unit{owners: map[string]bool{name: true}, name: name}
+			u = &unit{owners: map[string]bool{name: true}, name: name, batch: -1}
 			units[name] = u
 		}
 		return u.root()
@@ -203,11 +216,11 @@ func (s *Store) diff(opts DiffOptions) *Diff {
 		}
 		a.size += b.size
 		a.groupsBefore = append(a.groupsBefore, b.groupsBefore...)
-		a.flowDeletes = append(a.flowDeletes, b.flowDeletes...)
-		a.flowUpdates = append(a.flowUpdates, b.flowUpdates...)
 		a.groupsAfter = append(a.groupsAfter, b.groupsAfter...)
 		a.meters = append(a.meters, b.meters...)
-		b.groupsBefore, b.flowDeletes, b.flowUpdates, b.groupsAfter, b.meters = nil, nil, nil, nil, nil
+		a.flowDeletes += b.flowDeletes
+		a.flowUpdates += b.flowUpdates
+		b.groupsBefore, b.groupsAfter, b.meters = nil, nil, nil
 		return a
 	}
 	owning := func(to, from *owner) *owner {
@@ -269,16 +282,21 @@ func (s *Store) diff(opts DiffOptions) *Diff {
 		u.meters = append(u.meters, c)
 	})
 
-	// Flows.
+	// Flows, in one list with the unit each joined (units merge later):
+	// a start-up diff has a change for every flow, and a list of its own
+	// for each unit, grown by appending, would allocate several times
+	// what the changes need.
 	dirtyF := s.dirtyF
 	s.dirtyF = nil
+	flows := make([]flowChange, 0, len(dirtyF))
+	flowUnits := make([]*unit, 0, len(dirtyF))
 	for _, k := range dirtyF {
 		sl, ok := s.flows[k]
 		if !ok || !sl.dirty {
 			continue
 		}
 		sl.dirty = false
-		c := flowChange{key: k, from: sl.installed, to: sl.desired}
+		c := flowChange{from: sl.installed, to: sl.desired}
 		step, kind := sl.step(s.flowsDiffer)
 		if step == stepEmpty {
 			delete(s.flows, k)
@@ -331,11 +349,13 @@ func (s *Store) diff(opts DiffOptions) *Diff {
 			c.from.visitRefs(link, func(uint32) {})
 		}
 		if c.kind == Delete {
-			u.flowDeletes = append(u.flowDeletes, c)
+			u.flowDeletes++
 		} else {
-			u.flowUpdates = append(u.flowUpdates, c)
+			u.flowUpdates++
 		}
 		u.size++
+		flows = append(flows, c)
+		flowUnits = append(flowUnits, u)
 	}
 
 	// Collect the root units, drop the blocked ones, and pack the rest.
@@ -359,7 +379,12 @@ func (s *Store) diff(opts DiffOptions) *Diff {
 	}
 	sort.Slice(roots, func(i, j int) bool { return roots[i].name < roots[j].name })
 
-	var cur *Batch
+	// Cut the units into batches first, then fill each batch's slices,
+	// made to the size they need: a start-up diff holds a change for
+	// every flow, and growing its slices by appending would allocate about
+	// twice that.
+	var cuts [][]*unit
+	size := 0 // the changes in the last cut, as Batch.Len counts them
 	for _, u := range roots {
 		if u.err != nil {
 			for name := range u.owners {
@@ -386,29 +411,52 @@ func (s *Store) diff(opts DiffOptions) *Diff {
 		if u.size == 0 {
 			continue
 		}
-		if cur == nil || (opts.MaxBundle > 0 && cur.Len() > 0 && cur.Len()+u.size > opts.MaxBundle) {
-			cur = &Batch{}
-			d.Batches = append(d.Batches, cur)
+		if len(cuts) == 0 || (opts.MaxBundle > 0 && size > 0 && size+u.size > opts.MaxBundle) {
+			cuts = append(cuts, nil)
+			size = 0
 		}
-		for name := range u.owners {
-			cur.owners = append(cur.owners, name)
+		cuts[len(cuts)-1] = append(cuts[len(cuts)-1], u)
+		size += len(u.groupsBefore) + u.flowDeletes + u.flowUpdates + len(u.groupsAfter)
+		u.batch = len(cuts) - 1
+	}
+	for _, us := range cuts {
+		var owners, gb, fd, fu, ga int
+		for _, u := range us {
+			owners += len(u.owners)
+			gb, fd, fu, ga = gb+len(u.groupsBefore), fd+u.flowDeletes, fu+u.flowUpdates, ga+len(u.groupsAfter)
 		}
-		cur.groupsBefore = append(cur.groupsBefore, u.groupsBefore...)
-		cur.flowDeletes = append(cur.flowDeletes, u.flowDeletes...)
-		cur.flowUpdates = append(cur.flowUpdates, u.flowUpdates...)
-		cur.groupsAfter = append(cur.groupsAfter, u.groupsAfter...)
-		for _, c := range u.groupsBefore {
-			d.Stats.countGroup(c.kind)
+		b := &Batch{owners: make([]string, 0, owners), groupsBefore: make([]groupChange, 0, gb),
+			flowDeletes: make([]flowChange, 0, fd), flowUpdates: make([]flowChange, 0, fu), groupsAfter: make([]groupChange, 0, ga)}
+		d.Batches = append(d.Batches, b)
+		for _, u := range us {
+			for name := range u.owners {
+				b.owners = append(b.owners, name)
+			}
+			b.groupsBefore = append(b.groupsBefore, u.groupsBefore...)
+			b.groupsAfter = append(b.groupsAfter, u.groupsAfter...)
+			for _, c := range u.groupsBefore {
+				d.Stats.countGroup(c.kind)
+			}
+			for _, c := range u.groupsAfter {
+				d.Stats.countGroup(c.kind)
+			}
 		}
-		for _, c := range u.groupsAfter {
-			d.Stats.countGroup(c.kind)
+	}
+	// Each flow change goes to its unit's batch, or back in the queue
+	// when its unit is held back.
+	for i, c := range flows {
+		r := flowUnits[i].root()
+		if r.err != nil {
+			s.requeueFlow(c.key())
+			continue
 		}
-		for _, c := range u.flowDeletes {
-			d.Stats.countFlow(c.kind)
+		b := d.Batches[r.batch]
+		if c.kind == Delete {
+			b.flowDeletes = append(b.flowDeletes, c)
+		} else {
+			b.flowUpdates = append(b.flowUpdates, c)
 		}
-		for _, c := range u.flowUpdates {
-			d.Stats.countFlow(c.kind)
-		}
+		d.Stats.countFlow(c.kind)
 	}
 	for _, b := range d.Batches {
 		sort.Strings(b.owners)
@@ -522,20 +570,14 @@ func (st *DiffStats) countMeter(k ChangeKind) {
 	}
 }
 
-// requeueUnit puts a held-back unit's changes back in the queues. s.mu is
-// held.
+// requeueUnit puts a held-back unit's group and meter changes back in
+// the queues (diff requeues its flow changes). s.mu is held.
 func (s *Store) requeueUnit(u *unit) {
 	for _, c := range u.groupsBefore {
 		s.requeueGroup(c.id)
 	}
 	for _, c := range u.groupsAfter {
 		s.requeueGroup(c.id)
-	}
-	for _, c := range u.flowDeletes {
-		s.requeueFlow(c.key)
-	}
-	for _, c := range u.flowUpdates {
-		s.requeueFlow(c.key)
 	}
 	for _, c := range u.meters {
 		s.requeueMeter(c.id)
@@ -584,7 +626,8 @@ func (s *Store) commitBatch(b *Batch) {
 }
 
 func (s *Store) commitFlow(c flowChange) {
-	sl, ok := s.flows[c.key]
+	k := c.key()
+	sl, ok := s.flows[k]
 	if !ok {
 		return
 	}
@@ -592,24 +635,24 @@ func (s *Store) commitFlow(c flowChange) {
 		// The flow monitor reported someone else's change to this flow
 		// while the bundle was in flight, and the order of the two on the
 		// switch is unknown: keep what was observed and look again.
-		s.markFlow(c.key, &sl)
+		s.markFlow(k, &sl)
 		return
 	}
 	sl.installed = c.to
 	switch {
 	case sl.desired == nil && sl.installed == nil:
 		if !sl.dirty {
-			delete(s.flows, c.key)
+			delete(s.flows, k)
 			return
 		}
 	case sl.desired != sl.installed:
 		if sl.desired == nil || sl.installed == nil || s.flowsDiffer(sl.desired, sl.installed) {
-			s.markFlow(c.key, &sl)
+			s.markFlow(k, &sl)
 			return
 		}
 		sl.installed = sl.desired
 	}
-	s.flows[c.key] = sl
+	s.flows[k] = sl
 }
 
 func (s *Store) commitGroup(c groupChange) { commitIDSlot(s.groups, c.id, c.to, s.markGroup) }
@@ -656,10 +699,10 @@ func (s *Store) abortBatch(b *Batch, err error, now time.Time) {
 		s.requeueGroup(c.id)
 	}
 	for _, c := range b.flowDeletes {
-		s.requeueFlow(c.key)
+		s.requeueFlow(c.key())
 	}
 	for _, c := range b.flowUpdates {
-		s.requeueFlow(c.key)
+		s.requeueFlow(c.key())
 	}
 	if err != nil {
 		for _, name := range b.owners {

@@ -2,6 +2,7 @@ package reconcile
 
 import (
 	"fmt"
+	"sort"
 	"strings"
 
 	"nodeflow/flows/plan"
@@ -17,53 +18,62 @@ import (
 //
 // origin(i) names the change behind message i, for error messages.
 func batchMessages(b *Batch, v openflow.Version, gen plan.Generation) (msgs []openflow.Message, origin func(i int) string, err error) {
-	type src struct {
-		section uint8
-		index   int32
-	}
-	srcs := make([]src, 0, b.Len())
+	// groupEnds[i] is how many messages groupsBefore[:i+1] make: a big
+	// group makes several. The other sections make one message a change,
+	// so their origin is found by counting.
+	groupEnds := make([]int, len(b.groupsBefore))
 	msgs = make([]openflow.Message, 0, b.Len())
 	for i, c := range b.groupsBefore {
 		mods, err := c.to.mods(v)
 		if err != nil {
 			return nil, nil, fmt.Errorf("reconcile: owner %s: group %d: %w", ownerName(c.to.owner), c.id, err)
 		}
-		for _, m := range mods {
-			msgs = append(msgs, m)
-			srcs = append(srcs, src{0, int32(i)})
+		msgs = append(msgs, mods...)
+		groupEnds[i] = len(msgs)
+	}
+	// The flow mods of packed flows are made side by side in one
+	// allocation, not one each: a start-up bundle has one for every flow.
+	packed := 0
+	for _, c := range b.flowDeletes {
+		if c.from.flow == nil {
+			packed++
 		}
 	}
-	for i, c := range b.flowDeletes {
+	mods := make([]openflow.PackedFlowMod, 0, packed+len(b.flowUpdates))
+	for _, c := range b.flowDeletes {
+		if c.from.flow != nil {
+			msgs = append(msgs, c.from.flow.DeleteStrictMod())
+			continue
+		}
+		mods = append(mods, openflow.PackedFlowMod{Command: openflow.FlowDeleteStrict, Flow: &c.from.packed})
+		msgs = append(msgs, &mods[len(mods)-1])
+	}
+	for _, c := range b.flowUpdates {
+		mods = append(mods, openflow.PackedFlowMod{Command: openflow.FlowAdd, Cookie: c.to.owner.cookie | uint64(gen), Flow: &c.to.packed})
+		msgs = append(msgs, &mods[len(mods)-1])
+	}
+	for _, c := range b.groupsAfter {
 		msgs = append(msgs, c.from.deleteMod())
-		srcs = append(srcs, src{1, int32(i)})
 	}
-	for i, c := range b.flowUpdates {
-		msgs = append(msgs, c.to.addMod(c.to.owner.cookie|uint64(gen)))
-		srcs = append(srcs, src{2, int32(i)})
-	}
-	for i, c := range b.groupsAfter {
-		msgs = append(msgs, c.from.deleteMod())
-		srcs = append(srcs, src{3, int32(i)})
-	}
+	nGroups := len(msgs) - len(b.flowDeletes) - len(b.flowUpdates) - len(b.groupsAfter)
 	origin = func(i int) string {
-		if i < 0 || i >= len(srcs) {
-			return fmt.Sprintf("message %d of %d", i, len(srcs))
+		if i < 0 || i >= len(msgs) {
+			return fmt.Sprintf("message %d of %d", i, len(msgs))
 		}
-		s := srcs[i]
-		switch s.section {
-		case 0:
-			c := b.groupsBefore[s.index]
+		if i < nGroups {
+			c := b.groupsBefore[sort.SearchInts(groupEnds, i+1)]
 			return fmt.Sprintf("owner %s: %s group %d", ownerName(c.to.owner), c.kind, c.id)
-		case 1:
-			c := b.flowDeletes[s.index]
-			return fmt.Sprintf("owner %s: delete flow (%s)", ownerName(c.from.owner), strings.TrimSpace(c.from.String()))
-		case 2:
-			c := b.flowUpdates[s.index]
-			return fmt.Sprintf("owner %s: %s flow (%s)", ownerName(c.to.owner), c.kind, strings.TrimSpace(c.to.String()))
-		default:
-			c := b.groupsAfter[s.index]
-			return fmt.Sprintf("owner %s: delete group %d", ownerName(c.from.owner), c.id)
 		}
+		if i -= nGroups; i < len(b.flowDeletes) {
+			c := b.flowDeletes[i]
+			return fmt.Sprintf("owner %s: delete flow (%s)", ownerName(c.from.owner), strings.TrimSpace(c.from.String()))
+		}
+		if i -= len(b.flowDeletes); i < len(b.flowUpdates) {
+			c := b.flowUpdates[i]
+			return fmt.Sprintf("owner %s: %s flow (%s)", ownerName(c.to.owner), c.kind, strings.TrimSpace(c.to.String()))
+		}
+		c := b.groupsAfter[i-len(b.flowUpdates)]
+		return fmt.Sprintf("owner %s: delete group %d", ownerName(c.from.owner), c.id)
 	}
 	return msgs, origin, nil
 }

@@ -251,18 +251,6 @@ func (e *flowEntry) visitRefs(group, meter func(uint32)) {
 	}
 }
 
-// addMod returns the flow mod that installs the desired entry (always
-// packed) with cookie.
-func (e *flowEntry) addMod(cookie uint64) openflow.Message { return e.packed.AddMod(cookie) }
-
-// deleteMod returns the flow mod that removes the entry's flow.
-func (e *flowEntry) deleteMod() openflow.Message {
-	if e.flow != nil {
-		return e.flow.DeleteStrictMod()
-	}
-	return e.packed.DeleteStrictMod()
-}
-
 type groupEntry struct {
 	id uint32
 	// packed is a desired group, held in its encoding; group is an

@@ -63,6 +63,8 @@ func (c *Conn) OpenBundle(ctx context.Context, flags openflow.BundleFlags) (*Bun
 // being written; errors the switch reports (it checks each message as it is
 // added) come back from Commit. If a message cannot be encoded, Add returns
 // an error naming it and the bundle is spoiled: Commit discards it.
+// The bundle keeps msgs, to name a message the switch refuses, until
+// Commit or Discard: the caller must not change them before.
 func (b *Bundle) Add(ctx context.Context, msgs ...openflow.Message) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -85,7 +87,13 @@ func (b *Bundle) Add(ctx context.Context, msgs ...openflow.Message) error {
 	base := len(b.msgs)
 	b.batches = append(b.batches, bt)
 	b.offsets = append(b.offsets, base)
-	b.msgs = append(b.msgs, msgs...)
+	if b.msgs == nil {
+		// The first Add keeps the caller's slice, capped so that a later
+		// Add copies it: a bundle of every flow need not hold two lists.
+		b.msgs = msgs[:len(msgs):len(msgs)]
+	} else {
+		b.msgs = append(b.msgs, msgs...)
+	}
 
 	// A writer goroutine sends full chunks and hands the buffers back.
 	chunks := make(chan []byte, 1)
