@@ -142,8 +142,8 @@ type DiffOptions struct {
 // unit is a set of owners whose changes must be applied together.
 type unit struct {
 	parent *unit
-	owners map[string]bool
-	name   string // smallest owner name, for a stable order
+	owners []string // disjoint from every other unit's
+	name   string   // smallest owner name, for a stable order
 	size   int
 	err    error
 
@@ -191,7 +191,7 @@ func (s *Store) diff(opts DiffOptions) *Diff {
 		}
 		u, ok := units[name]
 		if !ok {
-			u = &unit{owners: map[string]bool{name: true}, name: name, batch: -1}
+			u = &unit{owners: []string{name}, name: name, batch: -1}
 			units[name] = u
 		}
 		return u.root()
@@ -205,9 +205,8 @@ func (s *Store) diff(opts DiffOptions) *Diff {
 			a, b = b, a
 		}
 		b.parent = a
-		for o := range b.owners {
-			a.owners[o] = true
-		}
+		a.owners = append(a.owners, b.owners...)
+		b.owners = nil
 		if b.name < a.name {
 			a.name = b.name
 		}
@@ -367,7 +366,7 @@ func (s *Store) diff(opts DiffOptions) *Diff {
 			continue
 		}
 		seen[r] = true
-		for name := range r.owners {
+		for _, name := range r.owners {
 			if o := s.owners[name]; o != nil && o.waitingAt(now) {
 				block(r, o.fail.err)
 			}
@@ -387,7 +386,7 @@ func (s *Store) diff(opts DiffOptions) *Diff {
 	size := 0 // the changes in the last cut, as Batch.Len counts them
 	for _, u := range roots {
 		if u.err != nil {
-			for name := range u.owners {
+			for _, name := range u.owners {
 				if name != foreignOwner {
 					d.Blocked[name] = u.err
 					if o := s.owners[name]; o != nil && o.lastErr() == nil {
@@ -429,9 +428,7 @@ func (s *Store) diff(opts DiffOptions) *Diff {
 			flowDeletes: make([]flowChange, 0, fd), flowUpdates: make([]flowChange, 0, fu), groupsAfter: make([]groupChange, 0, ga)}
 		d.Batches = append(d.Batches, b)
 		for _, u := range us {
-			for name := range u.owners {
-				b.owners = append(b.owners, name)
-			}
+			b.owners = append(b.owners, u.owners...)
 			b.groupsBefore = append(b.groupsBefore, u.groupsBefore...)
 			b.groupsAfter = append(b.groupsAfter, u.groupsAfter...)
 			for _, c := range u.groupsBefore {
