@@ -61,9 +61,13 @@ var svcScale scenario
 // until every group is in br0 (checked against OVS), its RSS before and
 // after, and then NODEFLOW_BENCH_CHANGES (default 100) changes of one
 // Service's endpoints, one at a time: the latency from the API write until
-// the new bucket is in OVS (polled with ovs-ofctl dump-groups) and as the
-// agent's network_programming_duration_seconds histogram gives it, and the
-// agent's CPU time for the changes. Then it runs kube-proxy (nftables mode,
+// the new bucket is in OVS (polled over an OpenFlow connection of its own,
+// each change then confirmed with ovs-ofctl dump-groups), from the API
+// server's answer until then, and as the agent's
+// network_programming_duration_seconds histogram gives it, and the agent's
+// CPU time for the changes; NODEFLOW_BENCH_OFCTL_CHANGES (default 20) more
+// changes are timed by forking ovs-ofctl, as the benchmark did before.
+// Then it runs kube-proxy (nftables mode,
 // built on demand by testbed/tools/build.sh kube-proxy) in a network
 // namespace of its own against the same API server and load, measures its
 // first full sync, RSS, and the same changes, and reports the ratios
