@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"math/rand/v2"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -600,5 +601,75 @@ func TestFNV64a(t *testing.T) {
 		if got, want := fnv64a(b, fnvOffset), h.Sum64(); got != want {
 			t.Errorf("fnv64a(%q) = %x, want %x", b, got, want)
 		}
+	}
+}
+
+// TestBatchMessagesOrigin checks that origin names the change behind every
+// message of a batch, past a group too big for one message (sent as
+// several) and a deleted flow and group.
+func TestBatchMessagesOrigin(t *testing.T) {
+	s := NewStore(StoreOptions{})
+	var eps []netip.Addr
+	for i := range 5000 {
+		eps = append(eps, ipN("10.128.0.0", i))
+	}
+	big := serviceState(7, netip.MustParseAddr("10.96.0.7"), 80, eps, 8080, false)
+	big.Flows = big.Flows[len(big.Flows)-1:] // the group and the ServiceLB flow
+	mustSet(t, s, "service/ns/big:80/TCP", big)
+	mustSet(t, s, "service/ns/small:80/TCP", serviceState(8, netip.MustParseAddr("10.96.0.8"), 80, eps[:2], 8080, false))
+	mustSet(t, s, "service/ns/mid:80/TCP", serviceState(9, netip.MustParseAddr("10.96.0.9"), 80, eps[:3], 8080, false))
+	for _, b := range s.diff(DiffOptions{}).Batches {
+		s.commitBatch(b)
+	}
+	// Now the small service goes (a flow and group delete) while the big
+	// one changes (its group split again, its flow moved to another port:
+	// a delete and an add).
+	mustSet(t, s, "service/ns/small:80/TCP", State{})
+	big2 := serviceState(7, netip.MustParseAddr("10.96.0.7"), 81, eps[1:], 8080, false)
+	big2.Flows = big2.Flows[len(big2.Flows)-1:]
+	mustSet(t, s, "service/ns/big:80/TCP", big2)
+	mustSet(t, s, "service/ns/mid:80/TCP", serviceState(9, netip.MustParseAddr("10.96.0.9"), 80, eps[1:3], 8080, false))
+	d := s.diff(DiffOptions{})
+	if len(d.Batches) != 1 {
+		t.Fatalf("%d batches, want 1", len(d.Batches))
+	}
+	b := d.Batches[0]
+	msgs, origin, err := batchMessages(b, openflow.Version15, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The group changes' messages, in order, named by their change.
+	var groupWant []string
+	for _, c := range b.groupsBefore {
+		mods, err := c.to.mods(openflow.Version15)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range mods {
+			groupWant = append(groupWant, fmt.Sprintf("owner %s: modify group %d", c.to.owner.name, c.id))
+		}
+	}
+	groupMsgs := len(groupWant)
+	if len(b.groupsBefore) != 2 || groupMsgs < 3 {
+		t.Fatalf("%d group changes in %d messages, want 2 with the big group split", len(b.groupsBefore), groupMsgs)
+	}
+	for i := range msgs {
+		var want string
+		switch {
+		case i < groupMsgs:
+			want = groupWant[i]
+		case i < groupMsgs+len(b.flowDeletes):
+			want = ": delete flow ("
+		case i < groupMsgs+len(b.flowDeletes)+len(b.flowUpdates):
+			want = "flow ("
+		default:
+			want = "owner service/ns/small:80/TCP: delete group 8"
+		}
+		if got := origin(i); !strings.Contains(got, want) {
+			t.Errorf("origin(%d) of %d = %q, want %q", i, len(msgs), got, want)
+		}
+	}
+	if got := origin(len(msgs)); !strings.Contains(got, fmt.Sprintf("message %d of %d", len(msgs), len(msgs))) {
+		t.Errorf("origin past the end = %q", got)
 	}
 }

@@ -59,7 +59,8 @@ func benchRules(n int) []fw.EgressFirewallRule {
 // flowPoller asks a node's br0, over an OpenFlow connection of its own,
 // for the flows of a table: whether table 50 holds an egress firewall
 // flow to an address, how many it holds, whether table 30 holds a
-// service's.
+// service's; and for a group's buckets (groupHasDNAT, in the Services
+// benchmark). No fork per question, unlike ovs-ofctl.
 type flowPoller struct {
 	c *ofconn.Conn
 }
