@@ -73,6 +73,7 @@ type AgentConfiguration struct {
 	HostCheckInterval  *string  `json:"hostCheckInterval,omitempty"`  // --host-check-interval, a Go duration
 	ProcSysNet         *string  `json:"procSysNet,omitempty"`         // --proc-sys-net
 	GCPercent          *int     `json:"gcPercent,omitempty"`          // --gc-percent: the Go collector's target when GOGC is unset
+	GCStartupFloor     *int     `json:"gcStartupFloor,omitempty"`     // --gc-startup-floor: MiB of Go memory before the start-up's first collection
 }
 
 // Setting is one flag the file sets.
@@ -182,6 +183,9 @@ func (c *AgentConfiguration) check() error {
 	if c.GCPercent != nil && (*c.GCPercent < 0 || *c.GCPercent > 1000) {
 		errs = append(errs, fmt.Errorf("gcPercent: %d is not between 0 (Go's default) and 1000", *c.GCPercent))
 	}
+	if c.GCStartupFloor != nil && (*c.GCStartupFloor < 0 || *c.GCStartupFloor > 1<<20) {
+		errs = append(errs, fmt.Errorf("gcStartupFloor: %d is not between 0 and 1048576 (MiB)", *c.GCStartupFloor))
+	}
 	for _, f := range []field{{"podBridge", c.PodBridge}, {"gatewayBridge", c.GatewayBridge}, {"uplink", c.Uplink}, {"ovsRundir", c.OVSRundir}} {
 		if f.v != nil && *f.v == "" {
 			errs = append(errs, fmt.Errorf("%s: empty", f.name))
@@ -246,6 +250,9 @@ func (c *AgentConfiguration) Settings() []Setting {
 	str("proc-sys-net", "procSysNet", c.ProcSysNet)
 	if c.GCPercent != nil {
 		out = append(out, Setting{Flag: "gc-percent", Field: "gcPercent", Value: strconv.Itoa(*c.GCPercent)})
+	}
+	if c.GCStartupFloor != nil {
+		out = append(out, Setting{Flag: "gc-startup-floor", Field: "gcStartupFloor", Value: strconv.Itoa(*c.GCStartupFloor)})
 	}
 	return out
 }

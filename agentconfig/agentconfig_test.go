@@ -30,6 +30,7 @@ virtualNetworks: false
 resolvConf: /etc/resolv.conf
 hostCheckInterval: 1m
 gcPercent: 75
+gcStartupFloor: 96
 `
 
 // Every field becomes its flag's value, as the command line writes it.
@@ -45,7 +46,7 @@ func TestParse(t *testing.T) {
 	for flag, want := range map[string]string{
 		"node-name": "node1", "datapath-type": "netdev", "cluster-cidr": "10.244.0.0/16,fd00:10:244::/56", "service-cidr": "10.96.0.0/16",
 		"masquerade-subnet-v6": "fd69::/125", "mtu": "1450", "unidle": "false", "unidle-hold-time": "90s", "host-check-interval": "1m",
-		"cni-conf-dir": "/etc/cni/net.d", "egress-firewall": "true", "gc-percent": "75", "virtual-networks": "false",
+		"cni-conf-dir": "/etc/cni/net.d", "egress-firewall": "true", "gc-percent": "75", "gc-startup-floor": "96", "virtual-networks": "false",
 	} {
 		if got[flag] != want {
 			t.Errorf("--%s = %q, want %q", flag, got[flag], want)
@@ -54,8 +55,8 @@ func TestParse(t *testing.T) {
 	if _, ok := got["kubeconfig"]; ok {
 		t.Error("a field the file leaves out set its flag")
 	}
-	if len(got) != 21 {
-		t.Errorf("%d settings, want the file's 21: %v", len(got), got)
+	if len(got) != 22 {
+		t.Errorf("%d settings, want the file's 22: %v", len(got), got)
 	}
 }
 
@@ -73,6 +74,7 @@ func TestParseErrors(t *testing.T) {
 		{"bad datapath", head + "datapathType: kernel\n", `datapathType: "kernel"`},
 		{"mtu out of range", head + "mtu: 100\n", "mtu: 100"},
 		{"gc percent out of range", head + "gcPercent: -5\n", "gcPercent: -5"},
+		{"gc start-up floor out of range", head + "gcStartupFloor: -1\n", "gcStartupFloor: -1"},
 		{"empty bridge", head + "podBridge: \"\"\n", "podBridge: empty"},
 		{"wrong kind", "apiVersion: nodeflow.io/v1alpha1\nkind: KubeProxyConfiguration\n", `kind "KubeProxyConfiguration"`},
 		{"no version", "kind: AgentConfiguration\n", `apiVersion ""`},

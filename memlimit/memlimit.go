@@ -112,24 +112,6 @@ func Apply() (int64, string) {
 // Services are created in bulk (docs/benchmarks.md).
 const DefaultGCPercent = 50
 
-// StartupGCPercent sets the collector's target for the agent's start-up:
-// half of percent (at least 10), unless GOGC is set in the environment or
-// percent keeps Go's default. A start-up builds the desired state of every
-// object at once, and most of what it allocates on the way is garbage
-// within milliseconds: collecting twice as often while it lasts keeps that
-// garbage from setting the process's peak resident memory, for CPU the
-// start-up has to spare. The returned function sets percent (call it once
-// the start-up is over); the string says what was done, for the log.
-func StartupGCPercent(percent int) (func(), string) {
-	if os.Getenv("GOGC") != "" || percent <= 0 {
-		return func() {}, SetGCPercent(percent)
-	}
-	start := max(percent/2, 10)
-	debug.SetGCPercent(start)
-	return func() { debug.SetGCPercent(percent) },
-		fmt.Sprintf("garbage collector target %d%% (GOGC) during the start-up, then %d%%", start, percent)
-}
-
 // SetGCPercent sets the collector's target to percent unless GOGC is set in
 // the environment, which wins; a percent of 0 or less leaves Go's default.
 // It returns what it did, for the log.

@@ -4,7 +4,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
-	"strings"
 	"testing"
 )
 
@@ -80,30 +79,5 @@ func TestSetGCPercent(t *testing.T) {
 	}
 	if p := debug.SetGCPercent(100); p != 100 {
 		t.Errorf("GOGC set, the target became %d", p)
-	}
-}
-
-// TestStartupGCPercent: half the target during the start-up (at least 10),
-// the target after it; GOGC in the environment wins over both.
-func TestStartupGCPercent(t *testing.T) {
-	orig := debug.SetGCPercent(100)
-	t.Cleanup(func() { debug.SetGCPercent(orig) })
-	t.Setenv("GOGC", "")
-	for _, tc := range []struct{ percent, start, after int }{{50, 25, 50}, {12, 10, 12}, {200, 100, 200}} {
-		done, note := StartupGCPercent(tc.percent)
-		if got := debug.SetGCPercent(-1); got != tc.start {
-			t.Errorf("%d%%: %d%% during the start-up, want %d%% (%s)", tc.percent, got, tc.start, note)
-		}
-		debug.SetGCPercent(tc.start)
-		done()
-		if got := debug.SetGCPercent(100); got != tc.after {
-			t.Errorf("%d%%: %d%% after the start-up, want %d%%", tc.percent, got, tc.after)
-		}
-	}
-	t.Setenv("GOGC", "80")
-	done, note := StartupGCPercent(50)
-	done()
-	if got := debug.SetGCPercent(100); got != 100 || !strings.Contains(note, "GOGC=80") {
-		t.Errorf("with GOGC=80: target %d%%, note %q; want it left alone", got, note)
 	}
 }

@@ -58,6 +58,8 @@ func agentCommand() *cli.Command {
 			&cli.IntFlag{Name: "mtu", Value: 1400, EnvVars: []string{"NODEFLOW_MTU"}, Usage: "MTU of the pod network"},
 			&cli.IntFlag{Name: "gc-percent", Value: memlimit.DefaultGCPercent, EnvVars: []string{"NODEFLOW_GC_PERCENT"},
 				Usage: "the Go garbage collector's target when GOGC is not set: heap growth between collections, in % of the live heap (Go's default is 100; lower keeps less memory resident for more CPU; 0 keeps Go's); half of it until both bridges are first reconciled"},
+			&cli.IntFlag{Name: "gc-startup-floor", Value: memlimit.DefaultStartupFloorMiB, EnvVars: []string{"NODEFLOW_GC_STARTUP_FLOOR"},
+				Usage: "`MiB` of Go memory the start-up may use before the collector first runs; above it the collector runs at half --gc-percent (0: from the start; GOGC set: no floor)"},
 			&cli.StringFlag{Name: "health-addr", Value: "127.0.0.1:9476", EnvVars: []string{"NODEFLOW_HEALTH_ADDR"}, Usage: "`ADDR` of /healthz, /readyz and /metrics (empty disables)"},
 			&cli.StringFlag{Name: "socket", EnvVars: []string{"NODEFLOW_SOCKET"},
 				Usage: "introspection socket `PATH` for `nodeflow flows` (default: " + reconcile.DefaultSocket + ", or nodeflow.sock in a non-default --ovs-rundir; \"none\" disables)"},
@@ -170,7 +172,10 @@ func runAgent(c *cli.Context) error {
 	} else {
 		logrus.Debug(what)
 	}
-	startupDone, gcNote := memlimit.StartupGCPercent(c.Int("gc-percent"))
+	if f := c.Int("gc-startup-floor"); f < 0 || f > 1<<20 {
+		return fmt.Errorf("--gc-startup-floor: %d MiB is not between 0 and 1048576", f)
+	}
+	startupDone, gcNote := memlimit.Startup(c.Int("gc-percent"), int64(c.Int("gc-startup-floor"))<<20)
 	logrus.Debug(gcNote)
 	a, err := controller.New(cfg, logrus.StandardLogger())
 	if err != nil {

@@ -74,7 +74,10 @@ var svcScale scenario
 // nodeflow / kube-proxy. NODEFLOW_BENCH_KUBEPROXY=0 leaves kube-proxy out;
 // NODEFLOW_BENCH_COLD_STARTS=n runs the agent's cold start n times, and
 // NODEFLOW_BENCH_STREAM_COLD_STARTS=n (default 1) n more with client-go's
-// streamed initial lists, the reference for the agent's plain lists.
+// streamed initial lists, the reference for the agent's plain lists;
+// NODEFLOW_BENCH_COLD_ENV="K=V ..." runs NODEFLOW_BENCH_COLD_ENV_STARTS
+// (default 3) cold starts with that environment first (a setting against
+// the default, in one run).
 //
 // It takes minutes at 10,000 Services; run it alone, once:
 //
@@ -167,6 +170,25 @@ func runServicesScale(b *testing.B, e *env) map[string]float64 {
 	// the agent, empty br0 of flows and groups, start a new agent and wait
 	// for every group again. NODEFLOW_BENCH_COLD_STARTS (default 1) repeats
 	// it; the results are the median run's.
+	// NODEFLOW_BENCH_COLD_ENV="K=V ..." first runs
+	// NODEFLOW_BENCH_COLD_ENV_STARTS (default 3) cold starts with that
+	// environment added, to compare a setting with the default in one run.
+	if extra := strings.Fields(os.Getenv("NODEFLOW_BENCH_COLD_ENV")); len(extra) > 0 {
+		var vars []coldStart
+		for i := range envInt(b, "NODEFLOW_BENCH_COLD_ENV_STARTS", 3) {
+			c := coldStartAgent(b, e, m, agentPID, groups0+n, buckets0+n*endpointsPerService, false, extra...)
+			agentPID = c.pid
+			b.Logf("nodeflow: cold start %d with %d services and %s: ready %s, all groups in OVS %s after process start; CPU %.1f s; RSS %d KiB (peak %d KiB; %s); %s",
+				i+1, n, strings.Join(extra, " "), c.ready.Round(time.Millisecond), c.all.Round(time.Millisecond), c.cpu.Seconds(), c.rss, c.peak, c.parts, c.goMem)
+			vars = append(vars, c)
+		}
+		if len(vars) > 0 {
+			slices.SortFunc(vars, func(x, y coldStart) int { return cmp.Compare(x.all, y.all) })
+			res["s-nodeflow-cold-start-env"] = vars[len(vars)/2].all.Seconds()
+			res["s-nodeflow-cpu-cold-start-env"] = vars[len(vars)/2].cpu.Seconds()
+			res["MiB-nodeflow-RSS-cold-peak-env"] = float64(slices.MaxFunc(vars, func(x, y coldStart) int { return cmp.Compare(x.peak, y.peak) }).peak) / 1024
+		}
+	}
 	var colds []coldStart
 	for i := range envInt(b, "NODEFLOW_BENCH_COLD_STARTS", 1) {
 		c := coldStartAgent(b, e, m, agentPID, groups0+n, buckets0+n*endpointsPerService, i == 0)
