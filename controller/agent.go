@@ -109,6 +109,8 @@ type Agent struct {
 	// that the reconciler knows what is installed (namespaceIDsInUse).
 	podBridgeRead atomic.Bool
 	lastLoop      atomic.Int64
+	// lock is AgentLock, held from the start-up's first step.
+	lock *ovsdb.Lock
 }
 
 // New returns an agent for cfg.
@@ -289,6 +291,10 @@ func (a *Agent) setupOVS(ctx context.Context) error {
 		return fmt.Errorf("controller: %w", err)
 	}
 	a.db = db
+	// Nothing is written to the switch before the agent holds it alone.
+	if err := a.takeLock(ctx); err != nil {
+		return err
+	}
 	if l, err := netlink.LinkByName(a.cfg.Uplink); err == nil {
 		a.uplinkMAC = l.Attrs().HardwareAddr
 	} else {
@@ -615,6 +621,8 @@ func (a *Agent) loop(ctx context.Context) error {
 		case <-ctx.Done():
 			a.log.Info("stopping; the bridges keep their flows")
 			return nil
+		case <-a.lockLost():
+			return lockErr(a.lock)
 		case <-a.heal:
 			a.repair(ctx)
 		case <-t.C:

@@ -88,6 +88,7 @@ type Client struct {
 	monMu    sync.Mutex
 	monitors map[string]*Monitor // by monitor id, guarded by mu
 	monSeq   uint64
+	locks    map[string]*Lock // asked for, by name, guarded by mu
 }
 
 // ParseEndpoint splits an OVSDB endpoint "unix:/path" or "tcp:host:port"
@@ -126,6 +127,7 @@ func Dial(ctx context.Context, endpoint string, opts Options) (*Client, error) {
 		closeCh:   make(chan struct{}),
 		runDone:   make(chan struct{}),
 		monitors:  make(map[string]*Monitor),
+		locks:     make(map[string]*Lock),
 	}
 	conn, err := c.connect(ctx)
 	if err != nil {
@@ -221,7 +223,8 @@ func (c *Client) run(conn *rpcConn) {
 }
 
 // reconnect connects, restarts every monitor (each hands its handler a fresh
-// snapshot), then makes the connection available to callers.
+// snapshot), asks again for every lock, then makes the connection available
+// to callers.
 func (c *Client) reconnect() (*rpcConn, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.opts.DialTimeout+c.opts.EchoTimeout)
 	defer cancel()
@@ -250,6 +253,10 @@ func (c *Client) reconnect() (*rpcConn, error) {
 			return nil, fmt.Errorf("restart monitor %s: %w", m.id, err)
 		}
 	}
+	if err := c.relock(ctx, conn); err != nil {
+		conn.close(err)
+		return nil, err
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
@@ -262,7 +269,8 @@ func (c *Client) reconnect() (*rpcConn, error) {
 }
 
 // Close closes the connection and stops reconnecting and every monitor;
-// the channels of Interface cache subscriptions are closed.
+// the channels of Interface cache subscriptions are closed, and the locks
+// the client asked for are given back (Lock.Lost closes).
 func (c *Client) Close() error {
 	c.mu.Lock()
 	if c.closed {
@@ -273,11 +281,16 @@ func (c *Client) Close() error {
 	close(c.closeCh)
 	mons := c.monitors
 	c.monitors = map[string]*Monitor{}
+	locks := c.locks
+	c.locks = map[string]*Lock{}
 	ic := c.ifaces
 	c.mu.Unlock()
 	<-c.runDone
 	for _, m := range mons {
 		m.stop()
+	}
+	for _, l := range locks {
+		l.lose(fmt.Errorf("ovsdb: lock %q: %w", l.name, ErrClosed))
 	}
 	if ic != nil {
 		ic.closeSubscriptions()
@@ -437,8 +450,9 @@ func (c *Client) onNotify(method string, params json.RawMessage) error {
 		}
 		m.enqueue(MonitorUpdate{Tables: tu})
 		return nil
+	case "locked", "stolen":
+		return c.onLockNotify(method, params)
 	default:
-		// "locked", "stolen" and others: nothing to do.
 		return nil
 	}
 }
