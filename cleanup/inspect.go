@@ -124,6 +124,22 @@ func inspectOVSDB(ctx context.Context, o Options, log logrus.FieldLogger, f *Fac
 		return nil, fmt.Errorf("cleanup: ovsdb %s: %w", sock, err)
 	}
 	f.OVSDB = true
+	// Held until the caller closes db: an agent that starts meanwhile
+	// waits for the clean-up to end.
+	l, err := db.Lock(ctx, ovsdb.AgentLock)
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("cleanup: ovsdb %s: %w", sock, err)
+	}
+	select {
+	case <-l.Held():
+	default:
+		if !o.Force {
+			db.Close()
+			return nil, fmt.Errorf("cleanup: %w: it holds OVSDB lock %s on %s; stop it first (delete the DaemonSet), or pass --force", ErrAgentRunning, ovsdb.AgentLock, sock)
+		}
+		log.WithField("lock", ovsdb.AgentLock).Warn("an agent holds this node's Open vSwitch; going on (--force)")
+	}
 	res, err := db.Transact(ctx, ovsdb.DatabaseName,
 		ovsdb.Select(ovsdb.TableBridge, nil, "_uuid", "name", "ports", "external_ids"))
 	if err != nil {

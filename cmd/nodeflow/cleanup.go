@@ -43,7 +43,7 @@ func cleanupCommand() *cli.Command {
 	flags = append(flags,
 		&cli.StringFlag{Name: "cni-bin", Value: "/opt/cni/bin/nodeflow", Usage: "the installed CNI plugin's `PATH` (as nodeflow install-cni --to put it); empty leaves it"},
 		&cli.BoolFlag{Name: "purge", Usage: "remove the IPAM store and the CNI plugin even while pods on this node hold addresses from it"},
-		&cli.BoolFlag{Name: "force", Usage: "run even while an agent answers on this node"},
+		&cli.BoolFlag{Name: "force", Usage: "run even while an agent answers on this node or holds its Open vSwitch"},
 		&cli.BoolFlag{Name: "dry-run", Usage: "print what would be done, and do nothing"},
 		&cli.DurationFlag{Name: "timeout", Value: 2 * time.Minute, Usage: "give up after this long"},
 	)

@@ -31,7 +31,8 @@ import (
 // (testbed.SnapshotBeforeAgent): links, addresses, routes of all tables,
 // permanent neighbours, the nftables ruleset, the uplink's sysctls, the
 // bridges, the CNI configuration files. A second run finds nothing to do.
-// Before all that, cleanup refuses to run beside a running agent. The node
+// Before all that, cleanup refuses to run beside a running agent, found by
+// its socket and by its OVSDB lock. The node
 // serves no test after this one; zz_down_test.go follows and takes the
 // testbed down.
 func TestZZCleanup(t *testing.T) {
@@ -85,6 +86,12 @@ func TestZZCleanup(t *testing.T) {
 	out, err := cleanup()
 	if err == nil || !strings.Contains(out, "an agent is running on this node") {
 		t.Fatalf("cleanup beside a running agent: %v\n%s", err, out)
+	}
+	// Found by its OVSDB lock too, where neither its socket nor its
+	// health address is where cleanup looks.
+	out, err = cleanup("--socket", "none", "--health-addr", "")
+	if err == nil || !strings.Contains(out, "holds OVSDB lock nodeflow_agent") {
+		t.Fatalf("cleanup beside a running agent it finds by the lock alone: %v\n%s", err, out)
 	}
 	if snap := snapshot(t, m); !strings.Contains(strings.Join(snap.Bridges, " "), "breth0") {
 		t.Fatalf("cleanup refused, but the bridges are %q", snap.Bridges)
