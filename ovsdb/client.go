@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -242,10 +244,7 @@ func (c *Client) reconnect() (*rpcConn, error) {
 	c.monMu.Lock()
 	defer c.monMu.Unlock()
 	c.mu.Lock()
-	mons := make([]*Monitor, 0, len(c.monitors))
-	for _, m := range c.monitors {
-		mons = append(mons, m)
-	}
+	mons := slices.Collect(maps.Values(c.monitors))
 	c.mu.Unlock()
 	for _, m := range mons {
 		if err := m.start(ctx, conn); err != nil {
@@ -296,6 +295,20 @@ func (c *Client) Close() error {
 		ic.closeSubscriptions()
 	}
 	return nil
+}
+
+// onCurrent runs add with mu held when conn is still the client's
+// connection, and reports whether it was. Callers hold monMu, so that what
+// add registers is then started either on conn by the caller or on the
+// next connection by reconnect, never on both.
+func (c *Client) onCurrent(conn *rpcConn, add func()) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.conn != conn {
+		return false
+	}
+	add()
+	return true
 }
 
 // getConn returns the current connection, waiting while the client reconnects.

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 )
 
@@ -99,17 +101,16 @@ func (c *Client) Lock(ctx context.Context, name string) (*Lock, error) {
 		// As for monitors: registered and asked for on the current
 		// connection, or on the next one by reconnect, never both.
 		c.monMu.Lock()
-		c.mu.Lock()
-		if c.locks[name] != nil {
-			c.mu.Unlock()
+		dup := false
+		current := c.onCurrent(conn, func() {
+			if dup = c.locks[name] != nil; !dup {
+				c.locks[name] = l
+			}
+		})
+		if dup {
 			c.monMu.Unlock()
 			return nil, fmt.Errorf("ovsdb: lock %q: %w", name, ErrLockRequested)
 		}
-		current := c.conn == conn
-		if current {
-			c.locks[name] = l
-		}
-		c.mu.Unlock()
 		if !current {
 			c.monMu.Unlock()
 			continue
@@ -156,10 +157,7 @@ func requestLock(ctx context.Context, conn *rpcConn, params []byte) (bool, error
 // and leaves the server's queue.
 func (c *Client) relock(ctx context.Context, conn *rpcConn) error {
 	c.mu.Lock()
-	locks := make([]*Lock, 0, len(c.locks))
-	for _, l := range c.locks {
-		locks = append(locks, l)
-	}
+	locks := slices.Collect(maps.Values(c.locks))
 	c.mu.Unlock()
 	for _, l := range locks {
 		params, _ := json.Marshal([]string{l.name})

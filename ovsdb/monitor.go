@@ -204,13 +204,7 @@ func (c *Client) Monitor(ctx context.Context, db string, tables map[string]Monit
 			return nil, wrap(err, "monitor "+db)
 		}
 		c.monMu.Lock()
-		c.mu.Lock()
-		current := c.conn == conn
-		if current {
-			c.monitors[id] = m
-		}
-		c.mu.Unlock()
-		if !current {
+		if !c.onCurrent(conn, func() { c.monitors[id] = m }) {
 			c.monMu.Unlock()
 			continue
 		}
