@@ -2,6 +2,8 @@ package ovsdb
 
 import (
 	"bytes"
+	"encoding/json"
+	"errors"
 	"reflect"
 	"testing"
 )
@@ -93,6 +95,34 @@ func FuzzTransactResult(f *testing.F) {
 		res, err := parseTransactResult(data, ops)
 		if err == nil && len(res) != len(ops) {
 			t.Fatalf("%d results for %d ops without error", len(res), len(ops))
+		}
+	})
+}
+
+// FuzzLockMessages feeds the lock's reply and notifications anything: an
+// error is ErrMalformed, never a panic, and a notification acts only on
+// the lock it names.
+func FuzzLockMessages(f *testing.F) {
+	for _, s := range []string{`{"locked":true}`, `{"locked":false}`, `{}`, `{"locked":1}`, `["nodeflow_agent"]`,
+		`["other"]`, `[]`, `["a","b"]`, `[1]`, `null`, `"x"`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if _, err := parseLockReply(data); err != nil && !errors.Is(err, ErrMalformed) {
+			t.Fatalf("lock reply %q: %v", data, err)
+		}
+		for _, method := range []string{"locked", "stolen"} {
+			l := newLock(AgentLock)
+			c := &Client{locks: map[string]*Lock{AgentLock: l}}
+			err := c.onLockNotify(method, data)
+			if err != nil && !errors.Is(err, ErrMalformed) {
+				t.Fatalf("%s %q: %v", method, data, err)
+			}
+			var p []string
+			named := json.Unmarshal(data, &p) == nil && len(p) == 1 && p[0] == AgentLock
+			if held, lost := l.state(); (held || lost) != named || (method == "locked" && lost) || (method == "stolen" && held) {
+				t.Fatalf("%s %q: held %v, lost %v", method, data, held, lost)
+			}
 		}
 	})
 }

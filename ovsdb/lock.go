@@ -143,6 +143,11 @@ func requestLock(ctx context.Context, conn *rpcConn, params []byte) (bool, error
 	if err != nil {
 		return false, err
 	}
+	return parseLockReply(res)
+}
+
+// parseLockReply reads the result of a "lock" request: {"locked": bool}.
+func parseLockReply(res []byte) (bool, error) {
 	var r struct {
 		Locked *bool `json:"locked"`
 	}
