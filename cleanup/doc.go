@@ -37,7 +37,7 @@
 //
 // Running it again, or on a node where the agent never ran, finds nothing
 // to do. Run refuses to start while an agent answers on the node or holds
-// the node's Open vSwitch (the OVSDB lock ovsdb.AgentLock), unless forced;
+// the node's Open vSwitch (the OVSDB lock Options.AgentLock), unless forced;
 // it holds that lock itself while it runs, so that an agent started
 // meanwhile waits for it to end.
 package cleanup

@@ -124,21 +124,9 @@ func inspectOVSDB(ctx context.Context, o Options, log logrus.FieldLogger, f *Fac
 		return nil, fmt.Errorf("cleanup: ovsdb %s: %w", sock, err)
 	}
 	f.OVSDB = true
-	// Held until the caller closes db: an agent that starts meanwhile
-	// waits for the clean-up to end.
-	l, err := db.Lock(ctx, ovsdb.AgentLock)
-	if err != nil {
+	if err := holdAgentLock(ctx, o, log, db, sock); err != nil {
 		db.Close()
-		return nil, fmt.Errorf("cleanup: ovsdb %s: %w", sock, err)
-	}
-	select {
-	case <-l.Held():
-	default:
-		if !o.Force {
-			db.Close()
-			return nil, fmt.Errorf("cleanup: %w: it holds OVSDB lock %s on %s; stop it first (delete the DaemonSet), or pass --force", ErrAgentRunning, ovsdb.AgentLock, sock)
-		}
-		log.WithField("lock", ovsdb.AgentLock).Warn("an agent holds this node's Open vSwitch; going on (--force)")
+		return nil, err
 	}
 	res, err := db.Transact(ctx, ovsdb.DatabaseName,
 		ovsdb.Select(ovsdb.TableBridge, nil, "_uuid", "name", "ports", "external_ids"))
@@ -172,6 +160,29 @@ func inspectOVSDB(ctx context.Context, o Options, log logrus.FieldLogger, f *Fac
 	}
 	slices.SortFunc(f.Bridges, func(a, b Bridge) int { return strings.Compare(a.Name, b.Name) })
 	return db, nil
+}
+
+// holdAgentLock asks for o.AgentLock, held until the caller closes db, so
+// that an agent that starts meanwhile waits for the clean-up to end. A lock
+// another client holds is an agent at work: an error wrapping
+// ErrAgentRunning, unless o.Force.
+func holdAgentLock(ctx context.Context, o Options, log logrus.FieldLogger, db *ovsdb.Client, sock string) error {
+	if o.AgentLock == "" {
+		return nil
+	}
+	l, err := db.Lock(ctx, o.AgentLock)
+	if err != nil {
+		return fmt.Errorf("cleanup: ovsdb %s: %w", sock, err)
+	}
+	select {
+	case <-l.Held():
+	default:
+		if !o.Force {
+			return fmt.Errorf("cleanup: %w: it holds OVSDB lock %s on %s; stop it first (delete the DaemonSet), or pass --force", ErrAgentRunning, o.AgentLock, sock)
+		}
+		log.WithField("lock", o.AgentLock).Warn("an agent holds this node's Open vSwitch; going on (--force)")
+	}
+	return nil
 }
 
 // readL3 reads dev's addresses and routes; nil when dev does not exist.

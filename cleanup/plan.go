@@ -66,10 +66,15 @@ type Options struct {
 	NetnsDir string
 	// HealthAddr is the agent's health address; "": not asked.
 	HealthAddr string
+	// AgentLock is the OVSDB lock an agent holds while it programs the
+	// switch (controller.AgentLock): cleanup refuses while another client
+	// holds it, and holds it while it runs; "": not asked.
+	AgentLock string
 	// Purge removes the IPAM store and the CNI plugin even when pods still
 	// hold addresses from it.
 	Purge bool
-	// Force runs even while an agent answers on the node.
+	// Force runs even while an agent answers on the node or holds the
+	// switch.
 	Force bool
 	// DryRun plans and prints, and changes nothing.
 	DryRun bool

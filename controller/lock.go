@@ -17,7 +17,7 @@ import (
 // second waits for the lock instead, not ready, until the first stops, and
 // an agent that loses the lock stops. ovsdb-server gives the lock back when
 // the holder's connection closes, however the holder ends.
-const AgentLock = ovsdb.AgentLock
+const AgentLock = "nodeflow_agent"
 
 // lockWaitLogEvery is how often a waiting agent says so again.
 const lockWaitLogEvery = 30 * time.Second

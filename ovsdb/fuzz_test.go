@@ -103,6 +103,7 @@ func FuzzTransactResult(f *testing.F) {
 // error is ErrMalformed, never a panic, and a notification acts only on
 // the lock it names.
 func FuzzLockMessages(f *testing.F) {
+	const lockName = "nodeflow_agent"
 	for _, s := range []string{`{"locked":true}`, `{"locked":false}`, `{}`, `{"locked":1}`, `["nodeflow_agent"]`,
 		`["other"]`, `[]`, `["a","b"]`, `[1]`, `null`, `"x"`} {
 		f.Add([]byte(s))
@@ -112,14 +113,14 @@ func FuzzLockMessages(f *testing.F) {
 			t.Fatalf("lock reply %q: %v", data, err)
 		}
 		for _, method := range []string{"locked", "stolen"} {
-			l := newLock(AgentLock)
-			c := &Client{locks: map[string]*Lock{AgentLock: l}}
+			l := newLock(lockName)
+			c := &Client{locks: map[string]*Lock{lockName: l}}
 			err := c.onLockNotify(method, data)
 			if err != nil && !errors.Is(err, ErrMalformed) {
 				t.Fatalf("%s %q: %v", method, data, err)
 			}
 			var p []string
-			named := json.Unmarshal(data, &p) == nil && len(p) == 1 && p[0] == AgentLock
+			named := json.Unmarshal(data, &p) == nil && len(p) == 1 && p[0] == lockName
 			if held, lost := l.state(); (held || lost) != named || (method == "locked" && lost) || (method == "stolen" && held) {
 				t.Fatalf("%s %q: held %v, lost %v", method, data, held, lost)
 			}

@@ -10,11 +10,6 @@ import (
 	"sync"
 )
 
-// AgentLock is the lock nodeflow's agent holds while it programs a node's
-// Open vSwitch (and `nodeflow cleanup` while it removes what the agent left):
-// one of them at a time.
-const AgentLock = "nodeflow_agent"
-
 // ErrLockRequested is returned by Client.Lock for a lock the client has
 // asked for already.
 var ErrLockRequested = errors.New("lock already requested by this client")

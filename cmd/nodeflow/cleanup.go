@@ -14,6 +14,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"nodeflow/cleanup"
+	"nodeflow/controller"
 	"nodeflow/hostnet"
 )
 
@@ -90,7 +91,7 @@ func runCleanup(c *cli.Context) error {
 	o := cleanup.Options{
 		OVSRundir: c.String("ovs-rundir"), PodBridge: c.String("pod-bridge"), GatewayBridge: c.String("gateway-bridge"),
 		Uplink: c.String("uplink"), CNIConfDir: c.String("cni-conf-dir"), CNIDataDir: dataDir, CNIBin: c.String("cni-bin"),
-		Socket: socket, HealthAddr: c.String("health-addr"), NetnsDir: vnetagent.DefaultNetnsDir,
+		Socket: socket, HealthAddr: c.String("health-addr"), AgentLock: controller.AgentLock, NetnsDir: vnetagent.DefaultNetnsDir,
 		Purge: c.Bool("purge"), Force: c.Bool("force"), DryRun: c.Bool("dry-run"),
 	}
 	for _, flag := range []string{"masquerade-subnet-v4", "masquerade-subnet-v6"} {
