@@ -26,6 +26,9 @@ var (
 // commands holds the subcommands, registered by the files that implement them.
 var commands []*cli.Command
 
+// logTimestamp is the logs' time format: RFC 3339 in milliseconds.
+const logTimestamp = "2006-01-02T15:04:05.000Z07:00"
+
 func main() {
 	// Informers start with a list, not a stream of single events: the
 	// agent's start-up waits for them (see kubeclient.ListsFirst).
@@ -44,10 +47,13 @@ func main() {
 				return fmt.Errorf("--log-level: %w", err)
 			}
 			logrus.SetLevel(lvl)
+			// Milliseconds, as ovs-vswitchd's log has them: an agent's
+			// line and a switch's can be put in order.
 			switch c.String("log-format") {
 			case "json":
-				logrus.SetFormatter(&logrus.JSONFormatter{})
+				logrus.SetFormatter(&logrus.JSONFormatter{TimestampFormat: logTimestamp})
 			case "text":
+				logrus.SetFormatter(&logrus.TextFormatter{FullTimestamp: true, TimestampFormat: logTimestamp})
 			default:
 				return fmt.Errorf("--log-format: %q is not text or json", c.String("log-format"))
 			}

@@ -71,6 +71,9 @@ func (w *dropWatch) report(t *testing.T, from, to time.Time) {
 			}
 		}
 		t.Logf("%s: datapath drops while the traffic ran: %s", m.Name, strings.Join(grew, ", "))
+		if lines := droppingFlows(m); len(lines) > 0 {
+			t.Logf("%s: datapath flows that dropped packets (they expire 10 s after their last packet):\n%s", m.Name, strings.Join(lines, "\n"))
+		}
 		logs, _ := filepath.Glob(filepath.Join(m.Dir, "*", "ovs-vswitchd.log"))
 		for _, l := range append(logs, filepath.Join(m.Dir, "agent-e2e.log"), filepath.Join(m.Dir, "agent.log")) {
 			if lines := logWindow(l, from, to, 80); len(lines) > 0 {
@@ -78,6 +81,22 @@ func (w *dropWatch) report(t *testing.T, from, to time.Time) {
 			}
 		}
 	}
+}
+
+// droppingFlows returns the datapath flows of m's ovs-vswitchd that drop
+// and have counted packets: what the pipeline dropped lately, by match.
+func droppingFlows(m *testbed.Member) []string {
+	out, err := appctl(m, "dpctl/dump-flows")
+	if err != nil {
+		return []string{fmt.Sprintf("dpctl/dump-flows: %v: %s", err, out)}
+	}
+	var lines []string
+	for _, l := range strings.Split(out, "\n") {
+		if strings.HasSuffix(strings.TrimSpace(l), "actions:drop") && !strings.Contains(l, "packets:0,") {
+			lines = append(lines, strings.TrimSpace(l))
+		}
+	}
+	return lines
 }
 
 // logStamp finds the time of an ovs-vswitchd log line
