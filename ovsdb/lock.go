@@ -22,6 +22,7 @@ var ErrLockRequested = errors.New("lock already requested by this client")
 // again at once on the next one (another client took it meanwhile).
 type Lock struct {
 	name       string
+	params     []byte // the requests' params: [name]
 	held, lost chan struct{}
 
 	mu      sync.Mutex // guards the flags and closing the channels
@@ -31,7 +32,8 @@ type Lock struct {
 }
 
 func newLock(name string) *Lock {
-	return &Lock{name: name, held: make(chan struct{}), lost: make(chan struct{})}
+	params, _ := json.Marshal([]string{name}) // a string always encodes
+	return &Lock{name: name, params: params, held: make(chan struct{}), lost: make(chan struct{})}
 }
 
 // Name returns the lock's name.
@@ -83,10 +85,6 @@ func (l *Lock) state() (held, lost bool) {
 // it again, and a lock that was held and is not granted again at once is
 // lost (Lock.Lost). Closing the client gives it back.
 func (c *Client) Lock(ctx context.Context, name string) (*Lock, error) {
-	params, err := json.Marshal([]string{name})
-	if err != nil {
-		return nil, fmt.Errorf("ovsdb: lock %q: %w", name, err)
-	}
 	l := newLock(name)
 	for {
 		conn, err := c.getConn(ctx)
@@ -110,7 +108,7 @@ func (c *Client) Lock(ctx context.Context, name string) (*Lock, error) {
 			c.monMu.Unlock()
 			continue
 		}
-		granted, err := requestLock(ctx, conn, params)
+		granted, err := requestLock(ctx, conn, l.params)
 		if err != nil {
 			c.mu.Lock()
 			delete(c.locks, name)
@@ -160,8 +158,7 @@ func (c *Client) relock(ctx context.Context, conn *rpcConn) error {
 	locks := slices.Collect(maps.Values(c.locks))
 	c.mu.Unlock()
 	for _, l := range locks {
-		params, _ := json.Marshal([]string{l.name})
-		granted, err := requestLock(ctx, conn, params)
+		granted, err := requestLock(ctx, conn, l.params)
 		if err != nil {
 			return fmt.Errorf("lock %q: %w", l.name, err)
 		}
@@ -171,7 +168,7 @@ func (c *Client) relock(ctx context.Context, conn *rpcConn) error {
 			l.grant()
 		case held:
 			l.lose(fmt.Errorf("ovsdb: lock %q: another client holds it after a reconnection", l.name))
-			if _, err := conn.call(ctx, "unlock", params, nil); err != nil {
+			if _, err := conn.call(ctx, "unlock", l.params, nil); err != nil {
 				return fmt.Errorf("unlock %q: %w", l.name, err)
 			}
 			c.mu.Lock()

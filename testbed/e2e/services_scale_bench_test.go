@@ -173,52 +173,25 @@ func runServicesScale(b *testing.B, e *env) map[string]float64 {
 	// NODEFLOW_BENCH_COLD_ENV="K=V ..." first runs
 	// NODEFLOW_BENCH_COLD_ENV_STARTS (default 3) cold starts with that
 	// environment added, to compare a setting with the default in one run.
+	groups, buckets := groups0+n, buckets0+n*endpointsPerService
 	if extra := strings.Fields(os.Getenv("NODEFLOW_BENCH_COLD_ENV")); len(extra) > 0 {
-		var vars []coldStart
-		for i := range envInt(b, "NODEFLOW_BENCH_COLD_ENV_STARTS", 3) {
-			c := coldStartAgent(b, e, m, agentPID, groups0+n, buckets0+n*endpointsPerService, false, extra...)
-			agentPID = c.pid
-			b.Logf("nodeflow: cold start %d with %d services and %s: ready %s, all groups in OVS %s after process start; CPU %.1f s; RSS %d KiB (peak %d KiB; %s); %s",
-				i+1, n, strings.Join(extra, " "), c.ready.Round(time.Millisecond), c.all.Round(time.Millisecond), c.cpu.Seconds(), c.rss, c.peak, c.parts, c.goMem)
-			vars = append(vars, c)
-		}
-		if len(vars) > 0 {
-			slices.SortFunc(vars, func(x, y coldStart) int { return cmp.Compare(x.all, y.all) })
-			res["s-nodeflow-cold-start-env"] = vars[len(vars)/2].all.Seconds()
-			res["s-nodeflow-cpu-cold-start-env"] = vars[len(vars)/2].cpu.Seconds()
-			res["MiB-nodeflow-RSS-cold-peak-env"] = float64(slices.MaxFunc(vars, func(x, y coldStart) int { return cmp.Compare(x.peak, y.peak) }).peak) / 1024
+		if v, peak, ok := agentColdStarts(b, e, m, &agentPID, envInt(b, "NODEFLOW_BENCH_COLD_ENV_STARTS", 3), n, groups, buckets, false, extra...); ok {
+			res["s-nodeflow-cold-start-env"] = v.all.Seconds()
+			res["s-nodeflow-cpu-cold-start-env"] = v.cpu.Seconds()
+			res["MiB-nodeflow-RSS-cold-peak-env"] = peak
 		}
 	}
-	var colds []coldStart
-	for i := range envInt(b, "NODEFLOW_BENCH_COLD_STARTS", 1) {
-		c := coldStartAgent(b, e, m, agentPID, groups0+n, buckets0+n*endpointsPerService, i == 0)
-		agentPID = c.pid
-		b.Logf("nodeflow: cold start %d with %d services: ready %s, all groups in OVS %s after process start; CPU %.1f s; RSS %d KiB (peak %d KiB; %s); %s",
-			i+1, n, c.ready.Round(time.Millisecond), c.all.Round(time.Millisecond), c.cpu.Seconds(), c.rss, c.peak, c.parts, c.goMem)
-		colds = append(colds, c)
-	}
-	slices.SortFunc(colds, func(x, y coldStart) int { return cmp.Compare(x.all, y.all) })
-	cold := colds[len(colds)/2]
+	cold, peak, _ := agentColdStarts(b, e, m, &agentPID, max(envInt(b, "NODEFLOW_BENCH_COLD_STARTS", 1), 1), n, groups, buckets, true)
 	res["s-nodeflow-cpu-cold-start"] = cold.cpu.Seconds()
 	res["s-nodeflow-cold-start"] = cold.all.Seconds()
 	res["MiB-nodeflow-RSS-cold"] = float64(cold.rss) / 1024
-	res["MiB-nodeflow-RSS-cold-peak"] = float64(slices.MaxFunc(colds, func(x, y coldStart) int { return cmp.Compare(x.peak, y.peak) }).peak) / 1024
+	res["MiB-nodeflow-RSS-cold-peak"] = peak
 	// The reference: the same cold start with client-go's streamed initial
 	// lists (one watch event per object), which the agent turns off
 	// (kubeclient.ListsFirst). NODEFLOW_BENCH_STREAM_COLD_STARTS, default 1.
-	var streams []coldStart
-	for i := range envInt(b, "NODEFLOW_BENCH_STREAM_COLD_STARTS", 1) {
-		c := coldStartAgent(b, e, m, agentPID, groups0+n, buckets0+n*endpointsPerService, false, kubeclient.WatchListEnv+"=true")
-		agentPID = c.pid
-		b.Logf("nodeflow: cold start %d with %d services and streamed lists (%s=true): all groups in OVS %s after process start; CPU %.1f s; RSS %d KiB (peak %d KiB; %s); %s",
-			i+1, n, kubeclient.WatchListEnv, c.all.Round(time.Millisecond), c.cpu.Seconds(), c.rss, c.peak, c.parts, c.goMem)
-		streams = append(streams, c)
-	}
-	if len(streams) > 0 {
-		slices.SortFunc(streams, func(x, y coldStart) int { return cmp.Compare(x.all, y.all) })
-		stream := streams[len(streams)/2]
+	if stream, peak, ok := agentColdStarts(b, e, m, &agentPID, envInt(b, "NODEFLOW_BENCH_STREAM_COLD_STARTS", 1), n, groups, buckets, false, kubeclient.WatchListEnv+"=true"); ok {
 		res["s-nodeflow-cold-start-stream"] = stream.all.Seconds()
-		res["MiB-nodeflow-RSS-cold-peak-stream"] = float64(slices.MaxFunc(streams, func(x, y coldStart) int { return cmp.Compare(x.peak, y.peak) }).peak) / 1024
+		res["MiB-nodeflow-RSS-cold-peak-stream"] = peak
 		res["cold-start-lists/stream"] = cold.all.Seconds() / stream.all.Seconds()
 	}
 	idle := idleWindow(b)
@@ -1252,6 +1225,33 @@ func saveProfile(b testing.TB, m *testbed.Member, name, what string) (wait func(
 		}
 	}()
 	return func() { <-done }
+}
+
+// agentColdStarts runs count cold starts of the agent on m (coldStartAgent; the
+// first keeps its profiles when profile is set), with env added to its
+// environment, logs each, and returns the median one by time to all
+// groups in OVS, the highest peak RSS in MiB, and false when count is 0.
+// *pid follows the agent that runs.
+func agentColdStarts(b *testing.B, e *env, m *testbed.Member, pid *int, count, services, groups, buckets int, profile bool, env ...string) (coldStart, float64, bool) {
+	b.Helper()
+	with := ""
+	if len(env) > 0 {
+		with = " and " + strings.Join(env, " ")
+	}
+	var runs []coldStart
+	for i := range count {
+		c := coldStartAgent(b, e, m, *pid, groups, buckets, profile && i == 0, env...)
+		*pid = c.pid
+		b.Logf("nodeflow: cold start %d with %d services%s: ready %s, all groups in OVS %s after process start; CPU %.1f s; RSS %d KiB (peak %d KiB; %s); %s",
+			i+1, services, with, c.ready.Round(time.Millisecond), c.all.Round(time.Millisecond), c.cpu.Seconds(), c.rss, c.peak, c.parts, c.goMem)
+		runs = append(runs, c)
+	}
+	if len(runs) == 0 {
+		return coldStart{}, 0, false
+	}
+	peak := slices.MaxFunc(runs, func(x, y coldStart) int { return cmp.Compare(x.peak, y.peak) }).peak
+	slices.SortFunc(runs, func(x, y coldStart) int { return cmp.Compare(x.all, y.all) })
+	return runs[len(runs)/2], float64(peak) / 1024, true
 }
 
 // coldStart is what one cold start of the agent measured.
