@@ -463,13 +463,15 @@ func (a *Agent) setupKube(ctx context.Context) error {
 			a.updateNode(func(fn *feature.Node) { fn.Zone = zone })
 		}
 	}
-	if _, err := a.nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	zoneReg, err := a.nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: zoneOf, UpdateFunc: func(_, cur any) { zoneOf(cur) },
-	}); err != nil {
+	})
+	if err != nil {
 		return fmt.Errorf("controller: node informer: %w", err)
 	}
 	a.informers.Start(ctx.Done())
-	if !cache.WaitForCacheSync(ctx.Done(), a.nodes.HasSynced) {
+	// The zone is taken by the handler, behind the cache.
+	if !kubeclient.WaitSynced(ctx, zoneReg.HasSynced) {
 		return fmt.Errorf("controller: node informer did not sync: %w", ctx.Err())
 	}
 	return nil

@@ -46,7 +46,7 @@ func newTable(log logrus.FieldLogger, locks, namespaces cache.SharedIndexInforme
 		nsUID: map[string]types.UID{},
 		acked: map[types.UID]bool{},
 	}
-	_, err := locks.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	lockReg, err := locks.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { t.lockEvent(obj, false) },
 		UpdateFunc: func(_, obj any) { t.lockEvent(obj, false) },
 		DeleteFunc: func(obj any) { t.lockEvent(obj, true) },
@@ -54,7 +54,7 @@ func newTable(log logrus.FieldLogger, locks, namespaces cache.SharedIndexInforme
 	if err != nil {
 		return nil, err
 	}
-	_, err = namespaces.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	nsReg, err := namespaces.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { t.namespaceEvent(obj, false) },
 		UpdateFunc: func(_, obj any) { t.namespaceEvent(obj, false) },
 		DeleteFunc: func(obj any) { t.namespaceEvent(obj, true) },
@@ -62,7 +62,10 @@ func newTable(log logrus.FieldLogger, locks, namespaces cache.SharedIndexInforme
 	if err != nil {
 		return nil, err
 	}
-	t.synced = []cache.InformerSynced{locks.HasSynced, namespaces.HasSynced}
+	// The table is built by the handlers, which run behind the caches:
+	// a cache that has listed everything has not yet handed every object
+	// to them. The registrations say when they have.
+	t.synced = []cache.InformerSynced{lockReg.HasSynced, nsReg.HasSynced}
 	return t, nil
 }
 
@@ -85,7 +88,8 @@ func (t *Table) OnChange(f func(namespace string)) {
 	t.subs = append(t.subs, f)
 }
 
-// HasSynced reports whether both informers have listed everything.
+// HasSynced reports whether both informers have listed everything and
+// the table has taken in all of it.
 func (t *Table) HasSynced() bool {
 	for _, s := range t.synced {
 		if !s() {

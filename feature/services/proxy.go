@@ -23,6 +23,7 @@ import (
 	"nodeflow/flows/plan"
 	"nodeflow/flows/reconcile"
 	"nodeflow/flows/service"
+	"nodeflow/kubeclient"
 	"nodeflow/openflow"
 	"nodeflow/proxy"
 )
@@ -64,7 +65,10 @@ type Proxy struct {
 	runner *proxy.Runner
 
 	svcInf, sliceInf cache.SharedIndexInformer
-	opts             Options
+	// handled says when the trackers hold every object the informers
+	// listed: the handlers that feed them run behind the caches.
+	handled []cache.InformerSynced
+	opts    Options
 	// proxyHealth is what kube-proxy's /healthz reports.
 	proxyHealth *proxyHealth
 
@@ -179,7 +183,13 @@ func (p *Proxy) Init(h feature.Host) error {
 
 // Sync implements feature.Feature: it reads the group ids br0's service
 // flows use (a restarted agent keeps them), then builds every service.
+// It first waits until the trackers hold every Service and EndpointSlice
+// the caches listed: a first build without some of them would have the
+// start-up bundle delete their flows, and a later pass put them back.
 func (p *Proxy) Sync(ctx context.Context) error {
+	if !kubeclient.WaitSynced(ctx, p.handled...) {
+		return fmt.Errorf("services: the Services and EndpointSlices listed did not all reach the proxy: %w", ctx.Err())
+	}
 	p.enableHostNAT()
 	if installed, err := p.readServiceFlows(ctx); err != nil {
 		p.log.WithError(err).Warn("cannot read the installed service flows; group ids start afresh")
@@ -274,20 +284,23 @@ func (p *Proxy) watch(h feature.Host) error {
 			p.runner.Run()
 		}
 	}
-	if _, err := p.svcInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	svcReg, err := p.svcInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { recordSvc(nil, svc(obj)) },
 		UpdateFunc: func(old, cur any) { recordSvc(svc(old), svc(cur)) },
 		DeleteFunc: func(obj any) { recordSvc(svc(obj), nil) },
-	}); err != nil {
+	})
+	if err != nil {
 		return fmt.Errorf("services: services: %w", err)
 	}
-	if _, err := p.sliceInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	sliceReg, err := p.sliceInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { recordSlice(nil, slice(obj)) },
 		UpdateFunc: func(old, cur any) { recordSlice(slice(old), slice(cur)) },
 		DeleteFunc: func(obj any) { recordSlice(slice(obj), nil) },
-	}); err != nil {
+	})
+	if err != nil {
 		return fmt.Errorf("services: endpointslices: %w", err)
 	}
+	p.handled = []cache.InformerSynced{svcReg.HasSynced, sliceReg.HasSynced}
 	return nil
 }
 

@@ -538,6 +538,10 @@ func (r *Reconciler) pass(ctx context.Context, after []openflow.Message) (full b
 	switch {
 	case err != nil:
 		log.WithError(err).Warn("sync failed")
+	case kind == SyncStartup || kind == SyncReconnect:
+		// Once a connection: what a restart or an upgrade changed on the
+		// switch, for whoever checks that it changed nothing else.
+		log.WithField("unwanted", rep.Unwanted).Info("synced after connecting")
 	case kind != SyncIncremental || rep.Stats.Total() > 0:
 		if rep.Unwanted > 0 {
 			log = log.WithField("unwanted", rep.Unwanted)
