@@ -6,7 +6,6 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -160,12 +159,6 @@ func BenchmarkOneFlowChange100k(b *testing.B) {
 	if err := c.Bundle(ctx, msgs); err != nil {
 		b.Fatal(err)
 	}
-	// The 100,000 messages are the set-up's garbage, about 90 MB: collect
-	// them now, as the testing package collects before every benchmark,
-	// so that the timed loop does not pay for sweeping them. The loop's
-	// own garbage (mostly the reference's forks) is collected as it comes.
-	msgs = nil
-	runtime.GC()
 	dir := b.TempDir()
 	var goLat, ofctlLat []time.Duration
 	b.ResetTimer()
