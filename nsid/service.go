@@ -256,9 +256,9 @@ func (s *Service) Run(ctx context.Context) error {
 }
 
 // WaitReady waits until the Table holds every lock and namespace the
-// caches listed and this node's Node carries its watermark annotation. The agent must not
-// install flows that use namespace ids before: until its Node has the
-// annotation, the allocator does not wait for this node.
+// caches listed and this node's Node carries its watermark annotation.
+// The agent must not install flows that use namespace ids before: until
+// its Node has the annotation, the allocator does not wait for this node.
 func (s *Service) WaitReady(ctx context.Context) error {
 	if !kubeclient.WaitSynced(ctx, s.table.HasSynced) {
 		return fmt.Errorf("nsid: wait for the lock and namespace caches: %w", ctx.Err())
