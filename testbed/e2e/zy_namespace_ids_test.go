@@ -148,8 +148,10 @@ func TestNamespaceIDs(t *testing.T) {
 		// first flows before the id table had taken in every namespace:
 		// its start-up bundle deleted the pods' flows and a pass
 		// milliseconds later put them back, and packets were lost in
-		// between. The start-up pass of a restart must change nothing but
-		// the version note; the race lost about two restarts in five.
+		// between. The start-up pass of a restart must change no flow but
+		// the version note and delete nothing; the race lost packets in
+		// about one restart in four (docs/benchmarks.md, "A restart that
+		// changes nothing").
 		node := pods[0].node
 		m, _ := e.state.Member(node)
 		for i := 1; i <= 3; i++ {
