@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"regexp"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -155,5 +156,104 @@ func TestFlushThenBadMessage(t *testing.T) {
 	})
 	if errs := s.Errors(); len(errs) != 0 {
 		t.Errorf("owners held back: %v", errs)
+	}
+}
+
+// TestFlushThenOneChange checks, on a real switch, the pass that carries
+// messages after a single change, which goes with them and one barrier
+// instead of a bundle: each packet-out meets the flow set just before it;
+// and when the switch refuses that change, the packet-out still runs (as
+// after a failed bundle), the owner is held back, and nothing is sent
+// twice. To make the flush's own pass carry the change, the loop is held
+// after a pass while the change is set, and the store's wake-up for it is
+// taken away.
+func TestFlushThenOneChange(t *testing.T) {
+	sb, addr := testBridge(t, ovs.Options{}, "br0")
+	s := NewStore(StoreOptions{Bridge: plan.Pod})
+	var gate atomic.Pointer[chan struct{}]
+	held := make(chan struct{}, 1)
+	run := start(t, addr, s, Options{AuditInterval: -1, OnSync: func(rep SyncReport) {
+		if g := gate.Load(); g != nil {
+			held <- struct{}{}
+			<-*g
+		}
+	}})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	tick := 0
+	// oneChangeThen sets owner to st in a pass of its own with po after it,
+	// and returns FlushThen's error.
+	oneChangeThen := func(owner string, st State, po openflow.Message) error {
+		t.Helper()
+		g := make(chan struct{})
+		gate.Store(&g)
+		tick++
+		mustSet(t, s, fmt.Sprintf("pod/default/tick%d", tick), countFlow(netip.AddrFrom4([4]byte{10, 128, 3, byte(tick)})))
+		select {
+		case <-held:
+		case <-ctx.Done():
+			t.Fatal("no pass for the tick")
+		}
+		gate.Store(nil)
+		mustSet(t, s, owner, st)
+		select {
+		case <-s.Changed():
+		default:
+			t.Fatal("the store did not signal the change")
+		}
+		done := make(chan error, 1)
+		go func() { done <- run.r.FlushThen(ctx, po) }()
+		close(g)
+		return <-done
+	}
+
+	const n = 10
+	for i := 1; i <= n; i++ {
+		a := netip.AddrFrom4([4]byte{10, 128, 1, byte(i)})
+		if err := oneChangeThen(fmt.Sprintf("pod/default/p%d", i), countFlow(a), udpTo(t, a)); err != nil {
+			t.Fatalf("flush %d: %v", i, err)
+		}
+	}
+	poll(t, "every flow counted its packet", 20*time.Second, func() error {
+		got := packetsTo(t, sb)
+		for i := 1; i <= n; i++ {
+			if a := fmt.Sprintf("10.128.1.%d", i); got[a] != 1 {
+				return fmt.Errorf("%s: %d packets, want 1", a, got[a])
+			}
+		}
+		return nil
+	})
+
+	// A change the switch refuses (its flow outputs to 0xff00, which is
+	// no port), with a packet-out to an address already counted.
+	refused := countFlow(netip.AddrFrom4([4]byte{10, 128, 2, 1}))
+	refused.Flows[0].Instructions = []openflow.Instruction{openflow.ApplyActions{Actions: []openflow.Action{openflow.OutputPort(0xff00)}}}
+	err := oneChangeThen("pod/default/refused", refused, udpTo(t, netip.AddrFrom4([4]byte{10, 128, 1, 1})))
+	if err == nil || !strings.Contains(err.Error(), "OFPBAC_BAD_OUT_PORT") {
+		t.Errorf("flush with a refused change: %v, want OFPBAC_BAD_OUT_PORT", err)
+	}
+	poll(t, "the packet-out after the refused change", 20*time.Second, func() error {
+		if got := packetsTo(t, sb)["10.128.1.1"]; got != 2 {
+			return fmt.Errorf("10.128.1.1: %d packets, want 2", got)
+		}
+		return nil
+	})
+	if errs := s.Errors(); len(errs) != 1 || errs["pod/default/refused"] == nil {
+		t.Errorf("owners held back: %v, want pod/default/refused alone", errs)
+	}
+	// The packet-out went once: a later one on the same connection is
+	// counted after any copy of it would have been.
+	last := netip.AddrFrom4([4]byte{10, 128, 1, 100})
+	if err := oneChangeThen("pod/default/last", countFlow(last), udpTo(t, last)); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, "the last packet-out", 20*time.Second, func() error {
+		if got := packetsTo(t, sb)["10.128.1.100"]; got != 1 {
+			return fmt.Errorf("10.128.1.100: %d packets, want 1", got)
+		}
+		return nil
+	})
+	if got := packetsTo(t, sb)["10.128.1.1"]; got != 2 {
+		t.Errorf("10.128.1.1: %d packets, want 2: the packet-out after the refused change went again", got)
 	}
 }

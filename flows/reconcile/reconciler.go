@@ -295,7 +295,9 @@ func (r *Reconciler) Flush(ctx context.Context) error {
 // bridge's connection right after those changes: added to the end of the
 // pass's last bundle, so that the switch runs them against the flows the
 // bundle commits and only if it commits, or sent as soon as the pass is
-// done when it had no bundle (or its last one failed). They are sent
+// done when it had no bundle (or its last one failed). When the last batch
+// is a single message, they follow it with one barrier and no bundle, and
+// run whether the switch took it or refused it, as after a failed bundle. They are sent
 // whatever the error returned, unless the connection is down. With msgs,
 // a pass that began after the changes serves the call, and none of its
 // own is run.
@@ -641,7 +643,22 @@ func (r *Reconciler) apply(ctx context.Context, c *ofconn.Conn, d *Diff, after *
 		if carries {
 			msgs = append(msgs, *after...)
 		}
-		err = c.Bundle(ctx, msgs)
+		if own == 1 && carries {
+			// One change needs no bundle (see ofconn.Conn.Bundle): it
+			// and the messages after it go in order with one barrier, a
+			// round trip instead of two. They run after the change as
+			// they would after the bundle, and after a refused change as
+			// they would after a failed bundle.
+			err = c.Apply(ctx, msgs...)
+			*after = nil // sent, or lost with the connection
+			if err != nil && !changeRefused(err, own) && !errors.Is(err, ofconn.ErrDisconnected) && !errors.Is(err, ofconn.ErrClosed) && ctx.Err() == nil {
+				// Only messages after the change failed: it is applied.
+				keep(fmt.Errorf("reconcile: %s: a message sent after the changes: %w", r.opts.Bridge, err))
+				err = nil
+			}
+		} else {
+			err = c.Bundle(ctx, msgs)
+		}
 		if err == nil {
 			r.store.commitBatch(b)
 			if carries {
@@ -696,6 +713,21 @@ func (r *Reconciler) apply(ctx context.Context, c *ofconn.Conn, d *Diff, after *
 		r.store.commitMeter(ch)
 	}
 	return firstErr
+}
+
+// changeRefused reports whether err names one of the first own messages
+// of a batch (its changes, not the messages sent after them), or names none.
+func changeRefused(err error, own int) bool {
+	var be *ofconn.BatchError
+	if !errors.As(err, &be) {
+		return true
+	}
+	for _, me := range be.Errors {
+		if me.Index < own {
+			return true
+		}
+	}
+	return false
 }
 
 func (r *Reconciler) abortRest(d *Diff, from int, now time.Time) {

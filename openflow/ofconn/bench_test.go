@@ -143,7 +143,11 @@ func percentile(d []time.Duration, p float64) time.Duration {
 // BenchmarkOneFlowChange100k measures one flow change on a switch holding
 // 100,000 flows: a flow mod and a barrier over the persistent connection,
 // against forking `ovs-ofctl bundle` for the same change (the openshift-sdn
-// approach). Each iteration adds one flow and deletes the previous one.
+// approach), and against a barrier alone (the switch's round trip with
+// nothing to do, untimed by the benchmark itself). Each iteration adds one
+// flow and deletes the previous one. The changes are also reported apart:
+// those right after the previous iteration's ovs-ofctl run, and those right
+// after the barrier.
 // ratio = ofconn p50 / ovs-ofctl p50.
 func BenchmarkOneFlowChange100k(b *testing.B) {
 	const n = 100000
@@ -160,16 +164,36 @@ func BenchmarkOneFlowChange100k(b *testing.B) {
 		b.Fatal(err)
 	}
 	dir := b.TempDir()
-	var goLat, ofctlLat []time.Duration
+	var goLat, ofctlLat, barrierLat []time.Duration
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		f := testFlow(50, 1, uint16(i))
 		prev := testFlow(50, 1, uint16(i-1))
+		// The floor: a barrier alone, one round trip through the switch's
+		// main loop with nothing to change, on the same connection. It
+		// goes first in every other iteration, so that the change and the
+		// barrier meet the switch just after the ovs-ofctl fork equally
+		// often.
+		barrier := func() {
+			b.StopTimer()
+			t0 := time.Now()
+			if err := c.Barrier(ctx); err != nil {
+				b.Fatal(err)
+			}
+			barrierLat = append(barrierLat, time.Since(t0))
+			b.StartTimer()
+		}
+		if i%2 == 1 {
+			barrier()
+		}
 		t0 := time.Now()
 		if err := c.Apply(ctx, f.AddMod(), prev.DeleteStrictMod()); err != nil {
 			b.Fatal(err)
 		}
 		goLat = append(goLat, time.Since(t0))
+		if i%2 == 0 {
+			barrier()
+		}
 
 		b.StopTimer()
 		file := filepath.Join(dir, "change.txt")
@@ -193,6 +217,20 @@ func BenchmarkOneFlowChange100k(b *testing.B) {
 	b.ReportMetric(ms(percentile(goLat, 0.99)), "ofconn-p99-ms")
 	b.ReportMetric(ms(percentile(ofctlLat, 0.5)), "ofctl-p50-ms")
 	b.ReportMetric(ms(percentile(ofctlLat, 0.99)), "ofctl-p99-ms")
+	// The changes that met the switch just after the ovs-ofctl run, and
+	// those that met it after the barrier.
+	var afterFork, afterBarrier []time.Duration
+	for i, d := range goLat {
+		if i%2 == 0 {
+			afterFork = append(afterFork, d)
+		} else {
+			afterBarrier = append(afterBarrier, d)
+		}
+	}
+	b.ReportMetric(ms(percentile(afterFork, 0.99)), "ofconn-after-ofctl-p99-ms")
+	b.ReportMetric(ms(percentile(afterBarrier, 0.99)), "ofconn-after-barrier-p99-ms")
+	b.ReportMetric(ms(percentile(barrierLat, 0.5)), "barrier-p50-ms")
+	b.ReportMetric(ms(percentile(barrierLat, 0.99)), "barrier-p99-ms")
 	b.ReportMetric(float64(percentile(goLat, 0.5))/float64(percentile(ofctlLat, 0.5)), "ratio")
 }
 

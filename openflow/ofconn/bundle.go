@@ -255,8 +255,14 @@ func (b *Bundle) Discard(ctx context.Context) error {
 // Bundle applies msgs atomically and in order: it opens a bundle
 // (BundleAtomic|BundleOrdered), adds every message without waiting, and
 // commits. See Bundle.Commit for how failures are reported; on failure
-// nothing is applied.
+// nothing is applied. A single message goes without a bundle, followed by
+// a barrier (Apply): the switch applies one flow, group or meter mod whole
+// or not at all, and the bundle's second round trip would only add
+// latency.
 func (c *Conn) Bundle(ctx context.Context, msgs []openflow.Message) error {
+	if len(msgs) == 1 {
+		return c.Apply(ctx, msgs[0])
+	}
 	b, err := c.OpenBundle(ctx, openflow.BundleAtomic|openflow.BundleOrdered)
 	if err != nil {
 		return err

@@ -444,6 +444,27 @@ func TestFakeBundleIsPipelined(t *testing.T) {
 	}
 }
 
+// TestFakeBundleOfOneIsOneRoundTrip: a bundle of one message is the
+// message and a barrier, with no bundle around them.
+func TestFakeBundleOfOneIsOneRoundTrip(t *testing.T) {
+	f := newFakeSwitch(t)
+	c, fc := dialFake(t, f, Options{})
+	done := make(chan error, 1)
+	go func() { done <- c.Bundle(testCtx(t), []openflow.Message{testFlow(1, 1, 1).AddMod()}) }()
+	h, m, _ := fc.read()
+	if fm, ok := m.(*openflow.FlowMod); !ok || fm.Command != openflow.FlowAdd {
+		t.Fatalf("first message %T %+v, want the flow add itself", m, m)
+	}
+	h, m, _ = fc.read()
+	if _, ok := m.(*openflow.BarrierRequest); !ok {
+		t.Fatalf("second message %T, want a barrier", m)
+	}
+	fc.send(h.Xid, &openflow.BarrierReply{})
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestClose(t *testing.T) {
 	f := newFakeSwitch(t)
 	c, _ := dialFake(t, f, Options{})

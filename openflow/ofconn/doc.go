@@ -62,6 +62,9 @@
 //
 //	ofconn: bundle 7 commit: message 3 of 12 (ADD table:31 ...): OFPBAC_BAD_OUT_GROUP (type 2 code 9)
 //
+// A bundle of one message is sent as the message and a barrier: one round
+// trip instead of two, with the same all-or-nothing outcome.
+//
 // OpenBundle, Add, Commit and Discard give finer control; Add can be called
 // many times (for instance per feature) before one Commit. OF1.5 sessions use
 // OFPT_BUNDLE_CONTROL/ADD_MESSAGE, OF1.3 sessions the ONF experimenter form.

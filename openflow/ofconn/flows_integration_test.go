@@ -133,6 +133,40 @@ func TestIntegrationBundle(t *testing.T) {
 				}
 			})
 
+			t.Run("one message, refused: nothing installed, the message named", func(t *testing.T) {
+				// A bundle of one goes as the message and a barrier.
+				toGroup := testFlow(3, 1, 4)
+				toGroup.Instructions = apply(openflow.Group{ID: 99})
+				err := c.Bundle(ctx, addMods(toGroup))
+				var me *MessageError
+				if !errors.As(err, &me) || me.Index != 0 || me.Total != 1 {
+					t.Fatalf("err = %v, want message 1 of 1 named", err)
+				}
+				var oe *openflow.OFError
+				if !errors.As(err, &oe) || oe.Name() != "OFPBAC_BAD_OUT_GROUP" {
+					t.Fatalf("err = %v, want OFPBAC_BAD_OUT_GROUP", err)
+				}
+				if !strings.Contains(err.Error(), "message 1 of 1 (") || !strings.Contains(err.Error(), "group:99") {
+					t.Errorf("error text %q does not name the flow", err)
+				}
+				if got, want := dumpFlows(t, sb), flowStrings(good...); !slices.Equal(got, want) {
+					t.Errorf("flows changed:\n%s", strings.Join(got, "\n"))
+				}
+			})
+
+			t.Run("one message: installed", func(t *testing.T) {
+				one := testFlow(3, 1, 5)
+				if err := c.Bundle(ctx, addMods(one)); err != nil {
+					t.Fatal(err)
+				}
+				if got, want := dumpFlows(t, sb), flowStrings(append(slices.Clone(good), one)...); !slices.Equal(got, want) {
+					t.Errorf("flows:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+				}
+				if err := c.Bundle(ctx, []openflow.Message{one.DeleteStrictMod()}); err != nil {
+					t.Fatal(err)
+				}
+			})
+
 			t.Run("unencodable message: nothing installed", func(t *testing.T) {
 				huge := &openflow.PacketOut{InPort: openflow.PortController, Data: make([]byte, 70000)}
 				msgs := append(addMods(testFlow(3, 1, 1)), huge)

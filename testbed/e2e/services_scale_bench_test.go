@@ -228,7 +228,13 @@ func runServicesScale(b *testing.B, e *env) map[string]float64 {
 	// ovs-ofctl, the independent oracle, then confirms each change, outside
 	// the timed window.
 	poll := newFlowPoller(b, m.OVSRundir)
-	nfLat, nfWrites := changeEndpoints(b, client, ns, target, remote, changes, 0, time.Millisecond, 0, func(ctx context.Context, k int, ip netip.Addr) (time.Time, error) {
+	// A watch of the bench's own on the changed slice splits the latency
+	// at the moment the API server delivers the event: the API server's
+	// part (the write and the watch's delivery) before it, the agent's
+	// (decoding, the proxy's sync, the bundle) after. The agent's own watch
+	// is served by the same watch cache at about the same moment.
+	arrivals := watchSliceAddrs(b, client, ns, target+"-1")
+	nfLat, nfWrites, nfStarts := changeEndpoints(b, client, ns, target, remote, changes, 0, time.Millisecond, 0, func(ctx context.Context, k int, ip netip.Addr) (time.Time, error) {
 		ok, err := poll.groupHasDNAT(ctx, gid, ip)
 		if err != nil {
 			return time.Time{}, err
@@ -274,6 +280,25 @@ func runServicesScale(b *testing.B, e *env) map[string]float64 {
 	}
 	res["ms-after-write-p50"] = percentile(sinceWrite, 50).Seconds() * 1000
 	res["ms-after-write-p99"] = percentile(sinceWrite, 99).Seconds() * 1000
+	seen := arrivals()
+	var delivered, agentPart []time.Duration
+	for k := range nfLat {
+		// The changes cycle through 20 addresses: change k's event is
+		// the first one with its address after its write started.
+		i := slices.IndexFunc(seen, func(a sliceArrival) bool { return a.addr == changeAddr(remote, k) && !a.at.Before(nfStarts[k]) })
+		if i < 0 {
+			b.Fatalf("change %d (%s): the bench's watch never saw it", k, changeAddr(remote, k))
+		}
+		at := seen[i].at
+		delivered = append(delivered, at.Sub(nfStarts[k]))
+		agentPart = append(agentPart, nfLat[k]-at.Sub(nfStarts[k]))
+	}
+	res["ms-api-event-p50"] = percentile(delivered, 50).Seconds() * 1000
+	res["ms-api-event-p99"] = percentile(delivered, 99).Seconds() * 1000
+	res["ms-event-to-ovs-p50"] = percentile(agentPart, 50).Seconds() * 1000
+	res["ms-event-to-ovs-p99"] = percentile(agentPart, 99).Seconds() * 1000
+	b.Logf("nodeflow: split at the watch event: API write started to the event at a watcher p50 %s p99 %s; the event to the bucket in OVS p50 %s p99 %s max %s",
+		percentile(delivered, 50), percentile(delivered, 99), percentile(agentPart, 50), percentile(agentPart, 99), percentile(agentPart, 100))
 	b.Logf("nodeflow: %d changes: API write to bucket in OVS p50 %s p99 %s max %s (the write's answer alone p50 %s p99 %s; from the answer to OVS p50 %s p99 %s); agent histogram p50 %.1f ms p99 %.1f ms (mean %.1f ms over %v); agent CPU %.0f ms",
 		changes, percentile(nfLat, 50), percentile(nfLat, 99), percentile(nfLat, 100), percentile(nfWrites, 50), percentile(nfWrites, 99), percentile(sinceWrite, 50), percentile(sinceWrite, 99),
 		delta.quantile(0.5)*1000, delta.quantile(0.99)*1000, delta.sum/math.Max(delta.count, 1)*1000, delta.count, ticksToMs(cpu1-cpu0))
@@ -288,7 +313,7 @@ func runServicesScale(b *testing.B, e *env) map[string]float64 {
 	// (NODEFLOW_BENCH_OFCTL_CHANGES, default 20; their addresses follow
 	// kube-proxy's).
 	if n := envInt(b, "NODEFLOW_BENCH_OFCTL_CHANGES", 20); n > 0 {
-		olat, _ := changeEndpoints(b, client, ns, target, remote, n, 2*changes, 2*time.Millisecond, 0, func(ctx context.Context, k int, ip netip.Addr) (time.Time, error) {
+		olat, _, _ := changeEndpoints(b, client, ns, target, remote, n, 2*changes, 2*time.Millisecond, 0, func(ctx context.Context, k int, ip netip.Addr) (time.Time, error) {
 			if !groupHas(b, m, gid, ip) {
 				return time.Time{}, fmt.Errorf("group %d has no bucket for %s", gid, ip)
 			}
@@ -323,7 +348,7 @@ func runServicesScale(b *testing.B, e *env) map[string]float64 {
 	// back, each would wait for it after the previous sync. The latency ends
 	// at the sync's own completion time (its last-sync timestamp), so the
 	// polling can be slow.
-	kpLat, _ := changeEndpoints(b, client, ns, target, remote, changes, changes, 100*time.Millisecond, time.Second, func(ctx context.Context, k int, ip netip.Addr) (time.Time, error) {
+	kpLat, _, _ := changeEndpoints(b, client, ns, target, remote, changes, changes, 100*time.Millisecond, time.Second, func(ctx context.Context, k int, ip netip.Addr) (time.Time, error) {
 		last = ip
 		// A busy kube-proxy may not answer at once: not an error.
 		p, err := tryScrape(kp.netns, kp.metricsAddr)
@@ -551,9 +576,9 @@ feed:
 // reports the time the change was in the datapath (in OVS, or in nftables
 // by kube-proxy's account), then waits gap before the next change. It
 // returns the latencies from each write to that time, and how long each
-// write took the API server to answer.
+// write took the API server to answer, and when each write started.
 func changeEndpoints(b testing.TB, c kubernetes.Interface, ns, svc string, remote netip.Prefix, changes, offset int, interval, gap time.Duration,
-	programmed func(ctx context.Context, k int, ip netip.Addr) (time.Time, error)) (lat, writes []time.Duration) {
+	programmed func(ctx context.Context, k int, ip netip.Addr) (time.Time, error)) (lat, writes []time.Duration, starts []time.Time) {
 	b.Helper()
 	ctx := context.Background()
 	slice, err := c.DiscoveryV1().EndpointSlices(ns).Get(ctx, svc+"-1", metav1.GetOptions{})
@@ -564,6 +589,7 @@ func changeEndpoints(b testing.TB, c kubernetes.Interface, ns, svc string, remot
 		ip := changeAddr(remote, offset+k)
 		slice.Endpoints[0].Addresses = []string{ip.String()}
 		start := time.Now()
+		starts = append(starts, start)
 		slice.Annotations[v1.EndpointsLastChangeTriggerTime] = start.UTC().Format(time.RFC3339Nano)
 		if slice, err = c.DiscoveryV1().EndpointSlices(ns).Update(ctx, slice, metav1.UpdateOptions{}); err != nil {
 			b.Fatal(err)
@@ -583,7 +609,48 @@ func changeEndpoints(b testing.TB, c kubernetes.Interface, ns, svc string, remot
 			time.Sleep(gap) // spacing the changes, by design
 		}
 	}
-	return lat, writes
+	return lat, writes, starts
+}
+
+// sliceArrival is one version of a watched EndpointSlice: its first
+// endpoint address, and when the watch delivered it.
+type sliceArrival struct {
+	addr netip.Addr
+	at   time.Time
+}
+
+// watchSliceAddrs watches EndpointSlice ns/name and notes when each of its
+// versions arrived. The returned func stops the watch and returns them, in
+// order.
+func watchSliceAddrs(b testing.TB, c kubernetes.Interface, ns, name string) func() []sliceArrival {
+	b.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	w, err := c.DiscoveryV1().EndpointSlices(ns).Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + name})
+	if err != nil {
+		cancel()
+		b.Fatal(err)
+	}
+	var seen []sliceArrival
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ev := range w.ResultChan() {
+			at := time.Now()
+			sl, ok := ev.Object.(*discovery.EndpointSlice)
+			if !ok || len(sl.Endpoints) == 0 || len(sl.Endpoints[0].Addresses) == 0 {
+				continue
+			}
+			if ip, err := netip.ParseAddr(sl.Endpoints[0].Addresses[0]); err == nil {
+				seen = append(seen, sliceArrival{addr: ip, at: at})
+			}
+		}
+	}()
+	return func() []sliceArrival {
+		w.Stop()
+		cancel()
+		<-done
+		return seen
+	}
 }
 
 // pollFast is eventually with a given (short) interval, for latencies of
