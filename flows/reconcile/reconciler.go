@@ -297,8 +297,8 @@ func (r *Reconciler) Flush(ctx context.Context) error {
 // bundle commits and only if it commits, or sent as soon as the pass is
 // done when it had no bundle (or its last one failed). When the last batch
 // is a single message, they follow it with one barrier and no bundle, and
-// run whether the switch took it or refused it, as after a failed bundle. They are sent
-// whatever the error returned, unless the connection is down. With msgs,
+// run whether the switch took it or refused it, as after a failed bundle.
+// They are sent whatever the error returned, unless the connection is down. With msgs,
 // a pass that began after the changes serves the call, and none of its
 // own is run.
 func (r *Reconciler) FlushThen(ctx context.Context, msgs ...openflow.Message) error {
@@ -651,8 +651,9 @@ func (r *Reconciler) apply(ctx context.Context, c *ofconn.Conn, d *Diff, after *
 			// they would after a failed bundle.
 			err = c.Apply(ctx, msgs...)
 			*after = nil // sent, or lost with the connection
-			if err != nil && !changeRefused(err, own) && !errors.Is(err, ofconn.ErrDisconnected) && !errors.Is(err, ofconn.ErrClosed) && ctx.Err() == nil {
-				// Only messages after the change failed: it is applied.
+			if err != nil && !changeRefused(err, own) {
+				// The switch refused only messages after the change
+				// (a lost connection is no *BatchError): it is applied.
 				keep(fmt.Errorf("reconcile: %s: a message sent after the changes: %w", r.opts.Bridge, err))
 				err = nil
 			}
@@ -716,7 +717,8 @@ func (r *Reconciler) apply(ctx context.Context, c *ofconn.Conn, d *Diff, after *
 }
 
 // changeRefused reports whether err names one of the first own messages
-// of a batch (its changes, not the messages sent after them), or names none.
+// of a batch (its changes, not the messages sent after them), or is no
+// *ofconn.BatchError at all (a lost connection, a cancelled context).
 func changeRefused(err error, own int) bool {
 	var be *ofconn.BatchError
 	if !errors.As(err, &be) {
