@@ -628,6 +628,9 @@ func (s *Store) commitFlow(c flowChange) {
 	if !ok {
 		return
 	}
+	// Settled now: an audit in progress, read in parts, keeps it as it is
+	// (see endAudit).
+	sl.epoch = s.epoch
 	if sl.installed != c.from {
 		// The flow monitor reported someone else's change to this flow
 		// while the bundle was in flight, and the order of the two on the

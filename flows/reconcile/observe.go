@@ -49,7 +49,47 @@ func (s *Store) observe(obs *Observed, fresh bool) (unwanted int) {
 	defer s.mu.Unlock()
 	s.epoch++
 	ep := s.epoch
+	unwanted = s.observeFlowsLocked(obs, ep)
+	s.sweepFlowsLocked(ep)
+	return unwanted + s.observeGroupsAndMetersLocked(obs, ep, fresh)
+}
 
+// beginAudit starts an audit read in parts (see Options.AuditPartFlows)
+// and returns its epoch: each part's flows are observed under it
+// (observeFlowPart), and the last part's groups and meters (endAudit).
+func (s *Store) beginAudit() uint32 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.epoch++
+	return s.epoch
+}
+
+// observeFlowPart records the flows of one part of the audit of epoch ep:
+// every flow on the switch whose cookie falls in the part. Flows that are
+// absent are found by endAudit, once every part has been read. It returns
+// how many flows nobody wants.
+func (s *Store) observeFlowPart(obs *Observed, ep uint32) (unwanted int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.observeFlowsLocked(obs, ep)
+}
+
+// endAudit ends the audit of epoch ep with its last part, obs's groups and
+// meters read whole: it records them as observe does, and takes the flows
+// that no part saw for absent, except those a commit or the flow monitor
+// has settled since the audit began (they carry its epoch too, see
+// commitFlow), which are as the switch has them. It returns how many
+// groups nobody wants.
+func (s *Store) endAudit(obs *Observed, ep uint32) (unwanted int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.sweepFlowsLocked(ep)
+	return s.observeGroupsAndMetersLocked(obs, ep, false)
+}
+
+// observeFlowsLocked records the flows of obs, read under epoch ep, and
+// returns how many of them nobody wants. s.mu is held.
+func (s *Store) observeFlowsLocked(obs *Observed, ep uint32) (unwanted int) {
 	for i := range obs.Flows {
 		f := &obs.Flows[i]
 		if learned(f.Cookie) {
@@ -64,7 +104,12 @@ func (s *Store) observe(obs *Observed, fresh bool) (unwanted int) {
 			unwanted++
 		}
 	}
-	unwanted += s.observeParts(obs.flowParts, ep)
+	return unwanted + s.observeParts(obs.flowParts, ep)
+}
+
+// sweepFlowsLocked takes every flow slot that no observation of epoch ep
+// saw for absent from the switch. s.mu is held.
+func (s *Store) sweepFlowsLocked(ep uint32) {
 	for k, sl := range s.flows {
 		if sl.epoch == ep {
 			continue
@@ -80,7 +125,12 @@ func (s *Store) observe(obs *Observed, fresh bool) (unwanted int) {
 			s.flows[k] = sl
 		}
 	}
+}
 
+// observeGroupsAndMetersLocked records the groups and meters of obs, read
+// under epoch ep, as observe describes, and returns how many groups nobody
+// wants. s.mu is held.
+func (s *Store) observeGroupsAndMetersLocked(obs *Observed, ep uint32, fresh bool) (unwanted int) {
 	for i := range obs.Groups {
 		if s.observeGroupLocked(&obs.Groups[i], ep) {
 			unwanted++
@@ -250,6 +300,9 @@ func (s *Store) observeFlow(f *openflow.Flow, present, fromMonitor bool) bool {
 
 func (s *Store) observeFlowKeyLocked(k openflow.FlowKey, f *openflow.Flow, present, fromMonitor bool) bool {
 	sl, ok := s.flows[k]
+	// What the monitor reports is newer than any part of an audit in
+	// progress that has been read (see endAudit).
+	sl.epoch = s.epoch
 	if present {
 		if fromMonitor && sl.desired != nil {
 			f.Flags, f.Importance = sl.desired.packed.Flags, sl.desired.packed.Importance

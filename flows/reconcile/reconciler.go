@@ -32,6 +32,17 @@ type Options struct {
 	// audited less often: at AuditDutyFactor times the last full pass's
 	// duration, so audits never take more than about 1% of a core.
 	AuditInterval time.Duration
+	// AuditPartFlows is about the most flows the periodic audit reads at
+	// once. The switch serves one read at a time and nothing else meanwhile
+	// (a read of 100,000 flows holds it for about 0.2-0.3 s), so a bridge
+	// with more flows is audited in parts, each read and compared in a pass
+	// of its own with the changes that arrive in between: no change waits
+	// for more than one part. The parts split the flows by their cookie's
+	// owner hash (a power of two of them, at most MaxAuditParts), and one
+	// more reads the groups and meters whole. Default 5,000; negative reads
+	// the switch whole. Start-up, reconnect and the audits that the flow
+	// monitor asks for always read it whole.
+	AuditPartFlows int
 	// MinInterval is the least time between two incremental syncs, to
 	// coalesce bursts further than the one-slot wake-up does. Default 0.
 	MinInterval time.Duration
@@ -78,6 +89,9 @@ const (
 	// SyncAudit compares the whole switch as a safety net, or after the
 	// flow monitor lost updates or groups were deleted.
 	SyncAudit SyncKind = "audit"
+	// SyncAuditPart is one part of a periodic audit read in parts (see
+	// Options.AuditPartFlows); it also applies the changes queued.
+	SyncAuditPart SyncKind = "audit-part"
 	// SyncIncremental applies queued desired-state changes and repairs
 	// reported by the flow monitor.
 	SyncIncremental SyncKind = "incremental"
@@ -99,6 +113,10 @@ type SyncReport struct {
 	Blocked map[string]error
 	// Err is the first error, if the pass did not fully succeed.
 	Err error
+	// Part and Parts say which part of its audit a SyncAuditPart pass
+	// read, from 1, and of how many; the last part reads the groups and
+	// meters. Zero for other passes.
+	Part, Parts int
 
 	version uint64 // the diff's Version (0: no diff was taken)
 }
@@ -123,6 +141,9 @@ type Reconciler struct {
 	// done is the store version the last pass without an error saw (the
 	// sync loop's).
 	done uint64
+	// audit is the periodic audit in progress when it is read in parts
+	// (the sync loop's).
+	audit *auditParts
 
 	mu          sync.Mutex
 	pendingFull SyncKind
@@ -141,6 +162,9 @@ func New(store *Store, opts Options) *Reconciler {
 	}
 	if opts.AuditInterval == 0 {
 		opts.AuditInterval = 30 * time.Second
+	}
+	if opts.AuditPartFlows == 0 {
+		opts.AuditPartFlows = DefaultAuditPartFlows
 	}
 	if opts.Logger == nil {
 		opts.Logger = logrus.StandardLogger()
@@ -423,13 +447,23 @@ func (r *Reconciler) Run(ctx context.Context) error {
 		case <-r.wake:
 		case now := <-timer:
 			if !auditAt.IsZero() && !now.Before(auditAt) {
-				r.requestFull(SyncAudit)
-				auditAt = now.Add(r.opts.AuditInterval)
+				if !r.beginAudit() {
+					r.requestFull(SyncAudit)
+				}
+				// Armed again when this audit ends.
+				auditAt = time.Time{}
 			}
 			if !retryAt.IsZero() && !now.Before(retryAt) {
 				retryAt = time.Time{}
 			}
 		case flush = <-r.flushes:
+		}
+		if flush == nil {
+			// Someone waiting goes first (a flush reads no audit part).
+			select {
+			case flush = <-r.flushes:
+			default:
+			}
 		}
 		var flushes []*flushRequest
 		var after []openflow.Message
@@ -457,10 +491,18 @@ func (r *Reconciler) Run(ctx context.Context) error {
 			}
 		}
 		last = clk.Now()
-		full, took, err := r.pass(ctx, after)
-		if full && r.opts.AuditInterval > 0 {
+		audited, took, err := r.pass(ctx, after, flush != nil)
+		switch {
+		case r.opts.AuditInterval <= 0:
+		case audited:
 			// Any full pass audits: the next audit is counted from it.
 			auditAt = clk.Now().Add(auditDelay(r.opts.AuditInterval, took))
+		case r.audit != nil:
+			// The next part, after the changes queued meanwhile.
+			r.poke()
+		case auditAt.IsZero():
+			// An audit that did not end (an error): the next one as usual.
+			auditAt = clk.Now().Add(r.opts.AuditInterval)
 		}
 		// Changes queued during the pass have signalled Changed again, so
 		// the next iteration picks them up.
@@ -501,20 +543,31 @@ func auditDelay(interval, took time.Duration) time.Duration {
 	return max(interval, AuditDutyFactor*took)
 }
 
-// pass runs one sync: a full one when requested, else an incremental one.
-// It reports whether it was a full pass, and how long it took.
+// pass runs one sync: a full one when requested, else the next part of
+// an audit in parts when one is due, else an incremental one. It reports
+// whether it ended an audit (a full pass, or an audit's last part), and
+// how long that audit took.
 //
-// after are sent after its changes (see FlushThen).
-func (r *Reconciler) pass(ctx context.Context, after []openflow.Message) (full bool, took time.Duration, err error) {
+// after are sent after its changes (see FlushThen); flushing says that
+// someone waits for the pass (Flush), which therefore reads no part.
+func (r *Reconciler) pass(ctx context.Context, after []openflow.Message, flushing bool) (audited bool, took time.Duration, err error) {
 	c := r.conn.Load()
 	if c == nil || !c.Connected() {
+		// The connection's return reads the switch whole.
+		r.audit = nil
 		return false, 0, fmt.Errorf("reconcile: %s: not connected: %w", r.opts.Bridge, ofconn.ErrDisconnected)
 	}
 	r.mu.Lock()
 	kind := r.pendingFull
 	r.pendingFull = ""
 	r.mu.Unlock()
-	if kind == "" {
+	switch {
+	case kind != "":
+		// A whole read supersedes the parts.
+		r.audit = nil
+	case r.audit != nil && r.audit.due(flushing, r.store.Pending()):
+		kind = SyncAuditPart
+	default:
 		kind = SyncIncremental
 	}
 	// Drain a full request that the assignment above consumed.
@@ -523,6 +576,9 @@ func (r *Reconciler) pass(ctx context.Context, after []openflow.Message) (full b
 	default:
 	}
 	rep := SyncReport{Kind: kind, Start: r.clock().Now()}
+	if a := r.audit; kind == SyncAuditPart {
+		rep.Part, rep.Parts = a.next+1, a.flowParts+1
+	}
 	err = r.sync(ctx, c, &rep, &after)
 	// What no bundle carried goes now, whatever the pass's outcome.
 	r.sendAfter(ctx, after)
@@ -532,11 +588,29 @@ func (r *Reconciler) pass(ctx context.Context, after []openflow.Message) (full b
 		// A pass with an error may have put changes back in the queue.
 		r.done = rep.version
 	}
-	if err != nil && kind != SyncIncremental {
+	if err != nil && kind != SyncIncremental && kind != SyncAuditPart {
 		// Try the full pass again on the next wake-up.
 		r.requestFull(kind)
 	}
+	audited = kind != SyncIncremental && kind != SyncAuditPart
+	took = rep.Duration
+	if a := r.audit; kind == SyncAuditPart {
+		a.took += rep.Duration
+		switch {
+		case err != nil:
+			// Its next audit reads everything again.
+			r.audit = nil
+		case a.next == a.flowParts:
+			r.audit = nil
+			audited, took = true, a.took
+		default:
+			a.next++
+		}
+	}
 	log := r.log.WithFields(logrus.Fields{"sync": kind, "changes": rep.Stats.String(), "bundles": rep.Bundles, "took": rep.Duration.Round(time.Microsecond)})
+	if rep.Parts > 0 {
+		log = log.WithField("part", strconv.Itoa(rep.Part)+"/"+strconv.Itoa(rep.Parts))
+	}
 	switch {
 	case err != nil:
 		log.WithError(err).Warn("sync failed")
@@ -556,15 +630,22 @@ func (r *Reconciler) pass(ctx context.Context, after []openflow.Message) (full b
 	if r.opts.OnSync != nil {
 		r.opts.OnSync(rep)
 	}
-	if err == nil && kind != SyncIncremental {
+	if err == nil && kind != SyncIncremental && kind != SyncAuditPart {
 		r.syncedOnce.Do(func() { close(r.synced) })
 	}
-	return kind != SyncIncremental, rep.Duration, err
+	return audited, took, err
 }
 
 func (r *Reconciler) sync(ctx context.Context, c *ofconn.Conn, rep *SyncReport, after *[]openflow.Message) error {
 	maxBundle := r.opts.MaxBundle
-	if rep.Kind != SyncIncremental {
+	if rep.Kind == SyncAuditPart {
+		unwanted, err := r.auditPart(ctx, c, r.audit)
+		if err != nil {
+			return fmt.Errorf("reconcile: %s: read the switch (audit part %d of %d): %w", r.opts.Bridge, rep.Part, rep.Parts, err)
+		}
+		rep.Unwanted = unwanted
+		r.noteUndecodable()
+	} else if rep.Kind != SyncIncremental {
 		obs, err := r.dump(ctx, c)
 		if err != nil {
 			return fmt.Errorf("reconcile: %s: read the switch: %w", r.opts.Bridge, err)
@@ -586,11 +667,7 @@ func (r *Reconciler) sync(ctx context.Context, c *ofconn.Conn, rep *SyncReport, 
 			}
 		}
 		rep.Unwanted = r.store.observe(obs, rep.Kind != SyncAudit)
-		if n := r.store.undecodableFlows(); n > r.undecodable {
-			// Left out as if absent: a desired one is sent again.
-			r.log.WithField("flows", n-r.undecodable).Warn("flows read from the switch did not decode; treated as absent")
-			r.undecodable = n
-		}
+		r.noteUndecodable()
 		maxBundle = 0 // one atomic bundle
 	}
 	d := r.store.diff(DiffOptions{MaxBundle: maxBundle, Now: r.clock().Now()})
@@ -775,38 +852,66 @@ type DumpOptions struct {
 // errDumpGroups marks a failure while reading groups.
 var errDumpGroups = errors.New("dump groups")
 
+// noteUndecodable logs the flows read from the switch that did not decode
+// since it last did.
+func (r *Reconciler) noteUndecodable() {
+	if n := r.store.undecodableFlows(); n > r.undecodable {
+		// Left out as if absent: a desired one is sent again.
+		r.log.WithField("flows", n-r.undecodable).Warn("flows read from the switch did not decode; treated as absent")
+		r.undecodable = n
+	}
+}
+
 // Dump reads the flows, groups and meters of the switch on c.
 func Dump(ctx context.Context, c *ofconn.Conn, opts DumpOptions) (*Observed, error) {
+	obs, err := dumpFlows(ctx, c, openflow.NewFlowStatsRequest())
+	if err != nil {
+		return nil, err
+	}
+	if err := dumpGroupsAndMeters(ctx, c, opts, obs); err != nil {
+		return nil, err
+	}
+	return obs, nil
+}
+
+// dumpFlows reads the flows that req asks for.
+func dumpFlows(ctx context.Context, c *ofconn.Conn, req *openflow.FlowStatsRequest) (*Observed, error) {
 	obs := &Observed{}
-	parts, err := c.MultipartRaw(ctx, openflow.NewFlowStatsRequest())
+	parts, err := c.MultipartRaw(ctx, req)
 	if err != nil {
 		return nil, fmt.Errorf("dump flows: %w", err)
 	}
 	if err := obs.readFlowParts(parts); err != nil {
 		return nil, fmt.Errorf("dump flows: %w", err)
 	}
+	return obs, nil
+}
+
+// dumpGroupsAndMeters reads the groups and meters of the switch into obs.
+func dumpGroupsAndMeters(ctx context.Context, c *ofconn.Conn, opts DumpOptions, obs *Observed) error {
+	var err error
 	if opts.GroupIDs == nil {
 		gparts, err := c.MultipartRaw(ctx, &openflow.GroupDescRequest{GroupID: openflow.GroupAll})
 		if err != nil {
-			return nil, fmt.Errorf("%w: %w", errDumpGroups, err)
+			return fmt.Errorf("%w: %w", errDumpGroups, err)
 		}
 		if err := obs.readGroupParts(gparts); err != nil {
-			return nil, fmt.Errorf("%w: %w", errDumpGroups, err)
+			return fmt.Errorf("%w: %w", errDumpGroups, err)
 		}
 	} else {
 		obs.GroupIDs = opts.GroupIDs
 		if obs.Groups, err = dumpGroupsByID(ctx, c, opts.GroupIDs); err != nil {
-			return nil, fmt.Errorf("%w: %w", errDumpGroups, err)
+			return fmt.Errorf("%w: %w", errDumpGroups, err)
 		}
 	}
 	mr, err := c.MultipartReply(ctx, &openflow.MeterConfigRequest{MeterID: openflow.MeterAll})
 	if err != nil {
-		return nil, fmt.Errorf("dump meters: %w", err)
+		return fmt.Errorf("dump meters: %w", err)
 	}
 	if obs.Meters, err = mr.MeterConfig(); err != nil {
-		return nil, fmt.Errorf("dump meters: %w", err)
+		return fmt.Errorf("dump meters: %w", err)
 	}
-	return obs, nil
+	return nil
 }
 
 // dumpGroupsByID reads the given groups, several requests in flight at a
@@ -847,6 +952,16 @@ func dumpGroupsByID(ctx context.Context, c *ofconn.Conn, ids []uint32) ([]openfl
 // some desired group is too big to read, or when reading all of them once
 // broke the connection.
 func (r *Reconciler) dump(ctx context.Context, c *ofconn.Conn) (*Observed, error) {
+	opts := r.dumpOptions()
+	obs, err := Dump(ctx, c, opts)
+	r.noteGroupRead(opts, err)
+	return obs, err
+}
+
+// dumpOptions says how to read the groups: one by one when some desired
+// group is too big to read, or when reading all of them once broke the
+// connection.
+func (r *Reconciler) dumpOptions() DumpOptions {
 	var opts DumpOptions
 	readable, someLarge := r.store.groupReadSet()
 	if someLarge || r.groupsByID.Load() {
@@ -855,12 +970,16 @@ func (r *Reconciler) dump(ctx context.Context, c *ofconn.Conn) (*Observed, error
 			opts.GroupIDs = []uint32{}
 		}
 	}
-	obs, err := Dump(ctx, c, opts)
+	return opts
+}
+
+// noteGroupRead switches to reading groups one by one when reading all of
+// them with opts broke the connection.
+func (r *Reconciler) noteGroupRead(opts DumpOptions, err error) {
 	if err != nil && opts.GroupIDs == nil && errors.Is(err, errDumpGroups) && errors.Is(err, ofconn.ErrDisconnected) {
 		r.log.WithError(err).Warn("reading all groups broke the connection (a group too big to describe?); reading them one by one from now on")
 		r.groupsByID.Store(true)
 	}
-	return obs, err
 }
 
 // Compare reads the switch and reports how it differs from what the

@@ -1,0 +1,116 @@
+package reconcile
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"nodeflow/clocktest"
+	"nodeflow/testbed/ovs"
+)
+
+// BenchmarkChangesDuringAudit measures what an audit costs the changes
+// that arrive while it runs, with 100,000 flows installed: a stream of
+// one-owner updates (one flow replaced, Set then Flush, one every 2 ms)
+// runs through each audit, and each update's time is recorded. Two
+// bridges of one switch hold the same flows: one reconciler reads its
+// switch whole (the previous design, AuditPartFlows -1), the other in
+// parts (the default); their audits alternate, b.N each, started by a
+// manual clock. It reports both designs' update times during audits, p50,
+// p99 and the longest, the same without an audit, and the audits' wall
+// time.
+func BenchmarkChangesDuringAudit(b *testing.B) {
+	const owners, per = 1000, 100
+	sb, addr0 := testBridge(b, ovs.Options{}, "br0")
+	if _, err := sb.Vsctl("add-br", "br1", "--", "set", "bridge", "br1", "datapath_type=netdev",
+		"protocols=OpenFlow13,OpenFlow15", "fail_mode=secure"); err != nil {
+		b.Fatal(err)
+	}
+	type design struct {
+		name  string
+		s     *Store
+		run   *running
+		clk   *clocktest.Fake
+		ended chan struct{}
+		// during are update times during audits, quiet without one;
+		// audits the audits' wall time.
+		during, quiet, audits []time.Duration
+		version               int
+	}
+	designs := []*design{{name: "whole"}, {name: "parts"}}
+	for i, d := range designs {
+		d.s = NewStore(StoreOptions{})
+		for o := range owners {
+			if err := d.s.Set(benchOwner(o), State{Flows: benchOwnerFlows(o, per, 0)}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		d.clk = clocktest.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+		d.ended = make(chan struct{}, 1)
+		opts := Options{Bridge: []string{"br0", "br1"}[i], Clock: d.clk, AuditInterval: time.Minute,
+			OnSync: func(rep SyncReport) {
+				if rep.Kind == SyncAudit || (rep.Kind == SyncAuditPart && rep.Part == rep.Parts) {
+					d.ended <- struct{}{}
+				}
+			}}
+		if d.name == "whole" {
+			opts.AuditPartFlows = -1
+		}
+		addr := addr0
+		if i == 1 {
+			addr = "unix:" + sb.MgmtSock("br1")
+		}
+		d.run = start(b, addr, d.s, opts)
+	}
+	ctx := context.Background()
+	update := func(d *design) time.Duration {
+		d.version++
+		t0 := time.Now()
+		if err := d.s.Set(benchOwner(500), State{Flows: benchOwnerFlows(500, per, d.version%7+1)}); err != nil {
+			b.Fatal(err)
+		}
+		if err := d.run.r.Flush(ctx); err != nil {
+			b.Fatal(err)
+		}
+		return time.Since(t0)
+	}
+	b.ResetTimer()
+	for range b.N {
+		for _, d := range designs {
+			for range 20 {
+				d.quiet = append(d.quiet, update(d))
+			}
+			t0 := time.Now()
+			d.clk.Step(time.Hour)
+			tick := time.NewTicker(2 * time.Millisecond)
+		stream:
+			for {
+				select {
+				case <-d.ended:
+					break stream
+				case <-tick.C:
+					d.during = append(d.during, update(d))
+				}
+			}
+			tick.Stop()
+			d.audits = append(d.audits, time.Since(t0))
+		}
+	}
+	b.StopTimer()
+	ms := func(x time.Duration) float64 { return float64(x.Microseconds()) / 1000 }
+	q := func(ds []time.Duration, p int) time.Duration {
+		ds = slices.Clone(ds)
+		slices.Sort(ds)
+		return ds[min(len(ds)-1, len(ds)*p/100)]
+	}
+	for _, d := range designs {
+		b.ReportMetric(ms(q(d.during, 50)), "ms-p50-during-"+d.name)
+		b.ReportMetric(ms(q(d.during, 99)), "ms-p99-during-"+d.name)
+		b.ReportMetric(ms(slices.Max(d.during)), "ms-max-during-"+d.name)
+		b.ReportMetric(ms(q(d.quiet, 99)), "ms-p99-quiet-"+d.name)
+		b.ReportMetric(ms(q(d.audits, 50)), "ms-audit-"+d.name)
+	}
+	b.ReportMetric(float64(q(designs[1].during, 99))/float64(q(designs[0].during, 99)), "p99-parts/whole")
+	b.ReportMetric(float64(slices.Max(designs[1].during))/float64(slices.Max(designs[0].during)), "max-parts/whole")
+}
