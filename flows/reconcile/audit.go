@@ -34,6 +34,9 @@ type auditParts struct {
 	next      int           // the next part to read, from 0
 	took      time.Duration // the parts' passes so far
 	waited    bool          // the last pass let queued changes go before the next part
+	// readFailed says that the last part could not be read: the audit
+	// ends there.
+	readFailed bool
 }
 
 // beginAudit starts the periodic audit in parts when the bridge has flows

@@ -597,8 +597,10 @@ func (r *Reconciler) pass(ctx context.Context, after []openflow.Message, flushin
 	if a := r.audit; kind == SyncAuditPart {
 		a.took += rep.Duration
 		switch {
-		case err != nil:
-			// Its next audit reads everything again.
+		case a.readFailed:
+			// The next audit reads everything again. (A change the
+			// switch refused in this pass does not end the audit: the
+			// part was read and compared.)
 			r.audit = nil
 		case a.next == a.flowParts:
 			r.audit = nil
@@ -641,6 +643,7 @@ func (r *Reconciler) sync(ctx context.Context, c *ofconn.Conn, rep *SyncReport, 
 	if rep.Kind == SyncAuditPart {
 		unwanted, err := r.auditPart(ctx, c, r.audit)
 		if err != nil {
+			r.audit.readFailed = true
 			return fmt.Errorf("reconcile: %s: read the switch (audit part %d of %d): %w", r.opts.Bridge, rep.Part, rep.Parts, err)
 		}
 		rep.Unwanted = unwanted
