@@ -2,7 +2,6 @@ package reconcile
 
 import (
 	"context"
-	"net/netip"
 	"runtime"
 	"slices"
 	"testing"
@@ -34,14 +33,7 @@ func BenchmarkChangesDuringAudit(b *testing.B) {
 	})
 	b.Run("services10k", func(b *testing.B) {
 		changesDuringAudit(b, 10000, func(o, version int) State {
-			g := openflow.GroupEntry{ID: uint32(o + 1), Type: openflow.GroupTypeSelect}
-			for j := range 10 {
-				ip := netip.AddrFrom4([4]byte{10, 244, byte(j), byte(o % 250)})
-				g.Buckets = append(g.Buckets, openflow.Bucket{ID: uint32(j), Weight: 1, Actions: []openflow.Action{
-					openflow.CT{Commit: true, Zone: 65000, RecircTable: 40, Actions: []openflow.Action{openflow.NAT{Dst: true, MinAddr: ip, MinPort: 8080}}},
-				}})
-			}
-			return State{Flows: benchOwnerFlows(o, 2, version), Groups: []openflow.GroupEntry{g}}
+			return State{Flows: benchOwnerFlows(o, 2, version), Groups: []openflow.GroupEntry{natGroup(o, 10)}}
 		})
 	})
 }
@@ -50,10 +42,7 @@ func BenchmarkChangesDuringAudit(b *testing.B) {
 // owner o's state in each version given by state (version 0 first).
 func changesDuringAudit(b *testing.B, owners int, state func(o, version int) State) {
 	sb, addr0 := testBridge(b, ovs.Options{}, "br0")
-	if _, err := sb.Vsctl("add-br", "br1", "--", "set", "bridge", "br1", "datapath_type=netdev",
-		"protocols=OpenFlow13,OpenFlow15", "fail_mode=secure"); err != nil {
-		b.Fatal(err)
-	}
+	addr1 := addBridge(b, sb, ovs.Options{}, "br1")
 	type design struct {
 		name  string
 		s     *Store
@@ -84,11 +73,7 @@ func changesDuringAudit(b *testing.B, owners int, state func(o, version int) Sta
 		if d.name == "whole" {
 			opts.AuditPartFlows = -1
 		}
-		addr := addr0
-		if i == 1 {
-			addr = "unix:" + sb.MgmtSock("br1")
-		}
-		d.run = start(b, addr, d.s, opts)
+		d.run = start(b, []string{addr0, addr1}[i], d.s, opts)
 	}
 	ctx := context.Background()
 	update := func(d *design) time.Duration {

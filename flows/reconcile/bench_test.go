@@ -515,13 +515,8 @@ func BenchmarkAuditGroups(b *testing.B) {
 	s := NewStore(StoreOptions{Bridge: plan.Pod})
 	var all []openflow.GroupEntry
 	for i := 0; i < groups; i++ {
-		g := openflow.GroupEntry{ID: uint32(i + 1), Type: openflow.GroupTypeSelect, SelectionMethod: "hash", SelectionFields: []openflow.Field{openflow.IPProto(6)}}
-		for j := 0; j < buckets; j++ {
-			ip := netip.AddrFrom4([4]byte{10, 244, byte(j), byte(i % 250)})
-			g.Buckets = append(g.Buckets, openflow.Bucket{ID: uint32(j), Weight: 1, Actions: []openflow.Action{
-				openflow.CT{Commit: true, Zone: 65000, RecircTable: 40, Actions: []openflow.Action{openflow.NAT{Dst: true, MinAddr: ip, MinPort: 8080}}},
-			}})
-		}
+		g := natGroup(i, buckets)
+		g.SelectionMethod, g.SelectionFields = "hash", []openflow.Field{openflow.IPProto(6)}
 		if err := s.Set(benchOwner(i), State{Groups: []openflow.GroupEntry{g}}); err != nil {
 			b.Fatal(err)
 		}
@@ -565,6 +560,19 @@ func BenchmarkAuditGroups(b *testing.B) {
 	if perGroup["decoded"] > 0 {
 		b.ReportMetric(perGroup["inplace"]/perGroup["decoded"], "inplace/decoded")
 	}
+}
+
+// natGroup is benchOwner(i)'s group of a service's kind: a select group,
+// id i+1, of buckets ct(nat) buckets.
+func natGroup(i, buckets int) openflow.GroupEntry {
+	g := openflow.GroupEntry{ID: uint32(i + 1), Type: openflow.GroupTypeSelect}
+	for j := range buckets {
+		ip := netip.AddrFrom4([4]byte{10, 244, byte(j), byte(i % 250)})
+		g.Buckets = append(g.Buckets, openflow.Bucket{ID: uint32(j), Weight: 1, Actions: []openflow.Action{
+			openflow.CT{Commit: true, Zone: 65000, RecircTable: 40, Actions: []openflow.Action{openflow.NAT{Dst: true, MinAddr: ip, MinPort: 8080}}},
+		}})
+	}
+	return g
 }
 
 // replyParts encodes n entries as the parts of a multipart reply, per

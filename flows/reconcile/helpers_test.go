@@ -34,6 +34,13 @@ func quietLogger() logrus.FieldLogger {
 func testBridge(t testing.TB, opts ovs.Options, bridge string) (*ovs.Sandbox, string) {
 	t.Helper()
 	sb := ovstest.New(t, opts)
+	return sb, addBridge(t, sb, opts, bridge)
+}
+
+// addBridge adds bridge to sb (opts are sb's) and returns the address of
+// its management socket.
+func addBridge(t testing.TB, sb *ovs.Sandbox, opts ovs.Options, bridge string) string {
+	t.Helper()
 	dp := "netdev"
 	if opts.Dummy {
 		dp = "dummy"
@@ -42,7 +49,7 @@ func testBridge(t testing.TB, opts ovs.Options, bridge string) (*ovs.Sandbox, st
 		"protocols=OpenFlow13,OpenFlow15", "fail_mode=secure"); err != nil {
 		t.Fatal(err)
 	}
-	return sb, "unix:" + sb.MgmtSock(bridge)
+	return "unix:" + sb.MgmtSock(bridge)
 }
 
 // running is a reconciler with its connection and loop.
