@@ -3,6 +3,7 @@ package egressfw
 import (
 	"fmt"
 	"net/netip"
+	"strconv"
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -27,19 +28,22 @@ func (ef *EgressFirewall) Policy() (*Policy, error) {
 	}
 	pol := newPolicy(KindEgressFirewall, ef.ObjectMeta, len(ef.Spec.Egress))
 	for i, r := range ef.Spec.Egress {
-		path := fmt.Sprintf("spec.egress[%d]", i)
-		rule := Rule{Index: i, Action: ruleAction(p, path, r.Type)}
-		rule.Dest = destination(p, path+".to", r.To.CIDRSelector, r.To.DNSName, r.To.NodeSelector, true)
+		at := rulePath{rule: i, port: -1}
+		rule := Rule{Index: i, Action: ruleAction(p, at, r.Type)}
+		rule.Dest = destination(p, at, r.To.CIDRSelector, r.To.DNSName, r.To.NodeSelector, true)
+		if len(r.Ports) > 0 {
+			rule.Ports = make([]Port, 0, len(r.Ports))
+		}
 		for j, port := range r.Ports {
-			pp := fmt.Sprintf("%s.ports[%d]", path, j)
+			pp := rulePath{rule: i, port: j}
 			proto, ok := ParseProtocol(port.Protocol)
 			if !ok {
-				p.add(pp+".protocol", "%q: unknown protocol (want TCP, UDP or SCTP)", port.Protocol)
+				p.add(pp.field("protocol"), "%q: unknown protocol (want TCP, UDP or SCTP)", port.Protocol)
 			}
 			var num uint16
 			if port.Port != nil {
 				if *port.Port < 1 || *port.Port > 65535 {
-					p.add(pp+".port", "%d: want 1-65535, or no port for every port", *port.Port)
+					p.add(pp.field("port"), "%d: want 1-65535, or no port for every port", *port.Port)
 				}
 				num = uint16(*port.Port)
 			}
@@ -66,9 +70,9 @@ func (enp *EgressNetworkPolicy) Policy() (*Policy, error) {
 	}
 	pol := newPolicy(KindEgressNetworkPolicy, enp.ObjectMeta, len(enp.Spec.Egress))
 	for i, r := range enp.Spec.Egress {
-		path := fmt.Sprintf("spec.egress[%d]", i)
-		rule := Rule{Index: i, Action: ruleAction(p, path, r.Type)}
-		rule.Dest = destination(p, path+".to", r.To.CIDRSelector, r.To.DNSName, nil, false)
+		at := rulePath{rule: i, port: -1}
+		rule := Rule{Index: i, Action: ruleAction(p, at, r.Type)}
+		rule.Dest = destination(p, at, r.To.CIDRSelector, r.To.DNSName, nil, false)
 		pol.Rules = append(pol.Rules, rule)
 	}
 	if err := p.err(); err != nil {
@@ -85,44 +89,67 @@ func newPolicy(k Kind, m metav1.ObjectMeta, n int) *Policy {
 	}
 }
 
-func ruleAction(p *problems, path string, t RuleType) Action {
+// rulePath names a field of spec.egress[rule], or of its ports[port] when
+// port is not negative. The path is built only for a report, so that
+// checking a large valid policy builds no strings.
+type rulePath struct{ rule, port int }
+
+// field returns the path of field f ("" for the rule or port itself).
+func (r rulePath) field(f string) string {
+	s := "spec.egress[" + strconv.Itoa(r.rule) + "]"
+	if r.port >= 0 {
+		s += ".ports[" + strconv.Itoa(r.port) + "]"
+	}
+	if f != "" {
+		s += "." + f
+	}
+	return s
+}
+
+func ruleAction(p *problems, at rulePath, t RuleType) Action {
 	switch t {
 	case RuleAllow:
 		return Allow
 	case RuleDeny:
 		return Deny
 	case "":
-		p.add(path+".type", "missing (want Allow or Deny)")
+		p.add(at.field("type"), "missing (want Allow or Deny)")
 	default:
-		p.add(path+".type", "%q: want Allow or Deny", t)
+		p.add(at.field("type"), "%q: want Allow or Deny", t)
 	}
 	return 0
 }
 
-// destination checks the destination fields of one rule at path (its
-// "to"); withNodes says whether the API has nodeSelector.
-func destination(p *problems, path, cidr, dnsName string, sel *metav1.LabelSelector, withNodes bool) Destination {
-	var set []string
-	if cidr != "" {
-		set = append(set, "cidrSelector")
+// destination checks the destination fields (the "to") of the rule at at;
+// withNodes says whether the API has nodeSelector.
+func destination(p *problems, at rulePath, cidr, dnsName string, sel *metav1.LabelSelector, withNodes bool) Destination {
+	n := 0
+	for _, set := range [...]bool{cidr != "", dnsName != "", sel != nil} {
+		if set {
+			n++
+		}
 	}
-	if dnsName != "" {
-		set = append(set, "dnsName")
-	}
-	if sel != nil {
-		set = append(set, "nodeSelector")
-	}
-	switch len(set) {
+	switch n {
 	case 0:
 		want := "cidrSelector or dnsName"
 		if withNodes {
 			want = "cidrSelector, dnsName or nodeSelector"
 		}
-		p.add(path, "no destination (want one of %s)", want)
+		p.add(at.field("to"), "no destination (want one of %s)", want)
 		return Destination{}
 	case 1:
 	default:
-		p.add(path, "%s destinations (%s)", count(len(set)), joinAnd(set))
+		var set []string
+		if cidr != "" {
+			set = append(set, "cidrSelector")
+		}
+		if dnsName != "" {
+			set = append(set, "dnsName")
+		}
+		if sel != nil {
+			set = append(set, "nodeSelector")
+		}
+		p.add(at.field("to"), "%s destinations (%s)", count(n), joinAnd(set))
 		return Destination{}
 	}
 	var d Destination
@@ -130,22 +157,22 @@ func destination(p *problems, path, cidr, dnsName string, sel *metav1.LabelSelec
 	case cidr != "":
 		pfx, err := ParseCIDR(cidr)
 		if err != nil {
-			p.add(path+".cidrSelector", "%v", err)
+			p.add(at.field("to.cidrSelector"), "%v", err)
 		}
 		d.CIDR = pfx
 	case dnsName != "":
 		name, err := ParseDNSName(dnsName)
 		switch {
 		case err != nil:
-			p.add(path+".dnsName", "%v", err)
+			p.add(at.field("to.dnsName"), "%v", err)
 		case !withNodes && strings.HasPrefix(name, "*."):
-			p.add(path+".dnsName", "%q: a wildcard needs an EgressFirewall", dnsName)
+			p.add(at.field("to.dnsName"), "%q: a wildcard needs an EgressFirewall", dnsName)
 		}
 		d.DNSName = name
 	default:
 		s, err := metav1.LabelSelectorAsSelector(sel)
 		if err != nil {
-			p.add(path+".nodeSelector", "%v", err)
+			p.add(at.field("to.nodeSelector"), "%v", err)
 			return Destination{}
 		}
 		d.NodeSelector = s

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -26,14 +27,24 @@ func DecodeEgressFirewall(u *unstructured.Unstructured) (*EgressFirewall, error)
 	}
 	d := newDecoder(KindEgressFirewall, u)
 	ef := &EgressFirewall{ObjectMeta: objectMeta(u)}
-	for _, r := range d.rules(u, []string{"type", "to", "ports"}) {
+	items := d.rules(u, []string{"type", "to", "ports"})
+	if len(items) > 0 {
+		ef.Spec.Egress = make([]EgressFirewallRule, 0, len(items))
+	}
+	for i := range items {
+		r := &items[i]
 		rule := EgressFirewallRule{Type: RuleType(r.str("type"))}
 		to := r.sub("to")
 		to.known("cidrSelector", "dnsName", "nodeSelector")
 		rule.To.CIDRSelector = to.str("cidrSelector")
 		rule.To.DNSName = to.str("dnsName")
 		rule.To.NodeSelector = to.selector("nodeSelector")
-		for _, p := range r.items("ports") {
+		ports := r.items("ports")
+		if len(ports) > 0 {
+			rule.Ports = make([]EgressFirewallPort, 0, len(ports))
+		}
+		for j := range ports {
+			p := &ports[j]
 			p.known("protocol", "port")
 			rule.Ports = append(rule.Ports, EgressFirewallPort{Protocol: p.str("protocol"), Port: p.int32("port")})
 		}
@@ -58,7 +69,12 @@ func DecodeEgressNetworkPolicy(u *unstructured.Unstructured) (*EgressNetworkPoli
 	}
 	d := newDecoder(KindEgressNetworkPolicy, u)
 	enp := &EgressNetworkPolicy{ObjectMeta: objectMeta(u)}
-	for _, r := range d.rules(u, []string{"type", "to"}) {
+	items := d.rules(u, []string{"type", "to"})
+	if len(items) > 0 {
+		enp.Spec.Egress = make([]EgressNetworkPolicyRule, 0, len(items))
+	}
+	for i := range items {
+		r := &items[i]
 		rule := EgressNetworkPolicyRule{Type: RuleType(r.str("type"))}
 		to := r.sub("to")
 		to.known("cidrSelector", "dnsName")
@@ -111,26 +127,41 @@ func (d *decoder) rules(u *unstructured.Unstructured, known []string) []node {
 		d.p.add("spec", "missing")
 		return nil
 	}
-	spec := node{d: d, path: "spec", v: raw}
+	spec := &node{d: d, name: "spec", v: raw}
 	if spec.object() == nil {
 		return nil
 	}
 	spec.known("egress")
 	items := spec.items("egress")
-	for _, it := range items {
-		it.known(known...)
+	for i := range items {
+		items[i].known(known...)
 	}
 	return items
 }
 
-// node is one value of the object being decoded, with its path.
+// node is one value of the object being decoded. Its path is built only
+// for a report: a node knows its parent and its own field name or list
+// index, so that decoding a large valid object builds no path strings.
 type node struct {
-	d    *decoder
-	path string
-	v    any // nil: absent or null
+	d     *decoder
+	up    *node  // nil at the root
+	name  string // the field's name; "" for a list item
+	index int    // the item's index, when name is ""
+	v     any    // nil: absent or null
 }
 
-func (n node) add(format string, args ...any) { n.d.p.add(n.path, format, args...) }
+// path is n's field path, such as spec.egress[3].to.cidrSelector.
+func (n *node) path() string {
+	if n.up == nil {
+		return n.name
+	}
+	if n.name == "" {
+		return n.up.path() + "[" + strconv.Itoa(n.index) + "]"
+	}
+	return n.up.path() + "." + n.name
+}
+
+func (n *node) add(format string, args ...any) { n.d.p.add(n.path(), format, args...) }
 
 // jsonType names v's JSON type for error messages.
 func jsonType(v any) string {
@@ -153,7 +184,7 @@ func jsonType(v any) string {
 
 // object returns n's value as an object, or nil (reporting a wrong type)
 // when it is not one.
-func (n node) object() map[string]any {
+func (n *node) object() map[string]any {
 	if n.v == nil {
 		return nil
 	}
@@ -166,15 +197,16 @@ func (n node) object() map[string]any {
 }
 
 // child returns the node of field name of object n (absent when n is not
-// an object).
-func (n node) child(name string) node {
+// an object). The child points at n: n must outlive every report made
+// through it.
+func (n *node) child(name string) node {
 	m, _ := n.v.(map[string]any)
-	return node{d: n.d, path: n.path + "." + name, v: m[name]}
+	return node{d: n.d, up: n, name: name, v: m[name]}
 }
 
 // sub is child for a field that must be an object; a wrong type is
 // reported and the result is absent.
-func (n node) sub(name string) node {
+func (n *node) sub(name string) node {
 	c := n.child(name)
 	if c.object() == nil {
 		c.v = nil
@@ -184,10 +216,23 @@ func (n node) sub(name string) node {
 
 // known reports every field of object n that is not in names, in sorted
 // order.
-func (n node) known(names ...string) {
+func (n *node) known(names ...string) {
 	m, ok := n.v.(map[string]any)
 	if !ok {
 		return
+	}
+	// The common case, every field known, by lookups: a map's keys are
+	// distinct, so as many known names present as keys means no other key.
+	if len(m) <= len(names) {
+		present := 0
+		for _, k := range names {
+			if _, ok := m[k]; ok {
+				present++
+			}
+		}
+		if present == len(m) {
+			return
+		}
 	}
 	var unknown []string
 	for k := range m {
@@ -196,28 +241,31 @@ func (n node) known(names ...string) {
 		}
 	}
 	slices.Sort(unknown)
+	p := n.path()
 	for _, k := range unknown {
-		n.d.p.add(n.path+"."+k, "unknown field (known: %s)", strings.Join(names, ", "))
+		n.d.p.add(p+"."+k, "unknown field (known: %s)", strings.Join(names, ", "))
 	}
 }
 
 // str returns field name of n as a string ("" when absent or of another
 // type, which is reported).
-func (n node) str(name string) string {
-	c := n.child(name)
-	if c.v == nil {
+func (n *node) str(name string) string {
+	m, _ := n.v.(map[string]any)
+	v := m[name]
+	if v == nil {
 		return ""
 	}
-	s, ok := c.v.(string)
+	s, ok := v.(string)
 	if !ok {
-		c.add("want a string, got %s", jsonType(c.v))
+		c := n.child(name)
+		c.add("want a string, got %s", jsonType(v))
 	}
 	return s
 }
 
 // int32 returns field name of n as an int32 (nil when absent or not an
 // integer that fits, which is reported).
-func (n node) int32(name string) *int32 {
+func (n *node) int32(name string) *int32 {
 	c := n.child(name)
 	if c.v == nil {
 		return nil
@@ -248,21 +296,34 @@ func (n node) int32(name string) *int32 {
 	return &v
 }
 
+// list returns the child node of list field name of n on the heap, since
+// its items point at it, with its elements; nil when absent or not a list
+// (which is reported as want).
+func (n *node) list(name, want string) (*node, []any) {
+	m, _ := n.v.(map[string]any)
+	v := m[name]
+	if v == nil {
+		return nil, nil
+	}
+	c := n.child(name)
+	l, ok := v.([]any)
+	if !ok {
+		c.add("want %s, got %s", want, jsonType(v))
+		return nil, nil
+	}
+	return &c, l
+}
+
 // items returns the elements of list field name of n, each a checked
 // object (an element that is not one is reported and skipped).
-func (n node) items(name string) []node {
-	c := n.child(name)
-	if c.v == nil {
-		return nil
-	}
-	l, ok := c.v.([]any)
-	if !ok {
-		c.add("want a list, got %s", jsonType(c.v))
+func (n *node) items(name string) []node {
+	c, l := n.list(name, "a list")
+	if c == nil {
 		return nil
 	}
 	out := make([]node, 0, len(l))
 	for i, v := range l {
-		it := node{d: n.d, path: fmt.Sprintf("%s[%d]", c.path, i), v: v}
+		it := node{d: n.d, up: c, index: i, v: v}
 		if v == nil {
 			it.add("want an object, got null")
 			continue
@@ -276,21 +337,17 @@ func (n node) items(name string) []node {
 }
 
 // strings returns list field name of n as strings.
-func (n node) strings(name string) []string {
-	c := n.child(name)
-	if c.v == nil {
-		return nil
-	}
-	l, ok := c.v.([]any)
-	if !ok {
-		c.add("want a list of strings, got %s", jsonType(c.v))
+func (n *node) strings(name string) []string {
+	c, l := n.list(name, "a list of strings")
+	if c == nil {
 		return nil
 	}
 	out := make([]string, 0, len(l))
 	for i, v := range l {
 		s, ok := v.(string)
 		if !ok {
-			n.d.p.add(fmt.Sprintf("%s[%d]", c.path, i), "want a string, got %s", jsonType(v))
+			it := node{d: n.d, up: c, index: i, v: v}
+			it.add("want a string, got %s", jsonType(v))
 			continue
 		}
 		out = append(out, s)
@@ -300,7 +357,7 @@ func (n node) strings(name string) []string {
 
 // selector returns field name of n as a label selector (nil when absent).
 // Its values are checked when it is converted to a labels.Selector.
-func (n node) selector(name string) *metav1.LabelSelector {
+func (n *node) selector(name string) *metav1.LabelSelector {
 	c := n.child(name)
 	if c.v == nil {
 		return nil
@@ -323,13 +380,15 @@ func (n node) selector(name string) *metav1.LabelSelector {
 			v := mm[k]
 			s, ok := v.(string)
 			if !ok {
-				n.d.p.add(ml.path+"."+k, "want a string, got %s", jsonType(v))
+				n.d.p.add(ml.path()+"."+k, "want a string, got %s", jsonType(v))
 				continue
 			}
 			sel.MatchLabels[k] = s
 		}
 	}
-	for _, e := range c.items("matchExpressions") {
+	exprs := c.items("matchExpressions")
+	for i := range exprs {
+		e := &exprs[i]
 		e.known("key", "operator", "values")
 		sel.MatchExpressions = append(sel.MatchExpressions, metav1.LabelSelectorRequirement{
 			Key:      e.str("key"),

@@ -207,6 +207,18 @@ func TestBadInput(t *testing.T) {
 		{"egress not a list", "apiVersion: k8s.ovn.org/v1\nkind: EgressFirewall\nmetadata: {name: default, namespace: ns}\nspec: {egress: {a: 1}}\n",
 			[]string{`spec.egress: want a list, got an object`}},
 		{"null rule", ef("default", t0, "  - null\n"), []string{`spec.egress[0]: want an object, got null`}},
+		{"wrong JSON types deep in a rule", ef("default", t0, "  - {type: Allow, to: {cidrSelector: 10.0.0.0/8}}\n  - {type: Allow, to: {nodeSelector: {matchLabels: {a: 1}, matchExpressions: [{key: zone, operator: In, values: [a, 2], op: x}, 3]}}, ports: [{protocol: TCP, port: 1.5}, {protocol: UDP, extra: 1}, \"x\"]}\n"),
+			[]string{
+				`spec.egress[1].to.nodeSelector.matchLabels.a: want a string, got a number`,
+				`spec.egress[1].to.nodeSelector.matchExpressions[0].values[1]: want a string, got a number`,
+				`spec.egress[1].to.nodeSelector.matchExpressions[0].op: unknown field (known: key, operator, values)`,
+				`spec.egress[1].to.nodeSelector.matchExpressions[1]: want an object, got a number`,
+				`spec.egress[1].ports[0].port: 1.5: want an integer`,
+				`spec.egress[1].ports[1].extra: unknown field (known: protocol, port)`,
+				`spec.egress[1].ports[2]: want an object, got a string`,
+			}},
+		{"to of the wrong type", ef("default", t0, "  - {type: 1, to: [a]}\n"),
+			[]string{`spec.egress[0].type: want a string, got a number`, `spec.egress[0].to: want an object, got a list`}},
 		{"wrong apiVersion", strings.Replace(ef("default", t0, "  - {type: Allow, to: {cidrSelector: 10.0.0.0/8}}\n"), "k8s.ovn.org/v1", "k8s.ovn.org/v2", 1),
 			[]string{`apiVersion: "k8s.ovn.org/v2": want k8s.ovn.org/v1`}},
 	} {
