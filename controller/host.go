@@ -16,6 +16,7 @@ import (
 	"nodeflow/feature"
 	"nodeflow/flows/plan"
 	"nodeflow/flows/reconcile"
+	"nodeflow/kubeclient"
 	"nodeflow/openflow"
 	"nodeflow/openflow/ofconn"
 )
@@ -95,7 +96,7 @@ func (h *featureHost) Dynamic() (dynamic.Interface, error) {
 			h.a.dynErr = errors.New("controller: no API client configuration")
 			return
 		}
-		h.a.dyn, h.a.dynErr = dynamic.NewForConfig(h.a.rest)
+		h.a.dyn, h.a.dynErr = kubeclient.NewDynamic(h.a.rest)
 	})
 	if h.a.dynErr != nil {
 		return nil, fmt.Errorf("controller: dynamic client: %w", h.a.dynErr)

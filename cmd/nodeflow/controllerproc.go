@@ -143,7 +143,7 @@ func clients(c *cli.Context, agent string) (apiClients, error) {
 	if out.kube, err = kubeclient.NewTyped(rc); err != nil {
 		return out, fmt.Errorf("kubernetes client: %w", err)
 	}
-	if out.dyn, err = dynamic.NewForConfig(rc); err != nil {
+	if out.dyn, err = kubeclient.NewDynamic(rc); err != nil {
 		return out, fmt.Errorf("dynamic client: %w", err)
 	}
 	return out, nil
