@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -220,10 +221,35 @@ func TestEgressFirewallDNS(t *testing.T) {
 				t.Errorf("%s: %v replies learned, %v hold times, want at least 50 and equal", p.node, learned, count)
 			}
 			if learned > 0 {
-				t.Logf("%s: %v replies held, mean hold %.2f ms; %v passed at once", p.node, learned, 1000*sum/count, passed)
+				t.Logf("%s: %v replies held, mean hold %.2f ms, p50 under %s, p99 under %s (the histogram's buckets); %v passed at once",
+					p.node, learned, 1000*sum/count, bucketQuantile(text, "nodeflow_egress_firewall_dns_hold_seconds", 0.5),
+					bucketQuantile(text, "nodeflow_egress_firewall_dns_hold_seconds", 0.99), passed)
 			}
 		}
 	})
+}
+
+// bucketQuantile returns the upper bound of the first bucket of
+// histogram name (in seconds) in the metrics text that holds the
+// q-quantile of its observations, or "?" when the text has no such bucket.
+func bucketQuantile(text, name string, q float64) string {
+	count := seriesValue(text, name+"_count")
+	for _, l := range strings.Split(text, "\n") {
+		rest, ok := strings.CutPrefix(l, name+`_bucket{le="`)
+		if !ok {
+			continue
+		}
+		le, n, ok := strings.Cut(rest, `"} `)
+		if !ok {
+			continue
+		}
+		v, err1 := strconv.ParseFloat(strings.TrimSpace(n), 64)
+		bound, err2 := strconv.ParseFloat(le, 64)
+		if err1 == nil && err2 == nil && count > 0 && v >= q*count {
+			return time.Duration(bound * float64(time.Second)).String()
+		}
+	}
+	return "?"
 }
 
 // quantile returns the q-quantile of ds, rounded to 10 us.
