@@ -123,13 +123,18 @@ func ruleAction(p *problems, at rulePath, t RuleType) Action {
 // destination checks the destination fields (the "to") of the rule at at;
 // withNodes says whether the API has nodeSelector.
 func destination(p *problems, at rulePath, cidr, dnsName string, sel *metav1.LabelSelector, withNodes bool) Destination {
-	n := 0
-	for _, set := range [...]bool{cidr != "", dnsName != "", sel != nil} {
-		if set {
-			n++
-		}
+	var given [3]string // on the stack: a valid rule allocates nothing here
+	set := given[:0]
+	if cidr != "" {
+		set = append(set, "cidrSelector")
 	}
-	switch n {
+	if dnsName != "" {
+		set = append(set, "dnsName")
+	}
+	if sel != nil {
+		set = append(set, "nodeSelector")
+	}
+	switch len(set) {
 	case 0:
 		want := "cidrSelector or dnsName"
 		if withNodes {
@@ -139,17 +144,7 @@ func destination(p *problems, at rulePath, cidr, dnsName string, sel *metav1.Lab
 		return Destination{}
 	case 1:
 	default:
-		var set []string
-		if cidr != "" {
-			set = append(set, "cidrSelector")
-		}
-		if dnsName != "" {
-			set = append(set, "dnsName")
-		}
-		if sel != nil {
-			set = append(set, "nodeSelector")
-		}
-		p.add(at.field("to"), "%s destinations (%s)", count(n), joinAnd(set))
+		p.add(at.field("to"), "%s destinations (%s)", count(len(set)), joinAnd(set))
 		return Destination{}
 	}
 	var d Destination
