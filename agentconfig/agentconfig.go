@@ -74,6 +74,22 @@ type AgentConfiguration struct {
 	ProcSysNet         *string  `json:"procSysNet,omitempty"`         // --proc-sys-net
 	GCPercent          *int     `json:"gcPercent,omitempty"`          // --gc-percent: the Go collector's target when GOGC is unset
 	GCStartupFloor     *int     `json:"gcStartupFloor,omitempty"`     // --gc-startup-floor: MiB of Go memory before the start-up's first collection
+
+	// ExternalIPs and LoadBalancerIPs are the policies for the addresses
+	// Services name in spec.externalIPs and status.loadBalancer.ingress:
+	// --external-ip-allowed-cidr, --external-ip-rejected-cidr,
+	// --load-balancer-ip-allowed-cidr, --load-balancer-ip-rejected-cidr.
+	ExternalIPs     *AddressPolicy `json:"externalIPs,omitempty"`
+	LoadBalancerIPs *AddressPolicy `json:"loadBalancerIPs,omitempty"`
+	// NodePortAddresses: --nodeport-addresses, CIDRs or "primary".
+	NodePortAddresses []string `json:"nodePortAddresses,omitempty"`
+}
+
+// AddressPolicy allows the addresses inside AllowedCIDRs and outside
+// RejectedCIDRs (which win).
+type AddressPolicy struct {
+	AllowedCIDRs  []string `json:"allowedCIDRs,omitempty"`
+	RejectedCIDRs []string `json:"rejectedCIDRs,omitempty"`
 }
 
 // Setting is one flag the file sets.
@@ -155,6 +171,18 @@ func (c *AgentConfiguration) check() error {
 	}
 	prefixes("clusterCIDRs", c.ClusterCIDRs)
 	prefixes("serviceCIDRs", c.ServiceCIDRs)
+	for _, pol := range []struct {
+		field string
+		p     *AddressPolicy
+	}{{"externalIPs", c.ExternalIPs}, {"loadBalancerIPs", c.LoadBalancerIPs}} {
+		if pol.p != nil {
+			prefixes(pol.field+".allowedCIDRs", pol.p.AllowedCIDRs)
+			prefixes(pol.field+".rejectedCIDRs", pol.p.RejectedCIDRs)
+		}
+	}
+	if !(len(c.NodePortAddresses) == 1 && c.NodePortAddresses[0] == "primary") {
+		prefixes("nodePortAddresses", c.NodePortAddresses)
+	}
 	for _, f := range []struct {
 		field, family string
 		v             *string
@@ -254,5 +282,14 @@ func (c *AgentConfiguration) Settings() []Setting {
 	if c.GCStartupFloor != nil {
 		out = append(out, Setting{Flag: "gc-startup-floor", Field: "gcStartupFloor", Value: strconv.Itoa(*c.GCStartupFloor)})
 	}
+	if p := c.ExternalIPs; p != nil {
+		list("external-ip-allowed-cidr", "externalIPs.allowedCIDRs", p.AllowedCIDRs)
+		list("external-ip-rejected-cidr", "externalIPs.rejectedCIDRs", p.RejectedCIDRs)
+	}
+	if p := c.LoadBalancerIPs; p != nil {
+		list("load-balancer-ip-allowed-cidr", "loadBalancerIPs.allowedCIDRs", p.AllowedCIDRs)
+		list("load-balancer-ip-rejected-cidr", "loadBalancerIPs.rejectedCIDRs", p.RejectedCIDRs)
+	}
+	list("nodeport-addresses", "nodePortAddresses", c.NodePortAddresses)
 	return out
 }

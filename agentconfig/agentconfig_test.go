@@ -31,6 +31,12 @@ resolvConf: /etc/resolv.conf
 hostCheckInterval: 1m
 gcPercent: 75
 gcStartupFloor: 96
+externalIPs:
+  allowedCIDRs: [192.0.2.0/24, "2001:db8::/64"]
+  rejectedCIDRs: [192.0.2.128/25]
+loadBalancerIPs:
+  allowedCIDRs: [198.51.100.0/24]
+nodePortAddresses: [172.30.0.0/24]
 `
 
 // Every field becomes its flag's value, as the command line writes it.
@@ -47,6 +53,8 @@ func TestParse(t *testing.T) {
 		"node-name": "node1", "datapath-type": "netdev", "cluster-cidr": "10.244.0.0/16,fd00:10:244::/56", "service-cidr": "10.96.0.0/16",
 		"masquerade-subnet-v6": "fd69::/125", "mtu": "1450", "unidle": "false", "unidle-hold-time": "90s", "host-check-interval": "1m",
 		"cni-conf-dir": "/etc/cni/net.d", "egress-firewall": "true", "gc-percent": "75", "gc-startup-floor": "96", "virtual-networks": "false",
+		"external-ip-allowed-cidr": "192.0.2.0/24,2001:db8::/64", "external-ip-rejected-cidr": "192.0.2.128/25",
+		"load-balancer-ip-allowed-cidr": "198.51.100.0/24", "nodeport-addresses": "172.30.0.0/24",
 	} {
 		if got[flag] != want {
 			t.Errorf("--%s = %q, want %q", flag, got[flag], want)
@@ -55,8 +63,8 @@ func TestParse(t *testing.T) {
 	if _, ok := got["kubeconfig"]; ok {
 		t.Error("a field the file leaves out set its flag")
 	}
-	if len(got) != 22 {
-		t.Errorf("%d settings, want the file's 22: %v", len(got), got)
+	if len(got) != 26 {
+		t.Errorf("%d settings, want the file's 26: %v", len(got), got)
 	}
 }
 
@@ -76,6 +84,9 @@ func TestParseErrors(t *testing.T) {
 		{"gc percent out of range", head + "gcPercent: -5\n", "gcPercent: -5"},
 		{"gc start-up floor out of range", head + "gcStartupFloor: -1\n", "gcStartupFloor: -1"},
 		{"empty bridge", head + "podBridge: \"\"\n", "podBridge: empty"},
+		{"bad policy CIDR", head + "externalIPs:\n  rejectedCIDRs: [1.2.3.4/40]\n", `externalIPs.rejectedCIDRs[0]: "1.2.3.4/40" is not a CIDR`},
+		{"unknown policy field", head + "externalIPs:\n  allowed: [1.2.3.0/24]\n", `unknown field "externalIPs.allowed"`},
+		{"bad node port address", head + "nodePortAddresses: [primary, 10.0.0.0/8]\n", `nodePortAddresses[0]: "primary" is not a CIDR`},
 		{"wrong kind", "apiVersion: nodeflow.io/v1alpha1\nkind: KubeProxyConfiguration\n", `kind "KubeProxyConfiguration"`},
 		{"no version", "kind: AgentConfiguration\n", `apiVersion ""`},
 		{"not YAML", "\tfoo: [", "not YAML"},

@@ -534,6 +534,7 @@ func (a *Agent) updateNode(f func(*feature.Node)) {
 	old := a.node
 	n := a.node
 	f(&n)
+	n.NodePortAddrs = feature.NodePortAddrs(n, a.cfg.NodePortAddresses)
 	a.node = n
 	subs := append([]func(){}, a.onNode...)
 	a.nodeMu.Unlock()

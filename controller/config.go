@@ -64,6 +64,10 @@ type Config struct {
 	// HostCheckInterval is how often the host side is re-checked besides
 	// netlink events.
 	HostCheckInterval time.Duration
+	// NodePortAddresses are the networks whose node addresses NodePorts
+	// answer on (kube-proxy's --nodeport-addresses); none means the node
+	// IPs (kube-proxy's "primary").
+	NodePortAddresses []netip.Prefix
 }
 
 // Port names the agent creates.
@@ -105,7 +109,7 @@ func (c Config) Validate() error {
 	case c.MTU < 576 || c.MTU > 65535:
 		return fmt.Errorf("controller: config: mtu %d: out of range 576-65535", c.MTU)
 	}
-	for _, list := range [][]netip.Prefix{c.ClusterCIDRs, c.ServiceCIDRs} {
+	for _, list := range [][]netip.Prefix{c.ClusterCIDRs, c.ServiceCIDRs, c.NodePortAddresses} {
 		for _, p := range list {
 			if !p.IsValid() || p.Masked() != p {
 				return fmt.Errorf("controller: config: CIDR %s: host bits set or invalid", p)

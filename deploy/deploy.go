@@ -9,13 +9,14 @@ import "embed"
 //go:embed crds/*.yaml
 var CRDs embed.FS
 
-// Manifests holds the namespace and the RBAC of nodeflow's processes
-// (namespace.yaml, rbac/*.yaml), applied after the CRDs.
+// Manifests holds the namespace, the RBAC of nodeflow's processes and the
+// admission policy of the addresses Services claim (namespace.yaml,
+// rbac/*.yaml, service-address-policy.yaml), applied after the CRDs.
 //
-//go:embed namespace.yaml rbac/*.yaml
+//go:embed namespace.yaml rbac/*.yaml service-address-policy.yaml
 var Manifests embed.FS
 
 // All holds every manifest: what `kubectl apply -k deploy/` applies.
 //
-//go:embed crds/*.yaml namespace.yaml rbac/*.yaml agent.yaml ipam.yaml unidler.yaml kustomization.yaml
+//go:embed crds/*.yaml namespace.yaml rbac/*.yaml service-address-policy.yaml agent.yaml ipam.yaml unidler.yaml kustomization.yaml
 var All embed.FS

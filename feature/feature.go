@@ -164,6 +164,10 @@ type Node struct {
 	// lo, say), sorted.
 	IPs       []netip.Prefix
 	Secondary []netip.Addr
+	// NodePortAddrs are the addresses NodePorts answer on: the node IPs,
+	// or, when the operator lists nodePortAddresses, the node's addresses
+	// (IPs and Secondary) inside them. Never nil.
+	NodePortAddrs []netip.Addr
 	// PodCIDRs are this node's pod subnets.
 	PodCIDRs []netip.Prefix
 	// ClusterCIDRs and ServiceCIDRs, one per family.
@@ -186,10 +190,29 @@ func (n Node) Addrs() []netip.Addr {
 	return out
 }
 
+// NodePortAddrs returns the addresses NodePorts answer on: the node IPs
+// when cidrs is empty (kube-proxy's "primary"), else every address of n
+// (IPs and Secondary) inside one of cidrs, sorted. The result is never
+// nil.
+func NodePortAddrs(n Node, cidrs []netip.Prefix) []netip.Addr {
+	if len(cidrs) == 0 {
+		return n.Addrs()
+	}
+	out := []netip.Addr{}
+	for _, a := range slices.Concat(n.Addrs(), n.Secondary) {
+		if slices.ContainsFunc(cidrs, func(p netip.Prefix) bool { return p.Contains(a) }) && !slices.Contains(out, a) {
+			out = append(out, a)
+		}
+	}
+	slices.SortFunc(out, netip.Addr.Compare)
+	return out
+}
+
 // Equal reports whether n and o hold the same facts.
 func (n Node) Equal(o Node) bool {
 	return n.Name == o.Name && n.Zone == o.Zone && n.PodBridge == o.PodBridge && n.GatewayBridge == o.GatewayBridge && n.Ports == o.Ports &&
-		slices.Equal(n.IPs, o.IPs) && slices.Equal(n.Secondary, o.Secondary) && slices.Equal(n.PodCIDRs, o.PodCIDRs) &&
+		slices.Equal(n.IPs, o.IPs) && slices.Equal(n.Secondary, o.Secondary) && slices.Equal(n.NodePortAddrs, o.NodePortAddrs) &&
+		slices.Equal(n.PodCIDRs, o.PodCIDRs) &&
 		slices.Equal(n.ClusterCIDRs, o.ClusterCIDRs) && slices.Equal(n.ServiceCIDRs, o.ServiceCIDRs) &&
 		n.Masquerade == o.Masquerade && slices.Equal(n.RouterMAC, o.RouterMAC) && slices.Equal(n.MgmtMAC, o.MgmtMAC) &&
 		slices.Equal(n.HostMAC, o.HostMAC) && n.MTU == o.MTU

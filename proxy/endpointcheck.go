@@ -58,10 +58,26 @@ type EndpointCheck struct {
 	// pod subnets, the cluster networks, the node's own network. IPv6
 	// prefixes are ignored (IPv6 has no broadcast).
 	Subnets []netip.Prefix
+	// NodeSubnets are every Node's pod subnets (from the Node objects):
+	// their network address, and an IPv4 subnet's broadcast address, are
+	// no pod's.
+	NodeSubnets []NodeSubnet
 	// ClusterIP returns the Service holding a as a ClusterIP, if any: it
 	// catches ClusterIPs outside ServiceCIDRs (a ServiceCIDR object that
 	// the node's configuration does not list). Nil checks none.
 	ClusterIP func(a netip.Addr) (types.NamespacedName, bool)
+}
+
+// NodeSubnet is a pod subnet of a Node.
+type NodeSubnet struct {
+	Node   string
+	Prefix netip.Prefix
+}
+
+// Same reports whether c and o refuse the same addresses (their ClusterIP
+// lookups are the same tracker's).
+func (c *EndpointCheck) Same(o *EndpointCheck) bool {
+	return slices.Equal(c.ServiceCIDRs, o.ServiceCIDRs) && slices.Equal(c.Subnets, o.Subnets) && slices.Equal(c.NodeSubnets, o.NodeSubnets)
 }
 
 // Check returns nil when a may be an endpoint's address, else why not, as
@@ -70,7 +86,8 @@ type EndpointCheck struct {
 // addresses, loopback, the limited broadcast address 255.255.255.255,
 // multicast (224.0.0.0/4, ff00::/8), link-local unicast (169.254.0.0/16,
 // fe80::/10); and in this one: a Service's ClusterIP, any address in the
-// service CIDRs, the directed broadcast address of a known subnet.
+// service CIDRs, the directed broadcast address of a known subnet, the
+// network and broadcast addresses of every Node's pod subnets.
 func (c *EndpointCheck) Check(a netip.Addr) error {
 	if why := specialAddress(a); why != "" {
 		return fmt.Errorf("%w: %s is %s", ErrEndpointAddress, a, why)
@@ -90,6 +107,17 @@ func (c *EndpointCheck) Check(a netip.Addr) error {
 			if b, ok := broadcast(p); ok && b == a {
 				return fmt.Errorf("%w: %s is the broadcast address of %s", ErrEndpointAddress, a, p.Masked())
 			}
+		}
+	}
+	for _, s := range c.NodeSubnets {
+		if !s.Prefix.Contains(a) || s.Prefix.Bits() >= a.BitLen()-1 {
+			continue // a /31 or /32 (/127, /128) has neither
+		}
+		if s.Prefix.Masked().Addr() == a {
+			return fmt.Errorf("%w: %s is the network address of node %s's pod subnet %s", ErrEndpointAddress, a, s.Node, s.Prefix)
+		}
+		if b, ok := broadcast(s.Prefix); ok && b == a {
+			return fmt.Errorf("%w: %s is the broadcast address of node %s's pod subnet %s", ErrEndpointAddress, a, s.Node, s.Prefix)
 		}
 	}
 	return nil

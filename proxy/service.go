@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strings"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -27,7 +28,25 @@ var (
 	ErrAddressType    = errors.New("unknown address type")
 	ErrFamilyMismatch = errors.New("address of the wrong family")
 	ErrDuplicateIP    = errors.New("cluster IP already in use")
+	ErrBadCIDR        = errors.New("unparseable CIDR")
 )
+
+// unmapBits is how many leading bits of a's prefix length are the
+// IPv4-mapped prefix (::ffff:0:0/96) that Unmap takes away.
+func unmapBits(a netip.Addr) int {
+	if a.Is4In6() {
+		return 96
+	}
+	return 0
+}
+
+// comparePrefix orders prefixes by address, then length.
+func comparePrefix(x, y netip.Prefix) int {
+	if c := x.Addr().Compare(y.Addr()); c != 0 {
+		return c
+	}
+	return x.Bits() - y.Bits()
+}
 
 // ServicePort is the model of one port of a Service: everything the flow
 // builders need except the endpoints. Addresses are sorted; a family only
@@ -43,6 +62,13 @@ type ServicePort struct {
 	ClusterIPs      []netip.Addr
 	ExternalIPs     []netip.Addr
 	LoadBalancerIPs []netip.Addr
+	// SourcesRestricted says that only SourceRanges reach the
+	// LoadBalancerIPs (spec.loadBalancerSourceRanges of a LoadBalancer
+	// Service, both families; each family's flows take that family's
+	// ranges). Other sources are dropped. A list given with no valid
+	// entry restricts to nothing.
+	SourcesRestricted bool
+	SourceRanges      []netip.Prefix
 	// AffinityTimeout is the ClientIP session affinity timeout; 0 means no
 	// affinity.
 	AffinityTimeout time.Duration
@@ -200,6 +226,24 @@ func processService(svc *v1.Service) (*serviceInfo, []error) {
 	}
 	slices.SortFunc(externalIPs, netip.Addr.Compare)
 	slices.SortFunc(lbIPs, netip.Addr.Compare)
+	var ranges []netip.Prefix
+	restricted := svc.Spec.Type == v1.ServiceTypeLoadBalancer && len(svc.Spec.LoadBalancerSourceRanges) > 0
+	if restricted {
+		for i, s := range svc.Spec.LoadBalancerSourceRanges {
+			r, err := netip.ParsePrefix(strings.TrimSpace(s))
+			if err == nil {
+				r = netip.PrefixFrom(r.Addr().Unmap(), r.Bits()-unmapBits(r.Addr())).Masked()
+			}
+			if err != nil || !r.IsValid() {
+				bad(fmt.Sprintf("spec.loadBalancerSourceRanges[%d]", i), fmt.Errorf("%w %q: left out, the rest still restrict the sources", ErrBadCIDR, s))
+				continue
+			}
+			if !slices.Contains(ranges, r) {
+				ranges = append(ranges, r)
+			}
+		}
+		slices.SortFunc(ranges, comparePrefix)
+	}
 
 	var affinity time.Duration
 	if svc.Spec.SessionAffinity == v1.ServiceAffinityClientIP {
@@ -254,6 +298,8 @@ func processService(svc *v1.Service) (*serviceInfo, []error) {
 			ClusterIPs:          info.clusterIPs,
 			ExternalIPs:         externalIPs,
 			LoadBalancerIPs:     lbIPs,
+			SourcesRestricted:   restricted,
+			SourceRanges:        ranges,
 			AffinityTimeout:     affinity,
 			ExternalPolicyLocal: etpLocal,
 			InternalPolicyLocal: itpLocal,

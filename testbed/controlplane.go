@@ -20,11 +20,13 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"nodeflow/deploy"
 	"nodeflow/testbed/pki"
+	"nodeflow/testbed/topology"
 )
 
 // Versions of the control plane the testbed runs. testbed/tools pins them;
@@ -260,7 +262,8 @@ func (cp *controlPlane) writePKI(clusterName string, nodes []string, serviceCIDR
 
 // start launches etcd, kube-apiserver, kube-controller-manager and
 // kube-scheduler, and returns when the API server is ready.
-func (cp *controlPlane) start(ctx context.Context, clusterName string, nodes, podCIDRs, serviceCIDRs []string, maskV4, maskV6 int) error {
+func (cp *controlPlane) start(ctx context.Context, clusterName string, nodes []string, k topology.Kubernetes) error {
+	podCIDRs, serviceCIDRs, maskV4, maskV6 := k.PodCIDRs, k.ServiceCIDRs, k.NodeCIDRMaskIPv4, k.NodeCIDRMaskIPv6
 	var err error
 	if cp.apiPort, err = freePort(); err != nil {
 		return err
@@ -379,7 +382,7 @@ func (cp *controlPlane) start(ctx context.Context, clusterName string, nodes, po
 	if err := installCRDs(ctx, cfg, 30*time.Second); err != nil {
 		return err
 	}
-	objs, err := readManifests(deploy.Manifests, nil, "namespace.yaml", "rbac/*.yaml")
+	objs, err := readManifests(deploy.Manifests, addressPolicyParams(k), "namespace.yaml", "rbac/*.yaml", "service-address-policy.yaml")
 	if err != nil {
 		return err
 	}
@@ -396,6 +399,34 @@ func (cp *controlPlane) start(ctx context.Context, clusterName string, nodes, po
 		return fmt.Errorf("testbed: bind the kubelet API's client: %w", err)
 	}
 	return cp.writeAccountKubeconfigs(ctx, clusterName, nodes)
+}
+
+// LoadBalancerController is the identity of the testbed's stand-in for a
+// load-balancer controller: the only one besides the admin that the
+// admission policy of deploy/service-address-policy.yaml lets set
+// load-balancer ingress IPs.
+const LoadBalancerController = "system:serviceaccount:kube-system:service-controller"
+
+// addressPolicyParams fills in the parameters of the admission policy of
+// the addresses Services claim from the topology: the same ranges as the
+// agents' policies (agentPolicyEnv), the cluster's networks, and
+// LoadBalancerController as the writer of ingress IPs.
+func addressPolicyParams(k topology.Kubernetes) func(*unstructured.Unstructured) error {
+	return func(u *unstructured.Unstructured) error {
+		if u.GetKind() != "ConfigMap" || u.GetName() != "nodeflow-service-address-policy" {
+			return nil
+		}
+		cidrs := strings.Join(k.ServiceAddressCIDRs, ",")
+		for key, v := range map[string]string{
+			"externalIPAllowedCIDRs": cidrs, "loadBalancerIPAllowedCIDRs": cidrs, "loadBalancerStatusWriters": LoadBalancerController,
+			"clusterCIDRs": strings.Join(k.PodCIDRs, ","), "serviceCIDRs": strings.Join(k.ServiceCIDRs, ","),
+		} {
+			if err := unstructured.SetNestedField(u.Object, v, "data", key); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 }
 
 // kubeletClientUser is the API server's identity at the kubelets' API.

@@ -47,6 +47,10 @@ type State struct {
 	// Agent tells whether `nodeflow agent` runs on the nodes, and if not why.
 	Agent       bool   `json:"agent"`
 	AgentReason string `json:"agentReason,omitempty"`
+	// AgentEnv is the environment every node's agent gets besides its
+	// node's own settings (its resolver configuration, the cluster's
+	// address policies): what a test that starts an agent gives it too.
+	AgentEnv []string `json:"agentEnv,omitempty"`
 	// NetnsPrefix prefixes every network namespace the testbed creates.
 	NetnsPrefix string    `json:"netnsPrefix"`
 	Members     []Member  `json:"members"`

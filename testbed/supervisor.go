@@ -177,7 +177,7 @@ func (s *supervisor) up(ctx context.Context) error {
 		defer wg.Done()
 		t := time.Now()
 		k := top.Kubernetes
-		errs[0] = s.cp.start(ctx, top.Name, nodeNames, k.PodCIDRs, k.ServiceCIDRs, k.NodeCIDRMaskIPv4, k.NodeCIDRMaskIPv6)
+		errs[0] = s.cp.start(ctx, top.Name, nodeNames, k)
 		if errs[0] == nil {
 			s.timing("control plane ready", t)
 		}
@@ -274,6 +274,7 @@ func (s *supervisor) startAgents(ctx context.Context, nodes []string) error {
 		return nil
 	}
 	s.snapshotNodes(nodes)
+	s.state.AgentEnv = append(s.agentDNSEnv(), s.agentPolicyEnv()...)
 	for _, n := range nodes {
 		sb := s.sandboxes[n]
 		env := []string{
@@ -283,7 +284,7 @@ func (s *supervisor) startAgents(ctx context.Context, nodes []string) error {
 			"NODEFLOW_CNI_CONF_DIR=" + filepath.Join(s.nodeDir(n), "net.d"),
 		}
 		env = append(env, sb.Env()...)
-		env = append(env, s.agentDNSEnv()...)
+		env = append(env, s.state.AgentEnv...)
 		p, err := startInNetns("agent "+n, filepath.Join(s.nodeDir(n), "agent.log"), memberNetns(s.top.Name, n), env, s.opts.Nodeflow, "agent")
 		if err != nil {
 			return err
@@ -293,6 +294,14 @@ func (s *supervisor) startAgents(ctx context.Context, nodes []string) error {
 	}
 	s.state.Agent = true
 	return s.state.write()
+}
+
+// agentPolicyEnv is the agents' address policies: the topology's
+// service-address-cidrs are where Services may take external and ingress
+// IPs from.
+func (s *supervisor) agentPolicyEnv() []string {
+	cidrs := strings.Join(s.top.Kubernetes.ServiceAddressCIDRs, ",")
+	return []string{"NODEFLOW_EXTERNAL_IP_ALLOWED_CIDRS=" + cidrs, "NODEFLOW_LOAD_BALANCER_IP_ALLOWED_CIDRS=" + cidrs}
 }
 
 func (s *supervisor) startKubelets(nodes []string) error {

@@ -29,6 +29,7 @@ import (
 	"nodeflow/hostnet"
 	"nodeflow/memlimit"
 	"nodeflow/openflow"
+	"nodeflow/proxy"
 )
 
 func init() {
@@ -90,6 +91,16 @@ func agentCommand() *cli.Command {
 			&cli.StringFlag{Name: "proc-sys-net", Value: hostnet.ProcSysNet, EnvVars: []string{"NODEFLOW_PROC_SYS_NET"},
 				Usage: "`DIR` where the host's /proc/sys/net is mounted writable (a container without privileges has /proc/sys read-only)"},
 			&cli.DurationFlag{Name: "host-check-interval", Value: 30 * time.Second, EnvVars: []string{"NODEFLOW_HOST_CHECK_INTERVAL"}, Usage: "how often the host side is re-checked"},
+			&cli.StringSliceFlag{Name: "external-ip-allowed-cidr", EnvVars: []string{"NODEFLOW_EXTERNAL_IP_ALLOWED_CIDRS"},
+				Usage: "`CIDR`s a Service's spec.externalIPs may take addresses from (default: none, so no external IP is programmed); addresses of the cluster (service and pod networks, Nodes) are refused whatever this allows"},
+			&cli.StringSliceFlag{Name: "external-ip-rejected-cidr", EnvVars: []string{"NODEFLOW_EXTERNAL_IP_REJECTED_CIDRS"},
+				Usage: "`CIDR`s refused to spec.externalIPs even inside --external-ip-allowed-cidr"},
+			&cli.StringSliceFlag{Name: "load-balancer-ip-allowed-cidr", EnvVars: []string{"NODEFLOW_LOAD_BALANCER_IP_ALLOWED_CIDRS"},
+				Usage: "`CIDR`s a Service's status.loadBalancer.ingress may take addresses from (default: none); cluster addresses are refused whatever this allows"},
+			&cli.StringSliceFlag{Name: "load-balancer-ip-rejected-cidr", EnvVars: []string{"NODEFLOW_LOAD_BALANCER_IP_REJECTED_CIDRS"},
+				Usage: "`CIDR`s refused to status.loadBalancer.ingress even inside --load-balancer-ip-allowed-cidr"},
+			&cli.StringSliceFlag{Name: "nodeport-addresses", EnvVars: []string{"NODEFLOW_NODEPORT_ADDRESSES"},
+				Usage: "`CIDR`s of the node addresses NodePorts answer on, or \"primary\" (the default): the node IPs, as kube-proxy's --nodeport-addresses"},
 		},
 		Action: runAgent,
 	}
@@ -153,6 +164,17 @@ func runAgent(c *cli.Context) error {
 	if cfg.ServiceCIDRs, err = parsePrefixes("service-cidr", c.StringSlice("service-cidr")); err != nil {
 		return err
 	}
+	if np := c.StringSlice("nodeport-addresses"); !(len(np) == 1 && strings.TrimSpace(np[0]) == "primary") {
+		if cfg.NodePortAddresses, err = parsePrefixes("nodeport-addresses", np); err != nil {
+			return err
+		}
+	}
+	var policies [4][]netip.Prefix
+	for i, flag := range []string{"external-ip-allowed-cidr", "external-ip-rejected-cidr", "load-balancer-ip-allowed-cidr", "load-balancer-ip-rejected-cidr"} {
+		if policies[i], err = parsePrefixes(flag, c.StringSlice(flag)); err != nil {
+			return err
+		}
+	}
 	var v4, v6 netip.Prefix
 	if s := c.String("masquerade-subnet-v4"); s != "" {
 		if v4, err = netip.ParsePrefix(s); err != nil {
@@ -191,18 +213,20 @@ func runAgent(c *cli.Context) error {
 		MgmtPortName: controller.MgmtPortName, HostCheckInterval: cfg.HostCheckInterval, Interfaces: a.Interfaces,
 	}))
 	if c.Bool("services") {
-		opts := services.Options{HealthzAddr: c.String("proxy-healthz-addr"), MetricsAddr: c.String("proxy-metrics-addr")}
-		var proxy *services.Proxy
+		opts := services.Options{HealthzAddr: c.String("proxy-healthz-addr"), MetricsAddr: c.String("proxy-metrics-addr"),
+			ExternalIPs: proxy.CIDRPolicy{Allowed: policies[0], Rejected: policies[1]},
+			IngressIPs:  proxy.CIDRPolicy{Allowed: policies[2], Rejected: policies[3]}}
+		var svcProxy *services.Proxy
 		var idle *unidle.Unidler
 		if c.Bool("unidle") {
 			// The unidling feature takes the idled ports over; what it held
 			// past its hold time is rejected as the proxy rejects.
 			idle = unidle.New(unidle.Options{HoldTime: c.Duration("unidle-hold-time"),
-				Reject: func(p *openflow.PacketIn) bool { return proxy.Reject(p) }})
+				Reject: func(p *openflow.PacketIn) bool { return svcProxy.Reject(p) }})
 			opts.Idle = idle
 		}
-		proxy = services.New(opts)
-		a.Use(proxy)
+		svcProxy = services.New(opts)
+		a.Use(svcProxy)
 		if idle != nil {
 			a.Use(idle)
 		}

@@ -1,6 +1,7 @@
 package services
 
 import (
+	"net/netip"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -78,8 +79,11 @@ func (p *Proxy) enableHostNAT() {
 }
 
 // hostNATPorts returns the service ports built, as the rule builder takes
-// them.
-func hostNATPorts(built map[proxy.ServicePortName]builtPort) []hostnat.Port {
+// them. An ingress IP whose Service restricts its sources
+// (spec.loadBalancerSourceRanges) to ranges that hold none of the host's
+// addresses (hostAddrs) is left out: br0 would drop the host's
+// connections to it.
+func hostNATPorts(built map[proxy.ServicePortName]builtPort, hostAddrs []netip.Addr) []hostnat.Port {
 	out := make([]hostnat.Port, 0, len(built))
 	for name, b := range built {
 		sp := b.port
@@ -92,6 +96,11 @@ func hostNATPorts(built map[proxy.ServicePortName]builtPort) []hostnat.Port {
 		}
 		// What br0 left to another port, the host goes to that port for.
 		external, ingress, nodePort := b.lost.without(sp)
+		if sp.SourcesRestricted && !slices.ContainsFunc(hostAddrs, func(a netip.Addr) bool {
+			return slices.ContainsFunc(sp.SourceRanges, func(r netip.Prefix) bool { return r.Contains(a) })
+		}) {
+			ingress = nil
+		}
 		out = append(out, hostnat.Port{
 			Name: name.String(), Protocol: proto, Port: sp.Port, NodePort: nodePort,
 			ClusterIPs: sp.ClusterIPs, ExternalIPs: external, LoadBalancerIPs: ingress,
@@ -116,7 +125,7 @@ func (p *Proxy) syncHostNAT(full, dirty bool) {
 	if !full && !dirty && h.want != nil && (h.applier == nil || h.last != nil) {
 		return
 	}
-	rs, conflicts := hostnat.Build(p.h.Node().Addrs(), hostNATPorts(p.built))
+	rs, conflicts := hostnat.Build(p.node.NodePortAddrs, hostNATPorts(p.built, slices.Concat(p.node.IPs, p.node.Secondary)))
 	seen := map[string]bool{}
 	for _, c := range conflicts {
 		msg := c.Error()

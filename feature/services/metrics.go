@@ -30,6 +30,9 @@ type serviceMetrics struct {
 	// refusedEndpoints counts the endpoints (per service port) left out
 	// of the groups because they cannot be right.
 	refusedEndpoints prometheus.Gauge
+	// refusedAddresses counts the external and ingress IPs (per service
+	// port) left out because the Service may not claim them.
+	refusedAddresses *prometheus.GaugeVec
 }
 
 // programmingBuckets span a millisecond to several minutes: fine below a
@@ -93,6 +96,10 @@ func newServiceMetrics(reg prometheus.Registerer, servicesPending, endpointsPend
 			Name: "nodeflow_service_refused_endpoints",
 			Help: "Endpoints (counted per service port) left out of their service because their address cannot be right: a service address, a broadcast address.",
 		}),
+		refusedAddresses: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "nodeflow_service_refused_addresses",
+			Help: "External and ingress IPs (counted per service port) not programmed because their Service may not claim them, by field and reason (special, service-cidr, cluster-ip, pod-cidr, node-address, masquerade, policy).",
+		}, []string{"field", "reason"}),
 		buildErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "nodeflow_service_build_errors_total", Help: "Service ports whose flows could not be built or set.",
 		}),
@@ -122,6 +129,6 @@ func newServiceMetrics(reg prometheus.Registerer, servicesPending, endpointsPend
 		m.endpointChanges, m.serviceChanges,
 		pending("sync_proxy_rules_service_changes_pending", "Services whose changes wait for the next sync.", servicesPending),
 		pending("sync_proxy_rules_endpoint_changes_pending", "EndpointSlices whose changes wait for the next sync.", endpointsPending),
-		m.services, m.refusedEndpoints, m.buildErrors, m.syncErrors, m.inputErrors, m.staleFlushes, m.rejects, m.rejectErrors)
+		m.services, m.refusedEndpoints, m.refusedAddresses, m.buildErrors, m.syncErrors, m.inputErrors, m.staleFlushes, m.rejects, m.rejectErrors)
 	return m
 }

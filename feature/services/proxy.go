@@ -95,6 +95,13 @@ type Proxy struct {
 	// the endpoints it left out of the built ports.
 	check   proxy.EndpointCheck
 	refused int
+	// claims decides which external and ingress IPs each port owns, as
+	// of the last sync; refusedAddrs are the addresses it refused, by
+	// port, counted in the refused-addresses gauge.
+	claims       proxy.AddressCheck
+	refusedAddrs map[proxy.ServicePortName][]proxy.RefusedAddress
+	// nodes follows every Node's addresses and pod subnets.
+	nodes clusterNodes
 	// installed are br0's service flows as a restarted agent found them,
 	// for the start-up sync to keep their group ids (restoreGroupIDs).
 	installed []openflow.Flow
@@ -140,6 +147,10 @@ type Options struct {
 	// MetricsAddr serves kube-proxy's /proxyMode and /metrics (its port
 	// 10249); "" serves none.
 	MetricsAddr string
+	// ExternalIPs and IngressIPs are the operator's policies for the
+	// addresses of spec.externalIPs and of status.loadBalancer.ingress:
+	// the zero value allows none.
+	ExternalIPs, IngressIPs proxy.CIDRPolicy
 }
 
 // New returns the service proxy feature: in place of kube-proxy, it
@@ -150,6 +161,8 @@ func New(opts Options) *Proxy {
 		ids:   plan.NewIDAllocator(plan.ServiceGroups),
 		built: map[proxy.ServicePortName]builtPort{}, failed: proxy.ChangeSet{}, byID: map[uint32]proxy.ServicePortName{},
 		reported: map[string]string{}, started: time.Now(),
+		refusedAddrs: map[proxy.ServicePortName][]proxy.RefusedAddress{},
+		nodes:        clusterNodes{nodes: map[string]nodeFacts{}},
 	}
 }
 
@@ -175,6 +188,7 @@ func (p *Proxy) Init(h feature.Host) error {
 	p.runner = proxy.NewRunner(p.syncReportingHealth, proxy.RunnerOptions{
 		MinInterval: serviceMinSyncInterval, MaxInterval: serviceFullSyncInterval, RetryInterval: serviceRetryInterval,
 	})
+	p.nodes.changed = p.runner.Run
 	// A change of the node's facts (a secondary address, say) rebuilds
 	// every service: sync compares the node model.
 	h.OnNodeChange(p.runner.Run)
@@ -300,7 +314,13 @@ func (p *Proxy) watch(h feature.Host) error {
 	if err != nil {
 		return fmt.Errorf("services: endpointslices: %w", err)
 	}
-	p.handled = []cache.InformerSynced{svcReg.HasSynced, sliceReg.HasSynced}
+	// Every Node's addresses and pod subnets: which addresses a Service
+	// may claim, and which endpoint addresses cannot be right.
+	nodeReg, err := p.nodes.watch(f.Core().V1().Nodes().Informer())
+	if err != nil {
+		return err
+	}
+	p.handled = []cache.InformerSynced{svcReg.HasSynced, sliceReg.HasSynced, nodeReg.HasSynced}
 	return nil
 }
 
@@ -309,7 +329,11 @@ func (p *Proxy) nodeModel() service.Node {
 	a := p.h.Node()
 	n := service.Node{
 		Name: a.Name, Zone: a.Zone, ClusterCIDRs: a.ClusterCIDRs, Masquerade: a.Masquerade,
-		UplinkPort: a.Ports.Uplink, PatchPort: a.Ports.GatewayPatch,
+		UplinkPort: a.Ports.Uplink, PatchPort: a.Ports.GatewayPatch, NodePortAddrs: slices.Clone(a.NodePortAddrs),
+	}
+	if n.NodePortAddrs == nil {
+		// A host that does not decide them (tests): the node IPs.
+		n.NodePortAddrs = a.Addrs()
 	}
 	have := map[proxy.Family]bool{}
 	for _, ip := range a.Addrs() {
@@ -328,21 +352,39 @@ func (p *Proxy) nodeModel() service.Node {
 	return n
 }
 
-// endpointCheck is what the proxy knows that makes an endpoint address
-// wrong: the service CIDRs and every Service's ClusterIP (no endpoint is a
-// service address), and the IPv4 subnets whose broadcast address it knows
-// (this node's pod subnets, the cluster networks, the node's network).
-func (p *Proxy) endpointCheck() proxy.EndpointCheck {
+// checks returns what the proxy knows that makes an endpoint address
+// wrong (the service CIDRs and every Service's ClusterIP, as no endpoint
+// is a service address; the IPv4 subnets whose broadcast address it knows:
+// this node's pod subnets, the cluster networks, the node's network; every
+// Node's pod subnets' network and broadcast addresses), and which
+// external and ingress IPs a Service may claim (proxy.AddressCheck): both
+// from the cluster's facts.
+func (p *Proxy) checks() (proxy.EndpointCheck, proxy.AddressCheck) {
 	n := p.h.Node()
-	c := proxy.EndpointCheck{ServiceCIDRs: n.ServiceCIDRs, ClusterIP: p.svcs.ClusterIPOwner}
+	nodeAddrs, subnets := p.nodes.facts()
+	c := proxy.EndpointCheck{ServiceCIDRs: n.ServiceCIDRs, ClusterIP: p.svcs.ClusterIPOwner, NodeSubnets: subnets}
 	c.Subnets = slices.Concat(n.PodCIDRs, n.ClusterCIDRs, n.IPs)
-	return c
-}
-
-// sameCheck reports whether two checks refuse the same addresses (their
-// ClusterIP lookups are the same tracker's).
-func sameCheck(x, y proxy.EndpointCheck) bool {
-	return slices.Equal(x.ServiceCIDRs, y.ServiceCIDRs) && slices.Equal(x.Subnets, y.Subnets)
+	pods := slices.Clone(n.ClusterCIDRs)
+	for _, s := range subnets {
+		pods = append(pods, s.Prefix)
+	}
+	slices.SortFunc(pods, func(x, y netip.Prefix) int {
+		if c := x.Addr().Compare(y.Addr()); c != 0 {
+			return c
+		}
+		return x.Bits() - y.Bits()
+	})
+	var masq []netip.Prefix
+	for _, m := range []netip.Prefix{n.Masquerade.V4.Subnet, n.Masquerade.V6.Subnet} {
+		if m.IsValid() {
+			masq = append(masq, m)
+		}
+	}
+	claims := proxy.AddressCheck{
+		Facts:       proxy.ClusterFacts{ServiceCIDRs: n.ServiceCIDRs, PodCIDRs: slices.Compact(pods), NodeAddrs: nodeAddrs, Masquerade: masq},
+		ExternalIPs: p.opts.ExternalIPs, IngressIPs: p.opts.IngressIPs, ClusterIP: p.svcs.ClusterIPOwner,
+	}
+	return c, claims
 }
 
 // outside returns the addresses of addrs in none of cidrs.
@@ -358,6 +400,7 @@ func outside(addrs []netip.Addr, cidrs []netip.Prefix) []netip.Addr {
 
 func sameNode(x, y service.Node) bool {
 	return x.Name == y.Name && x.Zone == y.Zone && slices.Equal(x.IPs, y.IPs) && slices.Equal(x.Secondary, y.Secondary) &&
+		slices.Equal(x.NodePortAddrs, y.NodePortAddrs) &&
 		slices.Equal(x.ClusterCIDRs, y.ClusterCIDRs) && x.Masquerade == y.Masquerade &&
 		x.UplinkPort == y.UplinkPort && x.PatchPort == y.PatchPort
 }
@@ -395,14 +438,16 @@ func (p *Proxy) sync(ctx context.Context, full bool) error {
 	changed.Merge(p.failed)
 	clear(p.failed)
 	node := p.nodeModel()
-	check := p.endpointCheck()
-	fullSync := full || !p.first || !sameNode(node, p.node) || !sameCheck(check, p.check)
+	check, claims := p.checks()
+	fullSync := full || !p.first || !sameNode(node, p.node) || !check.Same(&p.check) || !claims.Same(&p.claims)
 	// A ClusterIP taken or freed outside the service CIDRs changes the
 	// usable endpoints of the ports with an endpoint there (inside them,
-	// every address is refused anyway).
+	// every address is refused anyway), and the claims of the ports that
+	// name it as an external or ingress IP: the ClusterIP always wins.
 	moves := p.svcs.TakeClusterIPChanges()
 	if moved := outside(moves, check.ServiceCIDRs); len(moved) > 0 && !fullSync {
 		changed.Merge(p.eps.PortsUsing(moved))
+		changed.Merge(p.portsClaiming(moved))
 	}
 	p.guardAddresses(moves)
 	var restored []string
@@ -425,93 +470,32 @@ func (p *Proxy) sync(ctx context.Context, full bool) error {
 	}
 	p.node = node
 	p.check = check
+	p.claims = claims
 	p.first = true
 
-	var flushes []openflow.Message
-	var idle []idleChange
-	natDirty := false // a change touches the host's own-traffic DNAT
+	s := portSync{node: &node, check: &check}
+	// Ports that give up an address go first, so that the port taking it
+	// over in the same sync finds it free (a ClusterIP over an external IP
+	// that claimed it, say) rather than contested.
+	type claimed struct {
+		name    proxy.ServicePortName
+		port    *proxy.ServicePort // nil: gone
+		refused []proxy.RefusedAddress
+	}
+	var later []claimed
 	for _, name := range changed.Sorted() {
-		old, had := p.built[name]
-		port, ok := p.svcs.Port(name)
-		natDirty = natDirty || (had && hostNATRelevant(old.port)) || (ok && hostNATRelevant(port))
-		if !ok {
-			if !had {
-				continue
-			}
-			p.set(p.pod, service.Owner(name), reconcile.State{})
-			p.set(p.gw, service.GatewayOwner(name), reconcile.State{})
-			p.forget(name, old, nil)
-			p.refused -= old.refused
-			idle = append(idle, idleChanges(name, nil, nil, old.idled, false, false)...)
-			for _, m := range service.StaleConntrack(&node, old.port.Protocol, old.used, nil) {
-				flushes = append(flushes, m)
-			}
-			delete(p.built, name)
+		c := claimed{name: name}
+		if port, ok := p.svcs.Port(name); ok {
+			c.port, c.refused = claims.Claims(port)
+		}
+		if old, had := p.built[name]; had && gaveUp(old.port, c.port) {
+			p.syncPort(&s, c.name, c.port, c.refused)
 			continue
 		}
-		// Endpoints that cannot be right are left out, each reported on
-		// its EndpointSlice; the rest of the service keeps working.
-		eps, bad := p.eps.Usable(name, &check)
-		for _, err := range bad {
-			p.reportInput(err)
-		}
-		refused := len(p.eps.Endpoints(name)) - len(eps)
-		var keys []string
-		out, err := service.Build(&node, service.Input{Port: port, Endpoints: eps, WasIdled: had && old.idled}, func(key string) (uint32, error) {
-			keys = append(keys, key)
-			return p.ids.Get(key)
-		})
-		podSet, podLost := false, (*lostClaims)(nil)
-		if err == nil {
-			podSet, podLost = p.setShared(p.pod, out.Owner, out.Pod, name, port)
-		}
-		if err == nil && !podSet {
-			err = fmt.Errorf("services: %s: br0's store refused its state", name)
-		}
-		if err != nil {
-			p.metrics.buildErrors.Inc()
-			p.log.WithError(err).WithField("service", name.String()).Error("cannot build or set service flows; keeping what was installed")
-			p.failed[name] = struct{}{}
-			// Give back the ids this attempt took that the installed
-			// state does not use.
-			for _, k := range keys {
-				if _, used := old.ids.lookup(k); !used {
-					p.ids.Release(k)
-				}
-			}
-			continue
-		}
-		gwSet, gwLost := p.setShared(p.gw, out.GatewayOwner, out.Gateway, name, port)
-		if !gwSet {
-			// br0 has the new state; breth0 keeps the old one until a
-			// later sync.
-			p.metrics.buildErrors.Inc()
-			p.failed[name] = struct{}{}
-		}
-		lost := podLost.merge(gwLost)
-		if lost != nil {
-			// Another service has some of its addresses: try again on
-			// every sync, to take them over once it lets go.
-			p.failed[name] = struct{}{}
-		}
-		used := usedEndpoints(port, eps, node.Name, node.Zone)
-		p.forget(name, old, out.GroupIDs)
-		p.idMu.Lock()
-		for _, id := range out.GroupIDs {
-			p.byID[id] = name
-		}
-		p.idMu.Unlock()
-		if had {
-			for _, m := range service.StaleConntrack(&node, port.Protocol, old.used, used) {
-				flushes = append(flushes, m)
-			}
-			for _, m := range service.StaleAffinity(&node, port, old.used, used) {
-				flushes = append(flushes, m)
-			}
-		}
-		idle = append(idle, idleChanges(name, port, out.GroupIDs, had && old.idled, out.Idled, proxy.HasEndpoints(eps))...)
-		p.refused += refused - old.refused
-		p.built[name] = builtPort{port: port, used: used, ids: compactIDs(out.GroupIDs), idled: out.Idled, refused: refused, lost: lost}
+		later = append(later, c)
+	}
+	for _, c := range later {
+		p.syncPort(&s, c.name, c.port, c.refused)
 	}
 	p.metrics.services.Set(float64(len(p.built)))
 	p.metrics.refusedEndpoints.Set(float64(p.refused))
@@ -519,7 +503,7 @@ func (p *Proxy) sync(ctx context.Context, full bool) error {
 		p.releaseUnbuilt(restored)
 	}
 	p.healthSync(changed.Sorted(), node.Name)
-	p.syncHostNAT(fullSync, natDirty)
+	p.syncHostNAT(fullSync, s.natDirty)
 
 	// Wait for the bridges, then clean up after the endpoints that left.
 	if p.running.Load() && len(changed) > 0 {
@@ -527,18 +511,18 @@ func (p *Proxy) sync(ctx context.Context, full bool) error {
 		defer cancel()
 		if err := p.h.Flush(fctx); err != nil {
 			p.metrics.syncErrors.Inc()
-			p.tellIdle(idle) // the built state records them already
+			p.tellIdle(s.idle) // the built state records them already
 			return fmt.Errorf("services: waiting for the bridges: %w", err)
 		}
-		if len(flushes) > 0 {
-			if err := p.h.Send(fctx, plan.Pod, flushes...); err != nil {
+		if len(s.flushes) > 0 {
+			if err := p.h.Send(fctx, plan.Pod, s.flushes...); err != nil {
 				p.log.WithError(err).Warn("cannot flush stale conntrack entries and affinity bindings")
 			} else {
-				p.metrics.staleFlushes.Add(float64(len(flushes)))
+				p.metrics.staleFlushes.Add(float64(len(s.flushes)))
 			}
 		}
 	}
-	p.tellIdle(idle)
+	p.tellIdle(s.idle)
 	now := time.Now()
 	for _, ts := range triggers {
 		for _, t := range ts {
@@ -559,6 +543,144 @@ func (p *Proxy) sync(ctx context.Context, full bool) error {
 		p.log.WithFields(logrus.Fields{"ports": len(changed), "full": full, "took": time.Since(start).String()}).Debug("services synced")
 	}
 	return nil
+}
+
+// portSync is what the ports of one sync share and gather.
+type portSync struct {
+	node  *service.Node
+	check *proxy.EndpointCheck
+	// flushes are the conntrack flushes and affinity deletes to send once
+	// the bridges hold the sync's flows; idle the changes to tell the idle
+	// handler.
+	flushes []openflow.Message
+	idle    []idleChange
+	// natDirty: a change touches the host's own-traffic DNAT.
+	natDirty bool
+}
+
+// gaveUp reports whether a port built with old claims an external or
+// ingress IP, or a node port, that cur (nil: the port is gone) does not.
+func gaveUp(old, cur *proxy.ServicePort) bool {
+	if old == nil {
+		return false
+	}
+	if cur == nil {
+		return true
+	}
+	lost := func(was, is []netip.Addr) bool {
+		for _, a := range was {
+			if !slices.Contains(is, a) {
+				return true
+			}
+		}
+		return false
+	}
+	return lost(old.ExternalIPs, cur.ExternalIPs) || lost(old.LoadBalancerIPs, cur.LoadBalancerIPs) ||
+		(old.NodePort != 0 && old.NodePort != cur.NodePort)
+}
+
+// portsClaiming returns the service ports that name one of addrs as an
+// external or ingress IP (claimed or refused). It reads every port: call
+// it only when addrs is not empty.
+func (p *Proxy) portsClaiming(addrs []netip.Addr) proxy.ChangeSet {
+	out := proxy.ChangeSet{}
+	for n, sp := range p.svcs.Ports() {
+		for _, a := range addrs {
+			if slices.Contains(sp.ExternalIPs, a) || slices.Contains(sp.LoadBalancerIPs, a) {
+				out[n] = struct{}{}
+				break
+			}
+		}
+	}
+	return out
+}
+
+// syncPort rebuilds one service port: port is its model with only the
+// addresses it owns (nil when it is gone), refused the addresses it named
+// but may not have. p.mu is held.
+func (p *Proxy) syncPort(s *portSync, name proxy.ServicePortName, port *proxy.ServicePort, refused []proxy.RefusedAddress) {
+	node := s.node
+	old, had := p.built[name]
+	s.natDirty = s.natDirty || (had && hostNATRelevant(old.port)) || (port != nil && hostNATRelevant(port))
+	p.noteRefusals(name, refused)
+	if port == nil {
+		if !had {
+			return
+		}
+		p.set(p.pod, service.Owner(name), reconcile.State{})
+		p.set(p.gw, service.GatewayOwner(name), reconcile.State{})
+		p.forget(name, old, nil)
+		p.refused -= old.refused
+		s.idle = append(s.idle, idleChanges(name, nil, nil, old.idled, false, false)...)
+		for _, m := range service.StaleConntrack(node, old.port.Protocol, old.used, nil) {
+			s.flushes = append(s.flushes, m)
+		}
+		delete(p.built, name)
+		return
+	}
+	// Endpoints that cannot be right are left out, each reported on
+	// its EndpointSlice; the rest of the service keeps working.
+	eps, bad := p.eps.Usable(name, s.check)
+	for _, err := range bad {
+		p.reportInput(err)
+	}
+	refusedEps := len(p.eps.Endpoints(name)) - len(eps)
+	var keys []string
+	out, err := service.Build(node, service.Input{Port: port, Endpoints: eps, WasIdled: had && old.idled}, func(key string) (uint32, error) {
+		keys = append(keys, key)
+		return p.ids.Get(key)
+	})
+	podSet, podLost := false, (*lostClaims)(nil)
+	if err == nil {
+		podSet, podLost = p.setShared(p.pod, out.Owner, out.Pod, name, port)
+	}
+	if err == nil && !podSet {
+		err = fmt.Errorf("services: %s: br0's store refused its state", name)
+	}
+	if err != nil {
+		p.metrics.buildErrors.Inc()
+		p.log.WithError(err).WithField("service", name.String()).Error("cannot build or set service flows; keeping what was installed")
+		p.failed[name] = struct{}{}
+		// Give back the ids this attempt took that the installed
+		// state does not use.
+		for _, k := range keys {
+			if _, used := old.ids.lookup(k); !used {
+				p.ids.Release(k)
+			}
+		}
+		return
+	}
+	gwSet, gwLost := p.setShared(p.gw, out.GatewayOwner, out.Gateway, name, port)
+	if !gwSet {
+		// br0 has the new state; breth0 keeps the old one until a
+		// later sync.
+		p.metrics.buildErrors.Inc()
+		p.failed[name] = struct{}{}
+	}
+	lost := podLost.merge(gwLost)
+	if lost != nil {
+		// Another service has some of its addresses: try again on
+		// every sync, to take them over once it lets go.
+		p.failed[name] = struct{}{}
+	}
+	used := usedEndpoints(port, eps, node.Name, node.Zone)
+	p.forget(name, old, out.GroupIDs)
+	p.idMu.Lock()
+	for _, id := range out.GroupIDs {
+		p.byID[id] = name
+	}
+	p.idMu.Unlock()
+	if had {
+		for _, m := range service.StaleConntrack(node, port.Protocol, old.used, used) {
+			s.flushes = append(s.flushes, m)
+		}
+		for _, m := range service.StaleAffinity(node, port, old.used, used) {
+			s.flushes = append(s.flushes, m)
+		}
+	}
+	s.idle = append(s.idle, idleChanges(name, port, out.GroupIDs, had && old.idled, out.Idled, proxy.HasEndpoints(eps))...)
+	p.refused += refusedEps - old.refused
+	p.built[name] = builtPort{port: port, used: used, ids: compactIDs(out.GroupIDs), idled: out.Idled, refused: refusedEps, lost: lost}
 }
 
 // forget releases the group ids old used that keep is without, and their
@@ -595,15 +717,35 @@ func (p *Proxy) portOf(id uint32) (proxy.ServicePortName, bool) {
 	return n, ok
 }
 
+// reportKey is what reportInput reports once: an object's field, or for a
+// refused address (several in one field), the refusal itself.
+func reportKey(ie *proxy.InputError) string {
+	key := ie.Kind + "/" + ie.Namespace + "/" + ie.Name + "/" + ie.Field
+	if errors.Is(ie, proxy.ErrAddressRefused) {
+		key += "/" + ie.Error()
+	}
+	return key
+}
+
+// forgetReported forgets that err was reported, so that it is reported
+// again when it comes back.
+func (p *Proxy) forgetReported(err *proxy.InputError) {
+	p.repMu.Lock()
+	delete(p.reported, reportKey(err))
+	p.repMu.Unlock()
+}
+
 // reportInput logs bad input once per object and field and message, and
-// records a Warning event on the object.
+// records a Warning event on the object: reason NodeflowBadInput, or
+// NodeflowAddressRefused for an external or ingress IP the Service may
+// not claim.
 func (p *Proxy) reportInput(err error) {
 	var ie *proxy.InputError
 	if !errors.As(err, &ie) {
 		p.log.WithError(err).Warn("service input")
 		return
 	}
-	key := ie.Kind + "/" + ie.Namespace + "/" + ie.Name + "/" + ie.Field
+	key := reportKey(ie)
 	p.repMu.Lock()
 	same := p.reported[key] == err.Error()
 	p.reported[key] = err.Error()
@@ -618,6 +760,10 @@ func (p *Proxy) reportInput(err error) {
 	if kube == nil {
 		return
 	}
+	reason := "NodeflowBadInput"
+	if errors.Is(err, proxy.ErrAddressRefused) {
+		reason = "NodeflowAddressRefused"
+	}
 	apiVersion := "v1"
 	if ie.Kind == "EndpointSlice" {
 		apiVersion = "discovery.k8s.io/v1"
@@ -630,7 +776,7 @@ func (p *Proxy) reportInput(err error) {
 	ev := &corev1.Event{
 		ObjectMeta:     metav1.ObjectMeta{GenerateName: ie.Name + ".", Namespace: ns},
 		InvolvedObject: corev1.ObjectReference{Kind: ie.Kind, Namespace: ie.Namespace, Name: ie.Name, APIVersion: apiVersion, FieldPath: ie.Field},
-		Reason:         "NodeflowBadInput", Message: err.Error(), Type: corev1.EventTypeWarning,
+		Reason:         reason, Message: err.Error(), Type: corev1.EventTypeWarning,
 		Source:         corev1.EventSource{Component: "nodeflow-agent", Host: p.h.Node().Name},
 		FirstTimestamp: now, LastTimestamp: now, Count: 1,
 	}
@@ -736,4 +882,31 @@ func (p *Proxy) servicePorts() []proxy.ServicePortName {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return slices.SortedFunc(maps.Keys(p.built), proxy.ServicePortName.Compare)
+}
+
+// noteRefusals reports the addresses a port named but may not claim, each
+// once (a Warning event on its Service), and keeps the count of refused
+// addresses by field and reason. p.mu is held.
+func (p *Proxy) noteRefusals(name proxy.ServicePortName, refused []proxy.RefusedAddress) {
+	old := p.refusedAddrs[name]
+	if len(old) == 0 && len(refused) == 0 {
+		return
+	}
+	for _, r := range old {
+		p.metrics.refusedAddresses.WithLabelValues(r.Kind.Field(), r.Reason).Dec()
+		if !slices.ContainsFunc(refused, func(n proxy.RefusedAddress) bool { return n.IP == r.IP && n.Kind == r.Kind && n.Why == r.Why }) {
+			// Refused no longer: a refusal that comes back is reported
+			// again.
+			p.forgetReported(r.Error(name.NamespacedName))
+		}
+	}
+	for _, r := range refused {
+		p.metrics.refusedAddresses.WithLabelValues(r.Kind.Field(), r.Reason).Inc()
+		p.reportInput(r.Error(name.NamespacedName))
+	}
+	if len(refused) == 0 {
+		delete(p.refusedAddrs, name)
+	} else {
+		p.refusedAddrs[name] = refused
+	}
 }

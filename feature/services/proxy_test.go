@@ -30,9 +30,18 @@ func testServiceProxy(t testing.TB) *Proxy {
 	return testServiceProxyOn(t, featuretest.New(featuretest.DefaultNode()), Options{})
 }
 
-// testServiceProxyOn initialises a service proxy with opts on h.
+// allowAll is an address policy that allows every external or ingress IP
+// that no cluster fact refuses.
+var allowAll = proxy.CIDRPolicy{Allowed: []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0"), netip.MustParsePrefix("::/0")}}
+
+// testServiceProxyOn initialises a service proxy with opts on h. Options
+// without an address policy get allowAll for both kinds: the tests of the
+// policy itself set one.
 func testServiceProxyOn(t testing.TB, h *featuretest.Host, opts Options) *Proxy {
 	t.Helper()
+	if opts.ExternalIPs.Allowed == nil && opts.IngressIPs.Allowed == nil {
+		opts.ExternalIPs, opts.IngressIPs = allowAll, allowAll
+	}
 	p := New(opts)
 	h.Restrict(p.Owns())
 	if err := p.Init(h); err != nil {

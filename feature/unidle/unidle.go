@@ -226,7 +226,7 @@ func (u *Unidler) PacketIns() []feature.PacketInCategory {
 // Idled implements the services feature's IdleHandler: port name is
 // idled; its flows catch its new connections from now on.
 func (u *Unidler) Idled(name proxy.ServicePortName, sp *proxy.ServicePort, groupIDs map[string]uint32) {
-	st, err := flows.Build(sp, u.h.Node().Addrs(), groupIDs)
+	st, err := flows.Build(sp, u.h.Node().NodePortAddrs, groupIDs)
 	if err == nil {
 		err = u.h.Owners(plan.Pod).Set(flows.Owner(name), st)
 	}

@@ -21,6 +21,12 @@ var AffinityLookedUp = mustMark("AffinityLookedUp", AffinityChecked, 1)
 // one or the other, never both.
 const PriorityServiceNoEndpoints Priority = 190
 
+// PriorityServiceSourceDrop is table 30's drop of new connections to a
+// LoadBalancer ingress IP from a source outside the Service's
+// spec.loadBalancerSourceRanges: below the VIP's flows, which match the
+// allowed sources only (PriorityHigh, PriorityServiceNoEndpoints).
+const PriorityServiceSourceDrop Priority = 180
+
 // PriorityServiceAddress is table 30's flow for a ClusterIP on a port that
 // no Service serves: new connections to the address get the metered
 // reject packet-in (TCP RST, ICMP unreachable), as kube-proxy's

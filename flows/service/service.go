@@ -24,8 +24,12 @@ type Node struct {
 	// compared with endpoints' zone hints.
 	Zone string
 	// IPs holds the node IP of each family (the address on breth0's LOCAL
-	// port); NodePorts listen on them.
+	// port).
 	IPs []netip.Addr
+	// NodePortAddrs are the addresses NodePorts answer on: the node's
+	// addresses in the operator's nodePortAddresses. Nil means IPs (an
+	// empty, non-nil list: none).
+	NodePortAddrs []netip.Addr
 	// Secondary holds the node's other addresses. An endpoint on one of
 	// them takes the seed's secondary-IP path.
 	Secondary []netip.Addr
@@ -46,6 +50,13 @@ func (n *Node) nodeIP(f proxy.Family) (netip.Addr, bool) {
 		}
 	}
 	return netip.Addr{}, false
+}
+
+func (n *Node) nodePortAddrs() []netip.Addr {
+	if n.NodePortAddrs == nil {
+		return n.IPs
+	}
+	return n.NodePortAddrs
 }
 
 // GroupIDs returns the group id of a key; a *plan.IDAllocator's Get is
@@ -194,6 +205,11 @@ func (b *builder) srcIP(a netip.Addr) openflow.Field {
 type vip struct {
 	addr netip.Addr
 	port uint16
+	// restricted: only new connections from sources (of the vip's
+	// family) reach it, the others are dropped (a LoadBalancer's ingress
+	// IP with spec.loadBalancerSourceRanges).
+	restricted bool
+	sources    []netip.Prefix
 }
 
 func (b *builder) family(all []proxy.Endpoint) error {
@@ -213,14 +229,33 @@ func (b *builder) family(all []proxy.Endpoint) error {
 	})
 	internal, external := proxy.Categorize(p, eps, b.node.Name, b.node.Zone)
 	cip, _ := p.ClusterIP(b.fam)
-	internalVIPs := []vip{{cip, p.Port}}
+	internalVIPs := []vip{{addr: cip, port: p.Port}}
 	var externalVIPs []vip
-	if ip, ok := b.node.nodeIP(b.fam); ok && p.NodePort != 0 {
-		externalVIPs = append(externalVIPs, vip{ip, p.NodePort})
+	if p.NodePort != 0 {
+		for _, ip := range b.node.nodePortAddrs() {
+			if proxy.FamilyOf(ip) == b.fam {
+				externalVIPs = append(externalVIPs, vip{addr: ip, port: p.NodePort})
+			}
+		}
 	}
-	for _, a := range slices.Concat(p.ExternalIPs, p.LoadBalancerIPs) {
+	for _, a := range p.ExternalIPs {
 		if proxy.FamilyOf(a) == b.fam {
-			externalVIPs = append(externalVIPs, vip{a, p.Port})
+			externalVIPs = append(externalVIPs, vip{addr: a, port: p.Port})
+		}
+	}
+	var sources []netip.Prefix
+	for _, r := range p.SourceRanges {
+		if proxy.FamilyOf(r.Addr()) == b.fam {
+			sources = append(sources, r)
+		}
+	}
+	for _, a := range p.LoadBalancerIPs {
+		if proxy.FamilyOf(a) == b.fam {
+			v := vip{addr: a, port: p.Port, restricted: p.SourcesRestricted, sources: sources}
+			externalVIPs = append(externalVIPs, v)
+			if v.restricted {
+				b.out.Pod.Flows = append(b.out.Pod.Flows, b.sourceDrop(v))
+			}
 		}
 	}
 	anyEps := proxy.HasEndpoints(eps)
@@ -272,10 +307,12 @@ func (b *builder) lb(key string, vips []vip, eps []proxy.Endpoint, anyEps bool) 
 			acts = []openflow.Action{mustLoad(plan.ServiceID.LoadValue(uint64(gid))), RejectAction(gid)}
 		}
 		for _, v := range vips {
-			st.Flows = append(st.Flows, openflow.Flow{
-				Table: uint8(plan.PodServiceLB), Priority: uint16(plan.PriorityServiceNoEndpoints),
-				Match: b.vipMatch(v), Instructions: apply(acts...),
-			})
+			for _, m := range b.vipMatches(v) {
+				st.Flows = append(st.Flows, openflow.Flow{
+					Table: uint8(plan.PodServiceLB), Priority: uint16(plan.PriorityServiceNoEndpoints),
+					Match: m, Instructions: apply(acts...),
+				})
+			}
 		}
 		return nil
 	}
@@ -389,40 +426,77 @@ func (b *builder) vipFlows(vips []vip, gid uint32, source *plan.Mark, prio plan.
 		return regMatch(parts...)
 	}
 	for _, v := range vips {
-		m := b.vipMatch(v)
-		if b.port.AffinityTimeout <= 0 {
-			if source != nil {
-				m = withField(m, source.Match())
-			}
-			out = append(out, openflow.Flow{
-				Table: uint8(plan.PodServiceLB), Priority: uint16(prio), Match: m,
-				Instructions: apply(mustLoad(plan.ServiceID.LoadValue(uint64(gid))), openflow.Group{ID: gid}),
-			})
-			continue
+		for _, m := range b.vipMatches(v) {
+			out = append(out, b.vipFlowsOf(m, gid, source, prio, bits)...)
 		}
-		// Affinity: look up table 31 once (bits 00), then either the learned
-		// endpoint (EndpointChosen) or the group (looked up, not chosen).
-		out = append(out,
-			openflow.Flow{
-				Table: uint8(plan.PodServiceLB), Priority: uint16(prio),
-				Match: withField(m, bits(false, false, false)),
-				Instructions: apply(mustLoad(plan.ServiceID.LoadValue(uint64(gid))),
-					openflow.ResubmitTable(uint8(plan.PodSessionAffinity)),
-					plan.AffinityLookedUp.Load(),
-					openflow.ResubmitTable(uint8(plan.PodServiceLB))),
-			},
-			openflow.Flow{
-				Table: uint8(plan.PodServiceLB), Priority: uint16(prio),
-				Match:        withField(m, bits(false, true, true)),
-				Instructions: apply(openflow.ResubmitTable(uint8(plan.PodEndpointDNAT))),
-			},
-			openflow.Flow{
-				Table: uint8(plan.PodServiceLB), Priority: uint16(prio),
-				Match:        withField(m, bits(true, false, false)),
-				Instructions: apply(openflow.Group{ID: gid}),
-			})
 	}
 	return out
+}
+
+// vipFlowsOf returns vipFlows' flows for one match m of a VIP.
+func (b *builder) vipFlowsOf(m openflow.Match, gid uint32, source *plan.Mark, prio plan.Priority, bits func(checked, chosen, chosenOnly bool) openflow.Field) []openflow.Flow {
+	if b.port.AffinityTimeout <= 0 {
+		if source != nil {
+			m = withField(m, source.Match())
+		}
+		return []openflow.Flow{{
+			Table: uint8(plan.PodServiceLB), Priority: uint16(prio), Match: m,
+			Instructions: apply(mustLoad(plan.ServiceID.LoadValue(uint64(gid))), openflow.Group{ID: gid}),
+		}}
+	}
+	// Affinity: look up table 31 once (bits 00), then either the learned
+	// endpoint (EndpointChosen) or the group (looked up, not chosen).
+	return []openflow.Flow{
+		{
+			Table: uint8(plan.PodServiceLB), Priority: uint16(prio),
+			Match: withField(m, bits(false, false, false)),
+			Instructions: apply(mustLoad(plan.ServiceID.LoadValue(uint64(gid))),
+				openflow.ResubmitTable(uint8(plan.PodSessionAffinity)),
+				plan.AffinityLookedUp.Load(),
+				openflow.ResubmitTable(uint8(plan.PodServiceLB))),
+		},
+		{
+			Table: uint8(plan.PodServiceLB), Priority: uint16(prio),
+			Match:        withField(m, bits(false, true, true)),
+			Instructions: apply(openflow.ResubmitTable(uint8(plan.PodEndpointDNAT))),
+		},
+		{
+			Table: uint8(plan.PodServiceLB), Priority: uint16(prio),
+			Match:        withField(m, bits(true, false, false)),
+			Instructions: apply(openflow.Group{ID: gid}),
+		},
+	}
+}
+
+// vipMatches returns the matches of new connections to v: one, or for a
+// restricted VIP one per allowed source range (none when no range of its
+// family is allowed: sourceDrop then drops them all).
+func (b *builder) vipMatches(v vip) []openflow.Match {
+	m := b.vipMatch(v)
+	if !v.restricted {
+		return []openflow.Match{m}
+	}
+	out := make([]openflow.Match, 0, len(v.sources))
+	for _, r := range v.sources {
+		out = append(out, withField(m, b.srcPrefix(r)))
+	}
+	return out
+}
+
+// srcPrefix matches the packet's source in r.
+func (b *builder) srcPrefix(r netip.Prefix) openflow.Field {
+	if b.fam == proxy.IPv6 {
+		return openflow.IPv6SrcPrefix(r)
+	}
+	return openflow.IPv4SrcPrefix(r)
+}
+
+// sourceDrop returns the table-30 flow that drops, and counts, the new
+// connections to a restricted VIP from a source outside its ranges: below
+// every flow of the VIP (which match the allowed sources), above the
+// ClusterIP's reject and the service CIDRs' drop.
+func (b *builder) sourceDrop(v vip) openflow.Flow {
+	return openflow.Flow{Table: uint8(plan.PodServiceLB), Priority: uint16(plan.PriorityServiceSourceDrop), Match: b.vipMatch(v)}
 }
 
 // epKind is how an endpoint is reached.

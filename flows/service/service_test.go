@@ -125,6 +125,20 @@ func goldenCases() []struct {
 		ClusterIPs: []netip.Addr{a("10.96.0.16")}, LoadBalancerIPs: []netip.Addr{a("198.51.100.16")},
 		ExternalPolicyLocal: true, AffinityTimeout: 10 * time.Second,
 	}
+	ranged := &proxy.ServicePort{
+		Name: name("ranged", "http", v1.ProtocolTCP), Protocol: v1.ProtocolTCP, Port: 80,
+		ClusterIPs:      []netip.Addr{a("10.96.0.17"), a("fd02::17")},
+		LoadBalancerIPs: []netip.Addr{a("198.51.100.17"), a("2001:db8::17")},
+		// Two IPv4 ranges, none of IPv6: IPv6 clients reach nothing.
+		SourcesRestricted: true, SourceRanges: []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24"), netip.MustParsePrefix("203.0.113.7/32")},
+		ExternalIPs: []netip.Addr{a("192.0.2.77")}, // not restricted: the ranges are the ingress IPs'
+	}
+	rangedEmpty := &proxy.ServicePort{
+		Name: name("ranged-empty", "", v1.ProtocolUDP), Protocol: v1.ProtocolUDP, Port: 53,
+		ClusterIPs: []netip.Addr{a("10.96.0.18")}, LoadBalancerIPs: []netip.Addr{a("198.51.100.18")},
+		SourcesRestricted: true, SourceRanges: []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24")},
+		AffinityTimeout: 10 * time.Second,
+	}
 	terminating := ready("10.128.0.9", 8080, "node1")
 	terminating.Ready, terminating.Terminating = false, true
 	return []struct {
@@ -152,6 +166,8 @@ func goldenCases() []struct {
 		{"local_etp_affinity_pod_shortcircuit", Input{Port: localAff, Endpoints: []proxy.Endpoint{
 			ready("10.128.0.2", 8080, "node1"), ready("10.128.1.5", 8080, "node2"),
 		}}},
+		{"lb_source_ranges", Input{Port: ranged, Endpoints: []proxy.Endpoint{ready("10.128.0.2", 8080, "node1"), ready("fd01::2", 8080, "node1")}}},
+		{"lb_source_ranges_affinity_no_endpoints", Input{Port: rangedEmpty}},
 		{"sctp_port_translation", Input{Port: sctp, Endpoints: []proxy.Endpoint{
 			ready("10.128.0.2", 7777, "node1"), // local pod
 			ready("10.128.1.5", 7777, "node2"), // remote pod

@@ -60,10 +60,12 @@ func ParseUserdata(ud []byte) (uint32, error) {
 	return binary.BigEndian.Uint32(ud[1:]), nil
 }
 
-// Build returns the flows of an idled service port. nodeIPs are the node's
-// addresses (for its NodePort); ids are the group ids (ServiceIDs) the
-// services feature gave the port, by service.GroupKey.
-func Build(port *proxy.ServicePort, nodeIPs []netip.Addr, ids map[string]uint32) (reconcile.State, error) {
+// Build returns the flows of an idled service port. nodePortAddrs are the
+// addresses its NodePort answers on; ids are the group ids (ServiceIDs)
+// the services feature gave the port, by service.GroupKey. An ingress IP
+// whose Service restricts its sources catches only those sources (the
+// service flows drop the others).
+func Build(port *proxy.ServicePort, nodePortAddrs []netip.Addr, ids map[string]uint32) (reconcile.State, error) {
 	if port == nil {
 		return reconcile.State{}, fmt.Errorf("unidle: build: no service port")
 	}
@@ -93,21 +95,28 @@ func Build(port *proxy.ServicePort, nodeIPs []netip.Addr, ids map[string]uint32)
 			addr netip.Addr
 			port uint16
 			id   uint32
+			// sources, when restricted, are the only ones caught.
+			restricted bool
 		}
 		var vips []vip
 		if cip, ok := port.ClusterIP(f); ok {
-			vips = append(vips, vip{cip, port.Port, internal})
+			vips = append(vips, vip{addr: cip, port: port.Port, id: internal})
 		}
 		if port.NodePort != 0 {
-			for _, a := range nodeIPs {
+			for _, a := range nodePortAddrs {
 				if proxy.FamilyOf(a) == f {
-					vips = append(vips, vip{a, port.NodePort, external})
+					vips = append(vips, vip{addr: a, port: port.NodePort, id: external})
 				}
 			}
 		}
-		for _, a := range slices.Concat(port.ExternalIPs, port.LoadBalancerIPs) {
+		for _, a := range port.ExternalIPs {
 			if proxy.FamilyOf(a) == f {
-				vips = append(vips, vip{a, port.Port, external})
+				vips = append(vips, vip{addr: a, port: port.Port, id: external})
+			}
+		}
+		for _, a := range port.LoadBalancerIPs {
+			if proxy.FamilyOf(a) == f {
+				vips = append(vips, vip{addr: a, port: port.Port, id: external, restricted: port.SourcesRestricted})
 			}
 		}
 		for _, v := range vips {
@@ -119,15 +128,31 @@ func Build(port *proxy.ServicePort, nodeIPs []netip.Addr, ids map[string]uint32)
 			if err != nil {
 				return reconcile.State{}, fmt.Errorf("unidle: %s: ServiceID %d: %w", port.Name, v.id, err)
 			}
-			st.Flows = append(st.Flows, openflow.Flow{
-				Table: uint8(plan.PodServiceLB), Priority: uint16(plan.PriorityUnidle),
-				Match: openflow.NewMatch(openflow.CtState(openflow.CtNew|openflow.CtTrk, openflow.CtNew|openflow.CtTrk),
-					openflow.EthType(eth), openflow.IPProto(proto), ip, dst(v.port)),
-				Instructions: []openflow.Instruction{openflow.ApplyActions{Actions: []openflow.Action{load, openflow.Controller2{
-					MaxLen: openflow.ControllerMaxLenNoBuffer, ControllerID: plan.ControllerID,
-					Reason: openflow.PacketInAction, Userdata: Userdata(v.id), MeterID: plan.MeterUnidle,
-				}}}},
-			})
+			m := openflow.NewMatch(openflow.CtState(openflow.CtNew|openflow.CtTrk, openflow.CtNew|openflow.CtTrk),
+				openflow.EthType(eth), openflow.IPProto(proto), ip, dst(v.port))
+			matches := []openflow.Match{m}
+			if v.restricted {
+				matches = matches[:0]
+				for _, r := range port.SourceRanges {
+					if proxy.FamilyOf(r.Addr()) != f {
+						continue
+					}
+					src := openflow.IPv4SrcPrefix(r)
+					if f == proxy.IPv6 {
+						src = openflow.IPv6SrcPrefix(r)
+					}
+					matches = append(matches, openflow.NewMatch(append(slices.Clone(m.Fields), src)...))
+				}
+			}
+			for _, m := range matches {
+				st.Flows = append(st.Flows, openflow.Flow{
+					Table: uint8(plan.PodServiceLB), Priority: uint16(plan.PriorityUnidle), Match: m,
+					Instructions: []openflow.Instruction{openflow.ApplyActions{Actions: []openflow.Action{load, openflow.Controller2{
+						MaxLen: openflow.ControllerMaxLenNoBuffer, ControllerID: plan.ControllerID,
+						Reason: openflow.PacketInAction, Userdata: Userdata(v.id), MeterID: plan.MeterUnidle,
+					}}}},
+				})
+			}
 		}
 	}
 	return st, nil

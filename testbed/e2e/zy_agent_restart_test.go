@@ -62,8 +62,8 @@ func agentCommandBinary(e *env, m *testbed.Member, logf *os.File, nodeflow strin
 	// where everyone sees them.
 	cmd := exec.Command("nsenter", "--net="+filepath.Join("/run/netns", m.Netns), "--", nodeflow, "agent")
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+m.Kubeconfig, "NODE_NAME="+m.Name, "NODEFLOW_NODE_NAME="+m.Name,
-		"OVS_RUNDIR="+m.OVSRundir, "NODEFLOW_CNI_CONF_DIR="+filepath.Join(m.Dir, "net.d"),
-		"NODEFLOW_RESOLV_CONF="+filepath.Join(e.state.Dir, "resolv.conf"))
+		"OVS_RUNDIR="+m.OVSRundir, "NODEFLOW_CNI_CONF_DIR="+filepath.Join(m.Dir, "net.d"))
+	cmd.Env = append(cmd.Env, e.state.AgentEnv...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	return cmd
 }

@@ -66,6 +66,11 @@ type Kubernetes struct {
 	ServiceCIDRs     []string `json:"service-cidrs,omitempty"`
 	NodeCIDRMaskIPv4 int      `json:"node-cidr-mask-ipv4,omitempty"`
 	NodeCIDRMaskIPv6 int      `json:"node-cidr-mask-ipv6,omitempty"`
+	// ServiceAddressCIDRs are the ranges Services may take external IPs
+	// and load-balancer ingress IPs from: the agents' externalIPs and
+	// loadBalancerIPs policies, and the admission policy's parameters.
+	// None by default.
+	ServiceAddressCIDRs []string `json:"service-address-cidrs,omitempty"`
 }
 
 // Node is one member of the topology.
@@ -146,6 +151,11 @@ func (t *Topology) validate() error {
 	}
 	if k.NodeCIDRMaskIPv6 == 0 {
 		k.NodeCIDRMaskIPv6 = 64
+	}
+	for i, c := range k.ServiceAddressCIDRs {
+		if p, err := netip.ParsePrefix(c); err != nil || p != p.Masked() {
+			return fmt.Errorf("kubernetes: service-address-cidrs[%d]: %q is not a network CIDR", i, c)
+		}
 	}
 	for field, cidrs := range map[string][]string{"pod-cidrs": k.PodCIDRs, "service-cidrs": k.ServiceCIDRs} {
 		if len(cidrs) > 2 {
