@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"maps"
 	"net/netip"
 	"slices"
@@ -16,6 +17,7 @@ import (
 	"github.com/vishvananda/netlink"
 	corev1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
 
@@ -727,6 +729,16 @@ func reportKey(ie *proxy.InputError) string {
 	return key
 }
 
+// eventName names the Event of a report after the object and the
+// message: every node decides the same on the same input, so the first
+// node's report stands for all, and a cluster of thousands of nodes makes
+// one Event, not one per node.
+func eventName(ie *proxy.InputError) string {
+	h := fnv.New64a()
+	h.Write([]byte(ie.Kind + "/" + ie.Error()))
+	return fmt.Sprintf("%s.nodeflow-%016x", ie.Name, h.Sum64())
+}
+
 // forgetReported forgets that err was reported, so that it is reported
 // again when it comes back.
 func (p *Proxy) forgetReported(err *proxy.InputError) {
@@ -774,7 +786,7 @@ func (p *Proxy) reportInput(err error) {
 	}
 	now := metav1.Now()
 	ev := &corev1.Event{
-		ObjectMeta:     metav1.ObjectMeta{GenerateName: ie.Name + ".", Namespace: ns},
+		ObjectMeta:     metav1.ObjectMeta{Name: eventName(ie), Namespace: ns},
 		InvolvedObject: corev1.ObjectReference{Kind: ie.Kind, Namespace: ie.Namespace, Name: ie.Name, APIVersion: apiVersion, FieldPath: ie.Field},
 		Reason:         reason, Message: err.Error(), Type: corev1.EventTypeWarning,
 		Source:         corev1.EventSource{Component: "nodeflow-agent", Host: p.h.Node().Name},
@@ -783,7 +795,7 @@ func (p *Proxy) reportInput(err error) {
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		if _, err := kube.CoreV1().Events(ns).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
+		if _, err := kube.CoreV1().Events(ns).Create(ctx, ev, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 			p.log.WithError(err).Debug("cannot record event")
 		}
 	}()

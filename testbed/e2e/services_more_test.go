@@ -15,16 +15,17 @@ import (
 	"nodeflow/testbed"
 )
 
-// routeVia adds a /32 route for dst via gw in member m's namespace and
-// removes it when the test ends.
+// routeVia adds a host route (/32, /128) for dst via gw in member m's
+// namespace and removes it when the test ends.
 func routeVia(t *testing.T, m *testbed.Member, dst, gw netip.Addr) {
 	t.Helper()
-	route := []string{"-n", m.Netns, "route", "add", dst.String() + "/32", "via", gw.String()}
+	host := netip.PrefixFrom(dst, dst.BitLen()).String()
+	route := []string{"-n", m.Netns, "route", "add", host, "via", gw.String()}
 	if out, err := exec.Command("ip", route...).CombinedOutput(); err != nil {
 		t.Fatalf("ip %v: %v\n%s", route, err, out)
 	}
 	t.Cleanup(func() {
-		del := []string{"-n", m.Netns, "route", "del", dst.String() + "/32", "via", gw.String()}
+		del := []string{"-n", m.Netns, "route", "del", host, "via", gw.String()}
 		if out, err := exec.Command("ip", del...).CombinedOutput(); err != nil {
 			t.Errorf("ip %v: %v\n%s", del, err, out)
 		}

@@ -66,7 +66,21 @@ func newTenant(t testing.TB, e *env, ns string, extra ...rbacv1.PolicyRule) *ten
 			t.Fatal(err)
 		}
 	}
-	tr, err := e.client.CoreV1().ServiceAccounts(ns).CreateToken(ctx, account, &authenticationv1.TokenRequest{
+	kc, cfg := accountClient(t, e, ns, account)
+	tn := &tenant{ns: ns, user: "system:serviceaccount:" + ns + ":" + account, client: kc, rest: cfg}
+	// The user is what the tests say it is: admin of its namespace, and
+	// nothing outside it.
+	tn.mustBeAllowed(t, true, authorizationv1.ResourceAttributes{Namespace: ns, Verb: "create", Resource: "services"})
+	tn.mustBeAllowed(t, false, authorizationv1.ResourceAttributes{Namespace: "default", Verb: "create", Resource: "services"})
+	tn.mustBeAllowed(t, false, authorizationv1.ResourceAttributes{Verb: "list", Resource: "nodes"})
+	return tn
+}
+
+// accountClient returns a client that acts with a token of the
+// ServiceAccount ns/name (which must exist), and its configuration.
+func accountClient(t testing.TB, e *env, ns, name string) (kubernetes.Interface, *rest.Config) {
+	t.Helper()
+	tr, err := e.client.CoreV1().ServiceAccounts(ns).CreateToken(context.Background(), name, &authenticationv1.TokenRequest{
 		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To(int64(3600))},
 	}, metav1.CreateOptions{})
 	if err != nil {
@@ -78,18 +92,21 @@ func newTenant(t testing.TB, e *env, ns string, extra ...rbacv1.PolicyRule) *ten
 	}
 	cfg := rest.AnonymousClientConfig(admin)
 	cfg.BearerToken = tr.Status.Token
-	cfg.UserAgent = "tenant/" + ns
+	cfg.UserAgent = ns + "/" + name
 	kc, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tn := &tenant{ns: ns, user: "system:serviceaccount:" + ns + ":" + account, client: kc, rest: cfg}
-	// The user is what the tests say it is: admin of its namespace, and
-	// nothing outside it.
-	tn.mustBeAllowed(t, true, authorizationv1.ResourceAttributes{Namespace: ns, Verb: "create", Resource: "services"})
-	tn.mustBeAllowed(t, false, authorizationv1.ResourceAttributes{Namespace: "default", Verb: "create", Resource: "services"})
-	tn.mustBeAllowed(t, false, authorizationv1.ResourceAttributes{Verb: "list", Resource: "nodes"})
-	return tn
+	return kc, cfg
+}
+
+// as returns e with the tenant's client in place of the admin's, for the
+// helpers that create objects through e.client (deployPods): the tenant
+// creates them itself.
+func (tn *tenant) as(e *env) *env {
+	c := *e
+	c.client = tn.client
+	return &c
 }
 
 // mustBeAllowed checks, with a SelfSubjectAccessReview made with the
