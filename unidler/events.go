@@ -46,7 +46,7 @@ func (e needPods) newerThan(last needPods) bool {
 // coreNeedPods reads a core/v1 Event; ok is false for any other event.
 func coreNeedPods(e *v1.Event) (needPods, bool) {
 	ref := e.InvolvedObject
-	if e.Reason != idling.NeedPodsReason || !isService(ref) {
+	if e.Reason != idling.NeedPodsReason || !isService(ref, e.Namespace) {
 		return needPods{}, false
 	}
 	at, count := latest(e.LastTimestamp.Time, e.EventTime.Time, e.FirstTimestamp.Time), e.Count
@@ -60,7 +60,7 @@ func coreNeedPods(e *v1.Event) (needPods, bool) {
 // through the other API: it gives the same time as coreNeedPods.
 func eventsNeedPods(e *eventsv1.Event) (needPods, bool) {
 	ref := e.Regarding
-	if e.Reason != idling.NeedPodsReason || !isService(ref) {
+	if e.Reason != idling.NeedPodsReason || !isService(ref, e.Namespace) {
 		return needPods{}, false
 	}
 	at, count := latest(e.DeprecatedLastTimestamp.Time, e.EventTime.Time, e.DeprecatedFirstTimestamp.Time), e.DeprecatedCount
@@ -70,8 +70,13 @@ func eventsNeedPods(e *eventsv1.Event) (needPods, bool) {
 	return needPods{service: serviceOf(ref, e.Namespace), at: orCreation(at, e.CreationTimestamp.Time), uid: e.UID, count: count}, true
 }
 
-func isService(ref v1.ObjectReference) bool {
-	return ref.Kind == "Service" && (ref.APIVersion == "" || ref.APIVersion == "v1") && ref.Name != ""
+// isService reports whether an Event in namespace eventNS is about a
+// Service of that same namespace. An Event about another namespace's
+// Service is ignored: whoever may write Events in one namespace must not
+// wake up the Services of another.
+func isService(ref v1.ObjectReference, eventNS string) bool {
+	return ref.Kind == "Service" && (ref.APIVersion == "" || ref.APIVersion == "v1") && ref.Name != "" &&
+		(ref.Namespace == "" || ref.Namespace == eventNS)
 }
 
 func serviceOf(ref v1.ObjectReference, eventNS string) types.NamespacedName {

@@ -399,6 +399,18 @@ func TestEventTimes(t *testing.T) {
 	if _, ok := eventsNeedPods(ev); ok {
 		t.Error("accepted a Service of another API group")
 	}
+	// An Event in one namespace about another namespace's Service: whoever
+	// may write Events in the first must not wake the second.
+	other := coreEvent("x", "web", at)
+	other.InvolvedObject.Namespace = "someone-else"
+	if e, ok := coreNeedPods(other); ok {
+		t.Errorf("an Event of %s woke %s", other.Namespace, e.service)
+	}
+	otherEv := &eventsv1.Event{ObjectMeta: metav1.ObjectMeta{Namespace: ns}, Reason: idling.NeedPodsReason,
+		Regarding: v1.ObjectReference{Kind: "Service", APIVersion: "v1", Namespace: "someone-else", Name: "web"}}
+	if e, ok := eventsNeedPods(otherEv); ok {
+		t.Errorf("an events.k8s.io Event of %s woke %s", ns, e.service)
+	}
 }
 
 func TestUnidleMalformedTargets(t *testing.T) {

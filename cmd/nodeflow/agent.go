@@ -3,10 +3,13 @@ package main
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -235,7 +238,7 @@ func runAgent(c *cli.Context) error {
 		services.RemoveHostNAT(logrus.StandardLogger())
 	}
 	if c.Bool("host-ports") {
-		a.Use(hostports.New())
+		a.Use(hostports.New(hostports.Options{ReservedPorts: reservedPorts(c.String("health-addr"), c.String("proxy-healthz-addr"), c.String("proxy-metrics-addr"))}))
 	}
 	if c.Bool("network-policy") {
 		a.Use(netpolicy.New(netpolicy.Options{Interfaces: a.Interfaces, MgmtSocket: cfg.MgmtSocket}))
@@ -249,6 +252,23 @@ func runAgent(c *cli.Context) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	return a.Run(ctx)
+}
+
+// reservedPorts returns the TCP ports no hostPort may take: the kubelet's
+// API and the ports of the agent's listeners (addrs, "host:port"; empty
+// ones are off).
+func reservedPorts(addrs ...string) []uint16 {
+	out := []uint16{hostports.KubeletPort}
+	for _, a := range addrs {
+		_, port, err := net.SplitHostPort(a)
+		if err != nil {
+			continue
+		}
+		if n, err := strconv.ParseUint(port, 10, 16); err == nil && n > 0 && !slices.Contains(out, uint16(n)) {
+			out = append(out, uint16(n))
+		}
+	}
+	return out
 }
 
 // applyConfigFile sets, from the --config file, every flag that neither

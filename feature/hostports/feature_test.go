@@ -28,7 +28,7 @@ func TestFeatureServesAndWarns(t *testing.T) {
 		Status: v1.PodStatus{Phase: v1.PodRunning, PodIPs: []v1.PodIP{{IP: "10.244.1.5"}}},
 	}
 	h := featuretest.New(featuretest.DefaultNode(), pod)
-	f := New()
+	f := New(Options{ReservedPorts: []uint16{KubeletPort}})
 	h.Restrict(f.Owns())
 	if err := f.Init(h); err != nil {
 		t.Fatal(err)

@@ -49,6 +49,7 @@ const retryInterval = 5 * time.Second
 
 // HostPorts implements feature.Feature.
 type HostPorts struct {
+	opts    Options
 	h       feature.Host
 	log     logrus.FieldLogger
 	pods    cache.SharedIndexInformer
@@ -66,8 +67,21 @@ type HostPorts struct {
 }
 
 // New returns the feature.
-func New() *HostPorts {
+// Options configure the hostPort feature.
+type Options struct {
+	// ReservedPorts are the node's own TCP ports, which no hostPort may
+	// take: the kubelet's API (KubeletPort) and the agent's listeners.
+	ReservedPorts []uint16
+}
+
+// KubeletPort is the kubelet's API port: a hostPort on it would take the
+// API server's connections to the kubelet (logs, exec) on that node.
+const KubeletPort = 10250
+
+// New returns the hostPort feature.
+func New(opts Options) *HostPorts {
 	return &HostPorts{
+		opts: opts,
 		dirty: map[string]bool{}, mappings: map[string][]hostport.Mapping{}, warned: map[string]string{},
 		kick: make(chan struct{}, 1),
 	}
@@ -174,7 +188,8 @@ func (f *HostPorts) syncDirty() {
 	slices.Sort(keys)
 	keys = slices.Compact(keys)
 	node := f.h.Node()
-	hn := hostport.Node{IPs: node.Addrs(), Uplink: node.Ports.Uplink, Patch: node.Ports.GatewayPatch}
+	hn := hostport.Node{IPs: node.Addrs(), Secondary: node.Secondary, Reserved: f.opts.ReservedPorts,
+		Uplink: node.Ports.Uplink, Patch: node.Ports.GatewayPatch}
 	for _, key := range keys {
 		f.syncPod(hn, key)
 	}
@@ -191,7 +206,7 @@ func (f *HostPorts) syncPod(node hostport.Node, key string) {
 	ms, bad := Mappings(pod)
 	var good []hostport.Mapping
 	for _, m := range ms {
-		if err := m.Check(); err != nil {
+		if err := m.CheckOn(node); err != nil {
 			bad = append(bad, err.Error())
 			continue
 		}

@@ -27,6 +27,7 @@
 package hostport
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -47,8 +48,36 @@ func Owner(namespace, pod string) string { return "hostport/" + namespace + "/" 
 type Node struct {
 	// IPs are the node's addresses, at most one per family first.
 	IPs []netip.Addr
+	// Secondary are the node's other addresses: a hostIP may name them
+	// too.
+	Secondary []netip.Addr
+	// Reserved are the node's own TCP ports (the kubelet's API, the
+	// agent's), which no hostPort may take.
+	Reserved []uint16
 	// Uplink and Patch are breth0's uplink and patch port.
 	Uplink, Patch uint32
+}
+
+// ErrNotServed is wrapped by the errors of CheckOn for a mapping this node
+// refuses: a hostIP that is not its own, a reserved port.
+var ErrNotServed = errors.New("hostPort refused")
+
+// CheckOn is Check, and what the node refuses a pod: a hostIP that is not
+// one of its addresses (the portmap plugin DNATs only local destinations;
+// anything else would take other people's traffic: a ClusterIP, another
+// pod, a host outside), and a TCP hostPort the node itself listens on
+// (Reserved).
+func (m Mapping) CheckOn(n Node) error {
+	if err := m.Check(); err != nil {
+		return err
+	}
+	if h := m.HostIP.Unmap(); h.IsValid() && !h.IsUnspecified() && !h.IsLoopback() && !slices.Contains(n.IPs, h) && !slices.Contains(n.Secondary, h) {
+		return fmt.Errorf("%w: %s: the hostIP %s is not an address of this node", ErrNotServed, m, h)
+	}
+	if p, _ := proto(m.Protocol); p == 6 && slices.Contains(n.Reserved, m.HostPort) {
+		return fmt.Errorf("%w: %s: port %d/TCP is the node's own", ErrNotServed, m, m.HostPort)
+	}
+	return nil
 }
 
 // Mapping is one container port with a hostPort, for one pod IP.

@@ -1,6 +1,7 @@
 package hostport
 
 import (
+	"errors"
 	"net/netip"
 	"slices"
 	"strings"
@@ -105,4 +106,37 @@ func TestOVSAcceptsHostPorts(t *testing.T) {
 	}
 	flowtest.InstallAndCompare(t, sb, "br0", out.Pod.Flows)
 	flowtest.InstallAndCompare(t, sb, "breth0", out.Gateway.Flows)
+}
+
+// TestCheckOn: a hostIP must be the node's own (or loopback, or none), and
+// no hostPort takes a port the node itself listens on: a tenant's pod
+// cannot DNAT a ClusterIP, another pod or an outside host to itself, nor
+// the kubelet's API.
+func TestCheckOn(t *testing.T) {
+	n := testNode
+	n.Secondary = []netip.Addr{netip.MustParseAddr("172.20.0.2")}
+	n.Reserved = []uint16{10250, 9476}
+	pod := netip.MustParseAddr("10.244.1.5")
+	for _, c := range []struct {
+		m    Mapping
+		want string // "" served
+	}{
+		{Mapping{Protocol: v1.ProtocolTCP, HostPort: 8080, PodIP: pod, ContainerPort: 80}, ""},
+		{Mapping{Protocol: v1.ProtocolTCP, HostIP: netip.MustParseAddr("172.18.0.3"), HostPort: 8080, PodIP: pod, ContainerPort: 80}, ""},
+		{Mapping{Protocol: v1.ProtocolTCP, HostIP: netip.MustParseAddr("172.20.0.2"), HostPort: 8080, PodIP: pod, ContainerPort: 80}, ""},
+		{Mapping{Protocol: v1.ProtocolTCP, HostIP: netip.MustParseAddr("127.0.0.1"), HostPort: 8080, PodIP: pod, ContainerPort: 80}, ""},
+		{Mapping{Protocol: v1.ProtocolUDP, HostIP: netip.MustParseAddr("10.96.0.10"), HostPort: 53, PodIP: pod, ContainerPort: 53}, "the hostIP 10.96.0.10 is not an address of this node"},
+		{Mapping{Protocol: v1.ProtocolTCP, HostIP: netip.MustParseAddr("10.244.2.7"), HostPort: 8080, PodIP: pod, ContainerPort: 80}, "not an address of this node"},
+		{Mapping{Protocol: v1.ProtocolTCP, HostIP: netip.MustParseAddr("8.8.8.8"), HostPort: 443, PodIP: pod, ContainerPort: 443}, "not an address of this node"},
+		{Mapping{Protocol: v1.ProtocolTCP, HostPort: 10250, PodIP: pod, ContainerPort: 8080}, "port 10250/TCP is the node's own"},
+		{Mapping{Protocol: v1.ProtocolUDP, HostPort: 10250, PodIP: pod, ContainerPort: 8080}, ""}, // the kubelet listens on TCP only
+	} {
+		err := c.m.CheckOn(n)
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("%s: %v, want served", c.m, err)
+		case c.want != "" && (err == nil || !errors.Is(err, ErrNotServed) || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("%s: %v, want refused: %s", c.m, err, c.want)
+		}
+	}
 }

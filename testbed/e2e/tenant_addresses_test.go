@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/miekg/dns"
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -545,5 +546,79 @@ func TestNodePortAddresses(t *testing.T) {
 	}
 	if pod, _, err := httpGet(ctx, ext.Netns, memberIP(t, n2, false), nodePort); err == nil {
 		t.Errorf("node2's IPv4 address answered the node port (%s)", pod)
+	}
+}
+
+// TestTenantHostPorts: a tenant's pod asks for a hostPort on the cluster
+// DNS's ClusterIP (hostIP 10.96.0.10, port 53) and on the kubelet's port.
+// Neither is served, the pod is told, and the cluster DNS and the
+// kubelet's API keep answering on the pod's node.
+func TestTenantHostPorts(t *testing.T) {
+	e := up(t)
+	requireAgent(t, e)
+	ctx := context.Background()
+	tn := newTenant(t, e, "e2e-tenant-hostport")
+	dnsSvc, err := e.client.CoreV1().Services("kube-system").Get(ctx, "kube-dns", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dnsIP := netip.MustParseAddr(dnsSvc.Spec.ClusterIP)
+	pod := &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "grab", Labels: map[string]string{"app": "grab"}},
+		Spec: v1.PodSpec{NodeName: "node1", TerminationGracePeriodSeconds: ptr.To(int64(1)), Containers: []v1.Container{{
+			Name: "web", Image: "testbed/web",
+			Ports: []v1.ContainerPort{
+				{ContainerPort: 5353, HostPort: 53, HostIP: dnsIP.String(), Protocol: v1.ProtocolUDP},
+				{ContainerPort: 8080, HostPort: 10250, Protocol: v1.ProtocolTCP},
+				{ContainerPort: 8081, HostPort: 18081, Protocol: v1.ProtocolTCP}, // its own, served
+			},
+		}}},
+	}
+	if _, err := tn.client.CoreV1().Pods(tn.ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 60*time.Second, "HostPortNotServed on the tenant's pod", func(ctx context.Context) error {
+		evs, err := e.client.CoreV1().Events(tn.ns).List(ctx, metav1.ListOptions{FieldSelector: "reason=HostPortNotServed,involvedObject.name=grab"})
+		if err != nil {
+			return err
+		}
+		for _, ev := range evs.Items {
+			if strings.Contains(ev.Message, "the hostIP "+dnsIP.String()+" is not an address of this node") && strings.Contains(ev.Message, "port 10250/TCP is the node's own") {
+				return nil
+			}
+		}
+		return fmt.Errorf("%d events, none naming both refusals", len(evs.Items))
+	})
+	n1 := member(t, e, "node1")
+	eventually(t, 30*time.Second, "the tenant's own hostPort served", func(ctx context.Context) error {
+		if serviceFlow(dumpBridges(t, n1), memberIP(t, n1, false).String(), 18081) == "" {
+			return fmt.Errorf("no flow for hostPort 18081 on node1")
+		}
+		return nil
+	})
+	flows := dumpBridges(t, n1)
+	for _, c := range []struct {
+		addr string
+		port int
+	}{{dnsIP.String(), 53}, {memberIP(t, n1, false).String(), 10250}} {
+		for _, line := range strings.Split(flows, "\n") {
+			if strings.Contains(line, "priority=250") && serviceFlow(line, c.addr, c.port) != "" {
+				t.Errorf("node1 serves the refused hostPort %s:%d: %s", c.addr, c.port, line)
+			}
+		}
+	}
+	// The cluster DNS still answers a pod on node1, and the kubelet its API.
+	client := deployPods(t, tn.as(e), tn.ns, "client", 2)
+	for _, c := range client {
+		if c.node != "node1" {
+			continue
+		}
+		eventually(t, 30*time.Second, "cluster DNS from node1", func(context.Context) error {
+			_, err := resolve(c.netns, dnsIP, "kubernetes.default.svc.cluster.local.", dns.TypeA)
+			return err
+		})
+	}
+	if _, err := kubectl(t, e, "logs", "-n", tn.ns, "grab"); err != nil {
+		t.Errorf("kubectl logs of a pod on node1: %v", err)
 	}
 }
