@@ -153,17 +153,15 @@ func reasmRequests(t *testing.T, netns string, v6 bool) int {
 // heldFragments returns how many fragments node m's userspace datapath
 // holds for reassembly (ovs-appctl dpctl/ipf-get-status, as an oracle).
 func heldFragments(m *testbed.Member) (int, error) {
-	cmd := exec.Command("ovs-appctl", "dpctl/ipf-get-status")
-	cmd.Env = append(os.Environ(), "OVS_RUNDIR="+m.OVSRundir)
-	out, err := cmd.CombinedOutput()
+	out, err := appctl(m, "dpctl/ipf-get-status")
 	if err != nil {
 		return 0, fmt.Errorf("ipf-get-status on %s: %v: %s", m.Name, err, out)
 	}
-	sm := regexp.MustCompile(`num frag: (\d+)`).FindSubmatch(out)
+	sm := regexp.MustCompile(`num frag: (\d+)`).FindStringSubmatch(out)
 	if sm == nil {
 		return 0, fmt.Errorf("ipf-get-status on %s: %s", m.Name, out)
 	}
-	return strconv.Atoi(string(sm[1]))
+	return strconv.Atoi(sm[1])
 }
 
 // fragCheck is what a scenario checks: from a client pod to a server
@@ -279,12 +277,12 @@ func TestTenantFragments(t *testing.T) {
 	}
 
 	// The pod's log says what the server received, by client address.
-	serverLog := func() string {
+	serverLog := func() (string, error) {
 		b, err := e.client.CoreV1().Pods(tn.ns).GetLogs(srv.name, &v1.PodLogOptions{}).DoRaw(ctx)
 		if err != nil {
-			t.Fatalf("logs of %s: %v", srv.name, err)
+			return "", fmt.Errorf("logs of %s: %w", srv.name, err)
 		}
-		return string(b)
+		return string(b), nil
 	}
 	echoed := func(reply []byte) error {
 		pod, _, rest, err := workload.ParseReply(string(reply))
@@ -296,7 +294,7 @@ func TestTenantFragments(t *testing.T) {
 		}
 		return nil
 	}
-	podChecks := func(what string) {
+	podChecks := func(t *testing.T, what string) {
 		t.Helper()
 		for _, c := range []netPod{same, other} {
 			for _, v6 := range []bool{false, true} {
@@ -313,7 +311,10 @@ func TestTenantFragments(t *testing.T) {
 						// The server logs "udp <client> <n> bytes" for each
 						// datagram it reads; each denied datagram was sent
 						// from a port of its own.
-						log := serverLog()
+						log, err := serverLog()
+						if err != nil {
+							return err
+						}
 						for _, l := range locals {
 							_, port, _ := net.SplitHostPort(l)
 							if regexp.MustCompile(`udp \S+:` + port + ` \d+ bytes`).MatchString(log) {
@@ -338,7 +339,7 @@ func TestTenantFragments(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer func() { _ = policies.Delete(ctx, np.Name, metav1.DeleteOptions{}) }()
-		podChecks("ingress")
+		podChecks(t, "ingress")
 	})
 
 	t.Run("egress policy", func(t *testing.T) {
@@ -351,7 +352,7 @@ func TestTenantFragments(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer func() { _ = policies.Delete(ctx, np.Name, metav1.DeleteOptions{}) }()
-		podChecks("egress")
+		podChecks(t, "egress")
 	})
 
 	t.Run("egress firewall", func(t *testing.T) {
@@ -410,7 +411,7 @@ func TestTenantFragments(t *testing.T) {
 			v, _ := received.Load(net.JoinHostPort(a.String(), strconv.Itoa(port)))
 			return v.(*atomic.Int64).Load()
 		}
-		extChecks := func(what string) {
+		extChecks := func(t *testing.T, what string) {
 			t.Helper()
 			for _, c := range []netPod{same, other} {
 				for _, a := range dsts {
@@ -449,7 +450,7 @@ func TestTenantFragments(t *testing.T) {
 			{Type: fw.RuleDeny, To: fw.EgressFirewallDestination{CIDRSelector: "::/0"}},
 		})
 		g.waitStatus(t, tn.ns, "EgressFirewall Rules applied", "EgressFirewall Rules applied")
-		extChecks("allow-list")
+		extChecks(t, "allow-list")
 		// A deny of the one port, then everything else allowed: the
 		// denied port's later fragments, which carry no port, must not
 		// pass by the allow below.
@@ -460,6 +461,6 @@ func TestTenantFragments(t *testing.T) {
 			{Type: fw.RuleAllow, To: fw.EgressFirewallDestination{CIDRSelector: "::/0"}},
 		})
 		g.waitStatus(t, tn.ns, "EgressFirewall Rules applied", "EgressFirewall Rules applied")
-		extChecks("deny of a port")
+		extChecks(t, "deny of a port")
 	})
 }
