@@ -55,13 +55,28 @@ var (
 //	13   (45) no policy, first fragment to a local pod: to the meeting, uncommitted
 //	12   no policy, first fragment: to the meeting, committing it
 const (
-	PriorityPolicyFragmentInvalid    Priority = 296
-	PriorityPolicyFragmentWhole      Priority = 295
+	// PriorityPolicyFragmentInvalid drops fragments back from the
+	// meeting that conntrack found invalid.
+	PriorityPolicyFragmentInvalid Priority = 296
+	// PriorityPolicyFragmentWhole passes fragments back from the meeting.
+	PriorityPolicyFragmentWhole Priority = 295
+	// PriorityPolicyFragmentLaterLocal (45) sends a new datagram's later
+	// fragments toward a local pod to the meeting, uncommitted.
 	PriorityPolicyFragmentLaterLocal Priority = 251
-	PriorityPolicyFragmentLater      Priority = 250
+	// PriorityPolicyFragmentLater sends a new datagram's later fragments
+	// to the meeting, committing the connection.
+	PriorityPolicyFragmentLater Priority = 250
+	// PriorityPolicyFragmentAllowLocal (45) sends a first fragment a rule
+	// allows toward a local pod to the meeting, uncommitted.
 	PriorityPolicyFragmentAllowLocal Priority = 204
-	PriorityPolicyFragmentAllowNew   Priority = 203
-	PriorityPolicyFragmentLocalNew   Priority = 13
+	// PriorityPolicyFragmentAllowNew sends a first fragment a rule allows
+	// to the meeting, committing the connection.
+	PriorityPolicyFragmentAllowNew Priority = 203
+	// PriorityPolicyFragmentLocalNew (45) sends a first fragment of a pod
+	// no policy isolates, toward a local pod, to the meeting, uncommitted.
+	PriorityPolicyFragmentLocalNew Priority = 13
+	// PriorityPolicyFragmentDefaultNew sends a first fragment that no
+	// policy judges to the meeting, committing the connection.
 	PriorityPolicyFragmentDefaultNew Priority = 12
 )
 

@@ -419,6 +419,12 @@ var families = []family{
 //	45    a new connection to a local pod: pass uncommitted (11)
 //	65    from mp0 (the host): commit when new (291), pass (290); from the
 //	      host masquerade address: pass (290)
+//
+// and those of fragmented datagrams that nothing committed (in 45, only
+// from local pods): back from the meeting, drop the invalid (296), pass
+// the rest (295); later fragments to the meeting (250; in 45, 251
+// toward a local pod, uncommitted); a first fragment that no policy
+// judges to the meeting (12; in 45, 13 toward a local pod, uncommitted).
 func BaseFlows(c Config) ([]openflow.Flow, error) {
 	for _, p := range c.PodCIDRs {
 		if !p.IsValid() || p.Masked() != p || p.Addr().Is4In6() {
@@ -482,6 +488,8 @@ func BaseFlows(c Config) ([]openflow.Flow, error) {
 // RuleFlows returns the conj_id flows of one rule (conjunction id): pass
 // what it allows, committing a new connection that nothing committed;
 // egress leaves one to a local pod (c.PodCIDRs) uncommitted, for table 65.
+// A first fragment it allows goes to the meeting (203; 204 toward a local
+// pod in egress), where its datagram's later fragments wait.
 func RuleFlows(c Config, d Direction, id uint32) ([]openflow.Flow, error) {
 	if id == 0 {
 		return nil, fmt.Errorf("policy: %s rule: conjunction id 0", d)
