@@ -18,6 +18,11 @@
 // A rule's conj_id flows (RuleFlows) pass what it allows, committing new
 // connections; an isolated pod's own flows (IsolationFlows) drop the rest;
 // BaseFlows pass established traffic and what policies never judge.
+//
+// A new datagram in fragments is judged by its first fragment, whose port
+// a port clause's second flow matches in the connection's tuple; its later
+// fragments wait for it at a ct action, the meeting, where it goes only
+// when allowed (see "Fragments" below and docs/pipeline.md).
 package policy
 
 import (
