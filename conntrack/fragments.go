@@ -25,11 +25,40 @@ func FragmentPortsFixed(ovsVersion string) bool {
 	if !ok {
 		return true
 	}
-	last := fragmentFixes[len(fragmentFixes)-1]
-	if CompareVersion(v, last) >= 0 {
+	return fixedIn(v, fragmentFixes)
+}
+
+// expiredFragmentFixes are the first releases of each Open vSwitch branch
+// whose userspace datapath drops the fragments it held for reassembly and
+// gave up on (upstream commit "ipf: Don't send expired frags", FDP-1052).
+// Before it, they were sent on 15 s later with the actions of whatever
+// packet conntrack handled next, out of any port. Branches after the last
+// one listed have it; 3.1 never got it.
+var expiredFragmentFixes = [][3]int{{3, 2, 6}, {3, 3, 5}, {3, 4, 3}, {3, 5, 1}}
+
+// ExpiredFragmentsDropped reports whether ovs-vswitchd version ovsVersion
+// drops, in the userspace datapath, the fragments of a datagram that never
+// came whole. The fragments a policy denies wait at a ct action for a
+// first fragment that does not come (flows/policy, flows/egressfw); so do
+// the fragments of an incomplete datagram, which anyone can send. An
+// older userspace datapath releases them after 15 s into an unrelated
+// packet's actions, which may output them anywhere. A version it cannot
+// parse counts as fixed.
+func ExpiredFragmentsDropped(ovsVersion string) bool {
+	v, ok := ParseVersion(ovsVersion)
+	if !ok {
 		return true
 	}
-	for _, f := range fragmentFixes {
+	return fixedIn(v, expiredFragmentFixes)
+}
+
+// fixedIn reports whether v has a fix first released in fixes (one
+// release per branch, oldest branch first; later branches have it).
+func fixedIn(v [3]int, fixes [][3]int) bool {
+	if CompareVersion(v, fixes[len(fixes)-1]) >= 0 {
+		return true
+	}
+	for _, f := range fixes {
 		if v[0] == f[0] && v[1] == f[1] {
 			return v[2] >= f[2]
 		}

@@ -352,7 +352,8 @@ func (a *Agent) setupOVS(ctx context.Context) error {
 
 // warnOldDatapath warns, once at start-up, when the userspace datapath of
 // this Open vSwitch loses large UDP datagrams sent to a Service (see
-// conntrack.FragmentPortsFixed).
+// conntrack.FragmentPortsFixed), and when it releases fragments it gave up
+// on into other packets' actions (conntrack.ExpiredFragmentsDropped).
 func (a *Agent) warnOldDatapath(ctx context.Context) {
 	sw, err := a.db.Switch(ctx)
 	if err != nil {
@@ -362,6 +363,11 @@ func (a *Agent) warnOldDatapath(ctx context.Context) {
 	if !conntrack.FragmentPortsFixed(sw.OVSVersion) {
 		a.log.WithField("ovs_version", sw.OVSVersion).Warn("this Open vSwitch's userspace datapath does not give later IP fragments their connection's ports: " +
 			"UDP datagrams larger than the MTU sent to a Service are lost (fixed in Open vSwitch 2.17.12, 3.0.8, 3.1.7, 3.2.5, 3.3.4, 3.4.2 and 3.5.0)")
+	}
+	if !conntrack.ExpiredFragmentsDropped(sw.OVSVersion) {
+		a.log.WithField("ovs_version", sw.OVSVersion).Warn("this Open vSwitch's userspace datapath sends the IP fragments it gave up reassembling (an incomplete datagram, " +
+			"or one a policy denied) on after 15 s with an unrelated packet's actions, out of any port; nodeflow cannot stop that from its flows " +
+			"(fixed in Open vSwitch 3.2.6, 3.3.5, 3.4.3 and 3.5.1)")
 	}
 }
 

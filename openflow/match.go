@@ -497,3 +497,7 @@ func CtTpSrc(port uint16) Field { return mfU16(mfCtTpSrc, port) }
 // CtTpDst matches the transport destination port of the connection's
 // original direction.
 func CtTpDst(port uint16) Field { return mfU16(mfCtTpDst, port) }
+
+// CtTpDstMasked matches the bits of mask of the transport destination port
+// of the connection's original direction.
+func CtTpDstMasked(port, mask uint16) Field { return mfU16Masked(mfCtTpDst, port, mask) }

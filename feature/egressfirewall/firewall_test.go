@@ -152,7 +152,7 @@ func TestNodeSelector(t *testing.T) {
 		t.Fatalf("flows:\n%s", strings.Join(got, "\n"))
 	}
 	// This node's IP is reached through the host alias too.
-	if !has(got, "nw_dst=169.254.169.2", "tp_dst=6443", "goto_table:60") {
+	if !has(got, "nw_dst=169.254.169.2", "tp_dst=6443", "goto_table:55") {
 		t.Errorf("no alias flow for the node IP:\n%s", strings.Join(got, "\n"))
 	}
 	// A label change follows.
@@ -180,7 +180,7 @@ func TestDNSNameLookups(t *testing.T) {
 	// Looked up at once when added; the answer may come after the
 	// first sync, which then has no address for the rule.
 	e.waitFlows(efflows.Owner("a"), "the name's addresses", func(got []string) bool {
-		return has(got, "nw_dst=198.51.100.7", "goto_table:60") && has(got, "ipv6_dst=2001:db8::7", "goto_table:60")
+		return has(got, "nw_dst=198.51.100.7", "goto_table:55") && has(got, "ipv6_dst=2001:db8::7", "goto_table:55")
 	})
 	// Another namespace shares the name: one entry in the cache.
 	e.create(ef("b", "default", "Deny dns:www.example.com"))
@@ -232,7 +232,7 @@ func TestDNSLearning(t *testing.T) {
 		return out
 	}
 	sent := released(1)
-	if got := e.flows(efflows.Owner("a")); !has(got, "nw_dst=198.51.100.20", "goto_table:60") {
+	if got := e.flows(efflows.Owner("a")); !has(got, "nw_dst=198.51.100.20", "goto_table:55") {
 		t.Fatalf("released before the address was installed:\n%s", strings.Join(got, "\n"))
 	}
 	po, ok := sent[0].Msg.(*openflow.PacketOut)
@@ -299,7 +299,7 @@ func TestUnresolvedName(t *testing.T) {
 	e.event("Warning", ReasonDNSNameUnresolved, "spec.egress[1].to.dnsName", `"never.example.com" does not resolve`, "NXDOMAIN")
 	e.lastApplied("a", "default", "node1: "+StatusNotApplied+": EgressFirewall a/default: spec.egress[1].to.dnsName")
 	// The other rules are in place all the same.
-	if got := e.flows(efflows.Owner("a")); !has(got, "nw_dst=192.0.2.0/24", "goto_table:60") || !has(got, "priority=10997", "actions=drop") {
+	if got := e.flows(efflows.Owner("a")); !has(got, "nw_dst=192.0.2.0/24", "goto_table:55") || !has(got, "priority=10997", "actions=drop") {
 		t.Fatalf("flows:\n%s", strings.Join(got, "\n"))
 	}
 	// The name comes into being: applied.
@@ -325,7 +325,7 @@ func TestRestartKeepsLearnedAddresses(t *testing.T) {
 	e := newEnvHost(t, nil, func(h *featuretest.Host) { h.Installed[plan.Pod] = prev },
 		ef("a", "default", "Allow dns:*.example.com", "Deny 0.0.0.0/0"))
 	got := e.flows(efflows.Owner("a"))
-	if !has(got, "priority=10999,", "nw_dst=198.51.100.9", "goto_table:60") || !has(got, "priority=10999,", "ipv6_dst=2001:db8::9") {
+	if !has(got, "priority=10999,", "nw_dst=198.51.100.9", "goto_table:55") || !has(got, "priority=10999,", "ipv6_dst=2001:db8::9") {
 		t.Fatalf("first sync without the installed addresses:\n%s", strings.Join(got, "\n"))
 	}
 	if st, _ := e.f.names.Status("*.example.com"); st.Refs != 1 || len(st.Addrs) != 2 {

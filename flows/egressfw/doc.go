@@ -17,9 +17,11 @@
 //     plan.PriorityEgressFirewallBypass: pod to pod is never judged.
 //   - Build (owner Owner(namespace)): the namespace's rules. Rule i gets
 //     plan.EgressFirewallRules.Rank(i), so the first match wins; the
-//     table's miss allows. Allow is goto_table:60 (plan.PodRouting); Deny
-//     is a flow without actions, so every denied packet is counted in some
-//     flow's n_packets.
+//     table's miss allows. Allow is goto_table:55
+//     (plan.PodEgressFirewallFragments), which sends everything but a
+//     datagram's first fragment straight on to routing (plan.PodRouting);
+//     Deny is a flow without actions, so every denied packet is counted in
+//     some flow's n_packets.
 //
 // A rule matches the namespace id, one of its prefixes (a 0.0.0.0/0 or
 // ::/0 prefix matches without nw_dst) and, when it has ports, one of its
@@ -44,6 +46,22 @@
 // rules, in the same order, and the band's lowest priority allows the
 // alias when no rule holding the host matched (only when some rule's
 // prefix holds the alias; otherwise the rules cannot match it anyway).
+//
+// Fragments. A datagram that arrives in fragments has its ports in its
+// first fragment alone, and there only in its connection's tuple
+// (ct_tp_dst), which is the packet's own when no NAT touched the
+// connection. For such a datagram the rules judge the first fragment, a
+// port by the tuple (a second flow per port); its later fragments skip the
+// rules (plan.PriorityEgressFirewallLaterFragments) and wait at a ct action
+// in the service zone that continues in table 55, the meeting. Table 55
+// (GuardFlows) sends an allowed first fragment to the same ct action, so
+// the datagram's fragments go on together when its first fragment is
+// allowed (the userspace datapath's ct holds them until it has them all),
+// and the later ones never do otherwise. A first fragment that no rule
+// matched is allowed through table 55 too
+// (plan.PriorityEgressFirewallFirstFragment). The fragments of a NATed or
+// an invalid connection cannot be judged by port: a rule with ports never
+// allows them, and a Deny rule with ports drops them, whatever their port.
 //
 // DNS learning (DNSFlows, owner DNSOwner, priority
 // plan.PriorityEgressFirewallDNS, above the guards): UDP from port 53 to

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"slices"
 
+	"nodeflow/conntrack"
 	fw "nodeflow/egressfw"
 	"nodeflow/flows/plan"
 	"nodeflow/openflow"
@@ -107,7 +108,70 @@ func GuardFlows() []openflow.Flow {
 			Match: openflow.NewMatch(m.Match()), Instructions: next,
 		})
 	}
+	// Table 55: a datagram's fragments back from the meeting go on,
+	// unless conntrack found them invalid (overlapping); an allowed first
+	// fragment of a datagram that no NAT touched goes to the meeting,
+	// where its later fragments wait.
+	met := plan.FirewallFragmentsMet.Match()
+	invalid := openflow.CtState(openflow.CtInv|openflow.CtTrk, openflow.CtInv|openflow.CtTrk)
+	out = append(out,
+		openflow.Flow{Table: uint8(plan.PodEgressFirewallFragments), Priority: uint16(plan.PriorityEgressFirewallFragmentInvalid),
+			Match: openflow.NewMatch(met, invalid)},
+		openflow.Flow{Table: uint8(plan.PodEgressFirewallFragments), Priority: uint16(plan.PriorityEgressFirewallFragmentWhole),
+			Match: openflow.NewMatch(met), Instructions: next},
+	)
+	for _, f := range []family{fam4, fam6} {
+		out = append(out, openflow.Flow{Table: uint8(plan.PodEgressFirewallFragments), Priority: uint16(plan.PriorityEgressFirewallFragmentFirst),
+			Match: openflow.NewMatch(f.eth, fragFirst, ctPlain), Instructions: meet})
+	}
 	return out
+}
+
+// Fragments. A datagram that arrives in fragments carries its ports in
+// its first fragment alone, and only in its connection's tuple
+// (ct_tp_dst; an OpenFlow switch in normal fragment mode hides a
+// fragment's L4 ports), which is the packet's own when no NAT touched the
+// connection. So for such a datagram the rules judge the first fragment,
+// matching ports on the tuple (firstFragmentL4), and its later fragments
+// skip the rules: they go straight to a meeting, a ct action in the
+// service zone that continues in table 55 (plan.PodEgressFirewallFragments),
+// and wait there. What the rules allow goes through table 55, where a
+// first fragment goes to the same meeting. The userspace datapath's ct
+// action holds a datagram's fragments until it has them all and sends them
+// on together, so the datagram passes whole when its first fragment is
+// allowed and not at all otherwise. A fragment of a NATed connection
+// (whose tuple holds the address and port before the NAT) or of an
+// invalid one cannot be judged by port: a rule with ports never allows
+// it, and a Deny rule with ports denies it (denyUnjudged).
+var (
+	fragFirst = openflow.IPFrag(openflow.IPFragAny, openflow.IPFragAny|openflow.IPFragLater)
+	fragLater = openflow.IPFrag(openflow.IPFragAny|openflow.IPFragLater, openflow.IPFragAny|openflow.IPFragLater)
+	// ctPlain is a valid connection that no NAT touched.
+	ctPlain = openflow.CtState(openflow.CtTrk, openflow.CtTrk|openflow.CtInv|openflow.CtSNAT|openflow.CtDNAT)
+	// meet marks the fragments and sends them to the meeting.
+	meet = []openflow.Instruction{openflow.ApplyActions{Actions: []openflow.Action{
+		plan.FirewallFragmentsMet.Load(),
+		openflow.CT{Zone: uint16(conntrack.ZoneService), RecircTable: uint8(plan.PodEgressFirewallFragments)},
+	}}}
+	// unjudged are the fragments that a rule cannot judge by port: a later
+	// fragment (one that no NAT touched never reaches the rules), and a
+	// first fragment of a NATed or an invalid connection.
+	unjudged = [][]openflow.Field{
+		{fragLater},
+		{fragFirst, openflow.CtState(openflow.CtDNAT|openflow.CtTrk, openflow.CtDNAT|openflow.CtTrk)},
+		{fragFirst, openflow.CtState(openflow.CtSNAT|openflow.CtTrk, openflow.CtSNAT|openflow.CtTrk)},
+		{fragFirst, openflow.CtState(openflow.CtInv|openflow.CtTrk, openflow.CtInv|openflow.CtTrk)},
+	}
+)
+
+// firstFragmentL4 returns the match of p in the first fragment of a
+// connection that no NAT touched: its tuple's protocol and port. Nil for
+// a whole protocol, which the first fragment's own protocol matches.
+func firstFragmentL4(p fw.Port) []openflow.Field {
+	if p.Port == 0 {
+		return nil
+	}
+	return []openflow.Field{fragFirst, ctPlain, openflow.CtNwProto(uint8(p.Protocol)), openflow.CtTpDst(p.Port)}
 }
 
 // family holds one IP version's match constructors.
@@ -138,6 +202,8 @@ type rule struct {
 	prefixes [2][]netip.Prefix // [0] IPv4, [1] IPv6
 	ports    []fw.Port
 	l4       [][]openflow.Field // the match fields of each port
+	fragL4   [][]openflow.Field // a first fragment's, for the ports with a number
+	deny     bool
 }
 
 // builder builds one namespace's flows.
@@ -169,7 +235,7 @@ func Build(c Config, ns Namespace) ([]openflow.Flow, error) {
 	}
 	b := &builder{
 		c: c, ns: ns, nsMatch: nsMatch,
-		allow:    []openflow.Instruction{openflow.GotoTable{Table: uint8(plan.PodRouting)}},
+		allow:    []openflow.Instruction{openflow.GotoTable{Table: uint8(plan.PodEgressFirewallFragments)}},
 		deny:     nil,
 		families: [2]family{fam4, fam6},
 	}
@@ -191,6 +257,13 @@ func Build(c Config, ns Namespace) ([]openflow.Flow, error) {
 	}
 	for _, a := range c.HostAliases {
 		b.alias(a, rules)
+	}
+	// Fragments of a datagram that no NAT touched: the later ones skip
+	// the rules and wait at the meeting; a first fragment that no rule
+	// matched is allowed, through table 55.
+	for _, f := range b.families {
+		b.add(plan.PriorityEgressFirewallLaterFragments, openflow.NewMatch(b.nsMatch, f.eth, fragLater, ctPlain), meet)
+		b.add(plan.PriorityEgressFirewallFirstFragment, openflow.NewMatch(b.nsMatch, f.eth, fragFirst, ctPlain), b.allow)
 	}
 	return b.out, nil
 }
@@ -236,7 +309,11 @@ func (b *builder) normalise(i int, r Rule) (rule, error) {
 		}
 		nr.ports = append(nr.ports, p)
 		nr.l4 = append(nr.l4, l4(p))
+		if ff := firstFragmentL4(p); ff != nil {
+			nr.fragL4 = append(nr.fragL4, ff)
+		}
 	}
+	nr.deny = r.Action == fw.Deny
 	return nr, nil
 }
 
@@ -324,8 +401,14 @@ func (b *builder) rule(r *rule) error {
 	if nPrefixes == 0 {
 		return nil
 	}
+	if r.deny && m > 0 {
+		b.denyUnjudged(prio, r.prefixes)
+	}
 	if m == 0 || nPrefixes*m <= nPrefixes+m*nFamilies+1 {
 		b.cross(prio, r.prefixes, r.l4, r.verdict)
+		if len(r.fragL4) > 0 {
+			b.cross(prio, r.prefixes, r.fragL4, r.verdict)
+		}
 		return nil
 	}
 	id, err := ConjID(b.ns.ConjBlock, r.index)
@@ -345,6 +428,9 @@ func (b *builder) rule(r *rule) error {
 		for _, port := range r.l4 {
 			b.add(prio, b.match(f, netip.Prefix{}, port), clause2)
 		}
+		for _, port := range r.fragL4 {
+			b.add(prio, b.match(f, netip.Prefix{}, port), clause2)
+		}
 	}
 	b.add(prio, openflow.NewMatch(openflow.ConjID(id)), r.verdict)
 	return nil
@@ -361,6 +447,20 @@ func (b *builder) cross(prio plan.Priority, prefixes [2][]netip.Prefix, ports []
 			}
 			for _, port := range ports {
 				b.add(prio, b.match(f, p, port), verdict)
+			}
+		}
+	}
+}
+
+// denyUnjudged adds, for a Deny rule with ports, the drops of the
+// fragments to its prefixes that no rule can judge by port (unjudged):
+// whatever their port, they might be the rule's.
+func (b *builder) denyUnjudged(prio plan.Priority, prefixes [2][]netip.Prefix) {
+	for fi, ps := range prefixes {
+		f := b.families[fi]
+		for _, p := range ps {
+			for _, u := range unjudged {
+				b.add(prio, b.match(f, p, u), nil)
 			}
 		}
 	}
@@ -392,6 +492,11 @@ func (b *builder) alias(a HostAlias, rules []rule) {
 		ps[fi] = []netip.Prefix{only}
 		prio, _ := plan.EgressFirewallHostAliases.Rank(r.index) // the band is larger than MaxRules
 		b.cross(prio, ps, r.l4, r.verdict)
+		if r.deny && len(r.ports) > 0 {
+			// The alias is reached only through a NAT: no fragment to it
+			// can be judged by port.
+			b.denyUnjudged(prio, ps)
+		}
 		if len(r.ports) == 0 {
 			// Every packet to the alias stops here: nothing below
 			// would be reached.

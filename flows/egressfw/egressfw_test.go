@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -124,8 +125,10 @@ func TestGolden(t *testing.T) {
 	t.Run("guards.flows", func(t *testing.T) { golden(t, "guards.flows", GuardFlows()) })
 }
 
-// TestTablesAndFeatures checks that every flow is in table 50, which
-// admits the owner's feature, and goes nowhere but table 60.
+// TestTablesAndFeatures checks that every flow is in table 50 or 55,
+// which admit the owner's feature, and goes nowhere but on: 50 to 55 (what
+// the rules allow) or 60 (the guards), 55 to 60, and a meeting's ct back
+// to 55.
 func TestTablesAndFeatures(t *testing.T) {
 	all := map[string][]openflow.Flow{GuardOwner: GuardFlows()}
 	for _, tc := range goldenCases() {
@@ -140,17 +143,30 @@ func TestTablesAndFeatures(t *testing.T) {
 		if err != nil || feat != plan.FeatureEgressFirewall {
 			t.Fatalf("owner %s: feature %s, %v", owner, feat, err)
 		}
-		tb, _ := plan.LookupTable(plan.Pod, plan.PodEgressFirewall)
-		if !tb.Allows(feat) {
-			t.Fatalf("%s does not admit %s", tb, feat)
+		for _, id := range []plan.TableID{plan.PodEgressFirewall, plan.PodEgressFirewallFragments} {
+			tb, _ := plan.LookupTable(plan.Pod, id)
+			if !tb.Allows(feat) {
+				t.Fatalf("%s does not admit %s", tb, feat)
+			}
+		}
+		next := map[uint8][]uint8{
+			uint8(plan.PodEgressFirewall):          {uint8(plan.PodEgressFirewallFragments), uint8(plan.PodRouting)},
+			uint8(plan.PodEgressFirewallFragments): {uint8(plan.PodRouting)},
 		}
 		for _, f := range fs {
-			if f.Table != uint8(plan.PodEgressFirewall) {
-				t.Errorf("%s: %s: not table 50", owner, f)
+			if next[f.Table] == nil {
+				t.Errorf("%s: %s: not table 50 or 55", owner, f)
 			}
 			for _, in := range f.Instructions {
-				if g, ok := in.(openflow.GotoTable); ok && g.Table != uint8(plan.PodRouting) {
+				if g, ok := in.(openflow.GotoTable); ok && !slices.Contains(next[f.Table], g.Table) {
 					t.Errorf("%s: %s: goes to table %d", owner, f, g.Table)
+				}
+				if aa, ok := in.(openflow.ApplyActions); ok {
+					for _, a := range aa.Actions {
+						if ct, ok := a.(openflow.CT); ok && (ct.RecircTable != uint8(plan.PodEgressFirewallFragments) || ct.Commit) {
+							t.Errorf("%s: %s: a ct that is not the meeting", owner, f)
+						}
+					}
 				}
 			}
 		}
@@ -211,13 +227,20 @@ func TestConjunctionCost(t *testing.T) {
 		ports    []fw.Port
 		want     int
 		conj     bool
+		// frags counts the flows for fragments: the namespace's four (the
+		// later fragments to the meeting, a first fragment no rule
+		// matched allowed, in each family); for a Deny rule with ports
+		// the four drops of unjudged fragments per prefix; and a first
+		// fragment's port match for each port (per prefix when crossed,
+		// per family in a conjunction).
+		frags int
 	}{
-		{"no ports", v4, nil, 50, false},
-		{"one prefix, ten ports: crossed", v4[:1], ports(10), 10, false},
-		{"two prefixes, three ports: crossed (6 = 6)", v4[:2], ports(3), 6, false},
-		{"three prefixes, three ports: conjunction", v4[:3], ports(3), 7, true},
-		{"fifty prefixes, twenty ports", v4, ports(20), 71, true},
-		{"dual-stack: ports in each family", append(v4[:10:10], pfx("2001:db8::/64", "2001:db8:1::/64")...), ports(5), 10 + 2 + 5*2 + 1, true},
+		{"no ports", v4, nil, 50, false, 4},
+		{"one prefix, ten ports: crossed", v4[:1], ports(10), 10, false, 4 + 4 + 10},
+		{"two prefixes, three ports: crossed (6 = 6)", v4[:2], ports(3), 6, false, 4 + 8 + 6},
+		{"three prefixes, three ports: conjunction", v4[:3], ports(3), 7, true, 4 + 12 + 3},
+		{"fifty prefixes, twenty ports", v4, ports(20), 71, true, 4 + 200 + 20},
+		{"dual-stack: ports in each family", append(v4[:10:10], pfx("2001:db8::/64", "2001:db8:1::/64")...), ports(5), 10 + 2 + 5*2 + 1, true, 4 + 48 + 10},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			fs, err := Build(Config{}, Namespace{Name: "n", ID: 1, ConjBlock: 1, Rules: []Rule{{Action: fw.Deny, Prefixes: tc.prefixes, Ports: tc.ports}}})
@@ -225,8 +248,9 @@ func TestConjunctionCost(t *testing.T) {
 				t.Fatal(err)
 			}
 			conj := strings.Contains(render(fs), "conj_id=")
-			if len(fs) != tc.want || conj != tc.conj {
-				t.Errorf("%d flows (conjunction %v), want %d (%v):\n%s", len(fs), conj, tc.want, tc.conj, render(fs))
+			frags := strings.Count(render(fs), "nw_frag=")
+			if len(fs)-frags != tc.want || conj != tc.conj || frags != tc.frags {
+				t.Errorf("%d flows and %d for fragments (conjunction %v), want %d and %d (%v):\n%s", len(fs)-frags, frags, conj, tc.want, tc.frags, tc.conj, render(fs))
 			}
 		})
 	}

@@ -26,6 +26,7 @@ var stubPipeline = []string{
 	"table=0, priority=100,in_port=5 actions=set_field:0x2/0xf->reg0,set_field:0x123/0xffffff->reg1,goto_table:50",
 	"table=50, priority=20000,ip,nw_dst=10.244.0.0/16 actions=goto_table:60",
 	"table=50, priority=0 actions=goto_table:60",
+	"table=55, priority=0 actions=goto_table:60",
 	"table=60, priority=0 actions=output:2",
 }
 

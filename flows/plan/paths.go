@@ -79,8 +79,9 @@ var (
 	svcEst     = seq(pod(PodServiceLB, "not new: goto 40"), pod(PodSNAT, "no SNAT needed: goto 45"), egressPol)
 	noSNAT     = seq(pod(PodSNAT, "no SNAT needed: goto 45"), egressPol)
 	noBypass   = seq(pod(PodEgressFirewall, "not a cluster destination: goto 60"))
-	judged     = seq(pod(PodEgressFirewall, "the namespace's rules, the first match: Allow goto 60 (Deny: drop)"))
-	toOutside  = seq(pod(PodRouting, "FromPod, default route: goto 90"),
+	judged     = seq(pod(PodEgressFirewall, "the namespace's rules, the first match: Allow goto 55 (Deny: drop)"),
+		pod(PodEgressFirewallFragments, "not a first fragment: goto 60"))
+	toOutside = seq(pod(PodRouting, "FromPod, default route: goto 90"),
 		podRecirc(PodEgressSNAT, "ct(commit,zone=65001,nat(src=node IP),table=95)"),
 		pod(PodGatewayOutput, "default gateway's MAC, output:patch"),
 		gw(GatewayClassifier, "p100 in_port=patch: ct(commit,zone=64000,exec(ct_mark=0x1)),output:eth0"))

@@ -33,7 +33,7 @@ func TestTableNumbersAreStable(t *testing.T) {
 	// change must be deliberate (bump PipelineVersion and this list).
 	want := map[Bridge]map[TableID]string{
 		Pod: {0: "Classifier", 5: "ARP", 10: "PortSecurity", 15: "TunnelIngress", 20: "UnSNAT", 25: "Conntrack",
-			30: "ServiceLB", 31: "SessionAffinity", 35: "EndpointDNAT", 40: "SNAT", 45: "EgressPolicy", 50: "EgressFirewall",
+			30: "ServiceLB", 31: "SessionAffinity", 35: "EndpointDNAT", 40: "SNAT", 45: "EgressPolicy", 50: "EgressFirewall", 55: "EgressFirewallFragments",
 			60: "Routing", 65: "IngressPolicy", 70: "LocalDelivery", 80: "TunnelEgress", 90: "EgressSNAT", 95: "GatewayOutput",
 			100: "VNetPortSecurity", 105: "VNetARP", 110: "VNetForward", 253: "Version"},
 		Gateway: {0: "Classifier", 1: "UplinkReturn", 2: "ToRouter", 3: "ToHost", 4: "HostHairpin", 5: "HairpinReturn", 253: "Version"},

@@ -195,7 +195,13 @@ const PolicyClauseLanes = 64
 // (VNetARP) and 110 (VNetForward), attachment ports in table 0, VNIs from
 // the tunnel in table 15; the pod network's table-15 flows accept only
 // keys without TunnelKeyVNIBit (namespace ids).
-const PipelineVersion = 5
+//
+// 6: fragmented datagrams under policy: tables 45 and 65 and the egress
+// firewall judge a datagram by its first fragment and send its later
+// fragments to meet it at a ct action (FragmentsEgress, FragmentsFirewall,
+// FragmentsIngress); the egress firewall's allowed packets go through the
+// new table 55 (EgressFirewallFragments).
+const PipelineVersion = 6
 
 // PipelineAnnotation is the Node annotation in which each agent publishes
 // the PipelineVersion it runs, so that the other nodes know what it can

@@ -14,7 +14,12 @@ package plan
 //	       addresses that stand in for a host address (the host masquerade
 //	       address a service DNATs to when its endpoint is this node's IP)
 //	20000  cluster and service destinations (Node)
-//	1000-10999  EgressFirewallRules: a namespace's rules, first rule highest
+//	11000  a namespace's later fragments of datagrams that no NAT touched:
+//	       to the meeting in table 55 (PriorityEgressFirewallLaterFragments)
+//	1000-10999  EgressFirewallRules: a namespace's rules, first rule highest;
+//	       Allow goes on to table 55
+//	999    a namespace's first fragment that no rule matched: allowed,
+//	       through table 55 (PriorityEgressFirewallFirstFragment)
 //	0      miss: allow (goto 60)
 //
 // Matches in different bands never need each other's order except the

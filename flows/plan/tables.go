@@ -103,12 +103,15 @@ const (
 	PodSNAT            TableID = 40
 	PodEgressPolicy    TableID = 45
 	PodEgressFirewall  TableID = 50
-	PodRouting         TableID = 60
-	PodIngressPolicy   TableID = 65
-	PodLocalDelivery   TableID = 70
-	PodTunnelEgress    TableID = 80
-	PodEgressSNAT      TableID = 90
-	PodGatewayOutput   TableID = 95
+	// PodEgressFirewallFragments is where the egress firewall's allowed
+	// first fragments meet their datagram's later fragments.
+	PodEgressFirewallFragments TableID = 55
+	PodRouting                 TableID = 60
+	PodIngressPolicy           TableID = 65
+	PodLocalDelivery           TableID = 70
+	PodTunnelEgress            TableID = 80
+	PodEgressSNAT              TableID = 90
+	PodGatewayOutput           TableID = 95
 	// The virtual networks' tables (vnet.go): past every table of the pod
 	// network, which never goes to them, as they never go back to it.
 	PodVNetPortSecurity TableID = 100
@@ -157,6 +160,8 @@ var tables = []Table{
 		MissGoto, PodEgressFirewall, []Feature{FeatureNetworkPolicy}},
 	{Pod, PodEgressFirewall, "EgressFirewall", "cluster and service destinations skip the egress firewall; each namespace's ordered rules",
 		MissGoto, PodRouting, []Feature{FeatureNode, FeatureEgressFirewall}},
+	{Pod, PodEgressFirewallFragments, "EgressFirewallFragments", "what the egress firewall allows: a fragmented datagram's first fragment meets its later fragments at a ct; the rest goes on",
+		MissGoto, PodRouting, []Feature{FeatureEgressFirewall}},
 	{Pod, PodRouting, "Routing", "local pod subnet, remote node subnets, the host, and the default route out through breth0",
 		MissDrop, 0, []Feature{FeatureNode, FeaturePod}},
 	{Pod, PodIngressPolicy, "IngressPolicy", "NetworkPolicy ingress of local pods: established passes, the node's host and hairpin pass, rules by conjunction, isolated pods drop; new connections committed",

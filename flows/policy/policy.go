@@ -18,6 +18,11 @@
 // A rule's conj_id flows (RuleFlows) pass what it allows, committing new
 // connections; an isolated pod's own flows (IsolationFlows) drop the rest;
 // BaseFlows pass established traffic and what policies never judge.
+//
+// A new datagram in fragments is judged by its first fragment, whose port
+// a port clause's second flow matches in the connection's tuple; its later
+// fragments wait for it at a ct action, the meeting, where it goes only
+// when allowed (see "Fragments" below and docs/pipeline.md).
 package policy
 
 import (
@@ -112,6 +117,18 @@ func (l L4) fields() []openflow.Field {
 		f = openflow.SCTPDstMasked(l.Port, l.Mask)
 	}
 	return append(out, f)
+}
+
+// firstFragmentFields is the match of l's port in a datagram's first
+// fragment of a new connection that no NAT touched: the port of the
+// connection's tuple (ct_tp_dst), which is the packet's own there, since
+// an OpenFlow switch in normal fragment mode hides a fragment's L4 ports.
+// Nil for a match without a port, which matches first fragments as it is.
+func (l L4) firstFragmentFields() []openflow.Field {
+	if l.Proto == 0 || l.Mask == 0 {
+		return nil
+	}
+	return []openflow.Field{fragFirst, ctNewPlain, openflow.CtNwProto(l.Proto), openflow.CtTpDstMasked(l.Port, l.Mask)}
 }
 
 // PortRange returns the bitwise matches that together cover ports lo..hi
@@ -236,6 +253,21 @@ func (k Key) Match() []openflow.Field {
 	return append(out, k.L4.fields()...)
 }
 
+// fragmentMatch returns the match of a port key's second flow, which
+// gives a datagram's first fragment to the clause by the port of its
+// connection's tuple (L4.firstFragmentFields), or nil for a key without a
+// port.
+func (k Key) fragmentMatch() []openflow.Field {
+	ff := k.L4.firstFragmentFields()
+	if ff == nil {
+		return nil
+	}
+	m := k.Match()
+	// The key's own protocol and port fields are its last.
+	m = m[:len(m)-len(k.L4.fields())]
+	return append(m, ff...)
+}
+
 // Conj is one rule's conjunction that a clause flow belongs to.
 type Conj struct {
 	ID     uint32
@@ -270,12 +302,18 @@ func ClauseFlows(k Key, conjs []Conj) ([]openflow.Flow, error) {
 	conjs = slices.Compact(conjs)
 	var out []openflow.Flow
 	var acts []openflow.Action
+	frag := k.fragmentMatch()
 	flush := func(lane plan.Priority) error {
 		if len(acts) > MaxConjunctionsPerFlow {
 			return fmt.Errorf("policy: key %s: %d conjunctions in lane %d, at most %d fit a flow", k, len(acts), lane, MaxConjunctionsPerFlow)
 		}
+		ins := []openflow.Instruction{openflow.ApplyActions{Actions: acts}}
 		out = append(out, openflow.Flow{Table: uint8(k.Dir.Table()), Priority: uint16(lane),
-			Match: openflow.NewMatch(k.Match()...), Instructions: []openflow.Instruction{openflow.ApplyActions{Actions: acts}}})
+			Match: openflow.NewMatch(k.Match()...), Instructions: ins})
+		if frag != nil {
+			out = append(out, openflow.Flow{Table: uint8(k.Dir.Table()), Priority: uint16(lane),
+				Match: openflow.NewMatch(frag...), Instructions: ins})
+		}
 		acts = nil
 		return nil
 	}
@@ -310,7 +348,44 @@ var (
 	// ctNewPlain is a new connection that no DNAT or SNAT committed.
 	ctNewPlain = openflow.CtState(openflow.CtNew|openflow.CtTrk,
 		openflow.CtNew|openflow.CtDNAT|openflow.CtSNAT|openflow.CtTrk)
+	ctInvalid = openflow.CtState(openflow.CtInv|openflow.CtTrk, openflow.CtInv|openflow.CtTrk)
+	// fragFirst and fragLater are a datagram's first fragment and its
+	// others.
+	fragFirst = openflow.IPFrag(openflow.IPFragAny, openflow.IPFragAny|openflow.IPFragLater)
+	fragLater = openflow.IPFrag(openflow.IPFragAny|openflow.IPFragLater, openflow.IPFragAny|openflow.IPFragLater)
 )
+
+// Fragments. A new datagram that no NAT touched and that arrives in
+// fragments is judged by its first fragment, the only one with a port (in
+// its connection's tuple: ct_tp_dst): the later fragments go straight to
+// a meeting, a ct action in the service zone that continues in the same
+// table, and the first fragment goes to the same ct action only when it
+// is allowed. The userspace datapath's ct action holds a datagram's
+// fragments until it has them all and then sends them on together, so the
+// datagram goes on whole when its first fragment was allowed, and not at
+// all otherwise: a later fragment, which carries no port, is never judged
+// on its own. The meeting commits the connection where the whole packet's
+// flow would (a local pod's connection is committed by table 65, after it
+// judged it), and marks the fragments with the direction's bit, which the
+// first fragment and the later ones set alike, so that they come back
+// together and pass.
+
+// fragmentsBit is the direction's meeting mark.
+func (d Direction) fragmentsBit() plan.Mark {
+	if d == Egress {
+		return plan.EgressFragmentsMet
+	}
+	return plan.IngressFragmentsMet
+}
+
+// meet sends a datagram's fragments to the direction's meeting, which
+// commits the connection when commit is set.
+func (d Direction) meet(commit bool) []openflow.Instruction {
+	return []openflow.Instruction{openflow.ApplyActions{Actions: []openflow.Action{
+		d.fragmentsBit().Load(),
+		openflow.CT{Commit: commit, Zone: uint16(conntrack.ZoneService), RecircTable: uint8(d.Table())},
+	}}}
+}
 
 func flow(table plan.TableID, prio plan.Priority, ins []openflow.Instruction, fields ...openflow.Field) openflow.Flow {
 	return openflow.Flow{Table: uint8(table), Priority: uint16(prio), Match: openflow.NewMatch(fields...), Instructions: ins}
@@ -349,6 +424,12 @@ var families = []family{
 //	45    a new connection to a local pod: pass uncommitted (11)
 //	65    from mp0 (the host): commit when new (291), pass (290); from the
 //	      host masquerade address: pass (290)
+//
+// and those of fragmented datagrams that nothing committed (in 45, only
+// from local pods): back from the meeting, drop the invalid (296), pass
+// the rest (295); later fragments to the meeting (250; in 45, 251
+// toward a local pod, uncommitted); a first fragment that no policy
+// judges to the meeting (12; in 45, 13 toward a local pod, uncommitted).
 func BaseFlows(c Config) ([]openflow.Flow, error) {
 	for _, p := range c.PodCIDRs {
 		if !p.IsValid() || p.Masked() != p || p.Addr().Is4In6() {
@@ -361,16 +442,32 @@ func BaseFlows(c Config) ([]openflow.Flow, error) {
 		fs = append(fs,
 			flow(t, plan.PriorityPolicyEstablished, goTo(next), ctEstablished),
 			flow(t, plan.PriorityPolicyEstablished, goTo(next), ctRelated),
+			flow(t, plan.PriorityPolicyFragmentInvalid, nil, d.fragmentsBit().Match(), ctInvalid),
+			flow(t, plan.PriorityPolicyFragmentWhole, goTo(next), d.fragmentsBit().Match()),
 		)
+		// Egress judges only what local pods send; whatever else table
+		// 45 sees is committed by the default flows, fragments included.
+		var fromPod []openflow.Field
+		if d == Egress {
+			fromPod = []openflow.Field{plan.FromPod.Match()}
+		}
 		for _, f := range families {
-			fs = append(fs, flow(t, plan.PriorityPolicyDefaultNew, commitThen(next), f.eth, ctNewPlain))
+			fs = append(fs,
+				flow(t, plan.PriorityPolicyDefaultNew, commitThen(next), f.eth, ctNewPlain),
+				flow(t, plan.PriorityPolicyFragmentLater, d.meet(true), append([]openflow.Field{f.eth, ctNewPlain, fragLater}, fromPod...)...),
+				flow(t, plan.PriorityPolicyFragmentDefaultNew, d.meet(true), append([]openflow.Field{f.eth, ctNewPlain, fragFirst}, fromPod...)...),
+			)
 			for _, p := range c.PodCIDRs {
 				if p.Addr().Is6() != f.v6 {
 					continue
 				}
 				fs = append(fs, flow(t, plan.PriorityPolicyExempt, goTo(next), f.eth, f.src(node.RouterIP(p))))
 				if d == Egress {
-					fs = append(fs, flow(t, plan.PriorityPolicyLocalNew, goTo(next), f.eth, ctNewPlain, f.dst(p)))
+					fs = append(fs,
+						flow(t, plan.PriorityPolicyLocalNew, goTo(next), f.eth, ctNewPlain, f.dst(p)),
+						flow(t, plan.PriorityPolicyFragmentLaterLocal, d.meet(false), f.eth, ctNewPlain, fragLater, f.dst(p), plan.FromPod.Match()),
+						flow(t, plan.PriorityPolicyFragmentLocalNew, d.meet(false), f.eth, ctNewPlain, fragFirst, f.dst(p), plan.FromPod.Match()),
+					)
 				}
 			}
 			if d == Ingress {
@@ -396,6 +493,8 @@ func BaseFlows(c Config) ([]openflow.Flow, error) {
 // RuleFlows returns the conj_id flows of one rule (conjunction id): pass
 // what it allows, committing a new connection that nothing committed;
 // egress leaves one to a local pod (c.PodCIDRs) uncommitted, for table 65.
+// A first fragment it allows goes to the meeting (203; 204 toward a local
+// pod in egress), where its datagram's later fragments wait.
 func RuleFlows(c Config, d Direction, id uint32) ([]openflow.Flow, error) {
 	if id == 0 {
 		return nil, fmt.Errorf("policy: %s rule: conjunction id 0", d)
@@ -404,7 +503,10 @@ func RuleFlows(c Config, d Direction, id uint32) ([]openflow.Flow, error) {
 	fs := []openflow.Flow{flow(t, plan.PriorityPolicyRule, goTo(next), conj)}
 	for _, f := range families {
 		// ct() needs the family in the match.
-		fs = append(fs, flow(t, plan.PriorityPolicyAllowNew, commitThen(next), conj, f.eth, ctNewPlain))
+		fs = append(fs,
+			flow(t, plan.PriorityPolicyAllowNew, commitThen(next), conj, f.eth, ctNewPlain),
+			flow(t, plan.PriorityPolicyFragmentAllowNew, d.meet(true), conj, f.eth, ctNewPlain, fragFirst),
+		)
 	}
 	if d == Egress {
 		for _, p := range c.PodCIDRs {
@@ -412,7 +514,10 @@ func RuleFlows(c Config, d Direction, id uint32) ([]openflow.Flow, error) {
 			if p.Addr().Is6() {
 				f = families[1]
 			}
-			fs = append(fs, flow(t, plan.PriorityPolicyAllowLocal, goTo(next), conj, f.eth, ctNewPlain, f.dst(p)))
+			fs = append(fs,
+				flow(t, plan.PriorityPolicyAllowLocal, goTo(next), conj, f.eth, ctNewPlain, f.dst(p)),
+				flow(t, plan.PriorityPolicyFragmentAllowLocal, d.meet(false), conj, f.eth, ctNewPlain, fragFirst, f.dst(p)),
+			)
 		}
 	}
 	return fs, nil

@@ -132,7 +132,7 @@ func TestEgressFirewallAgentRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !hasFlow(lines, "priority=10998,", "nw_dst="+learned.String(), "goto_table:60") {
+	if !hasFlow(lines, "priority=10998,", "nw_dst="+learned.String(), "goto_table:55") {
 		t.Errorf("the learned address is gone from node1's table 50 after the restart")
 	}
 }

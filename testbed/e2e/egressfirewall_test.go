@@ -578,7 +578,7 @@ func TestEgressFirewallRules(t *testing.T) {
 					t.Errorf("%s: rule 4's %s flow: %q", p.node, part, l)
 				}
 			}
-			if l, ok := findFlow(lines, "priority=10999", "nw_dst=198.18.0.1", "goto_table:60"); !ok || packetsOf(l) < 2 {
+			if l, ok := findFlow(lines, "priority=10999", "nw_dst=198.18.0.1", "goto_table:55"); !ok || packetsOf(l) < 2 {
 				t.Errorf("%s: rule 0's flow: %q", p.node, l)
 			}
 			// The owner's flows through the agent's introspection socket.
@@ -996,7 +996,7 @@ func TestEgressFirewallNodeSelector(t *testing.T) {
 	// A label that changes.
 	setLabel("node2", "yes")
 	g.waitTable50(t, "node2 selected", func(lines []string) bool {
-		return hasFlow(lines, "nw_dst="+n2v4.String(), "tp_dst=18080", "goto_table:60")
+		return hasFlow(lines, "nw_dst="+n2v4.String(), "tp_dst=18080", "goto_table:55")
 	})
 	for _, p := range g.pods {
 		for _, dst := range []netip.Addr{n2v4, n2v6} {
