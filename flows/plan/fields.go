@@ -315,12 +315,13 @@ var (
 
 var declaredFields = []Field{
 	PktSource, EndpointSelected, NamespaceID, EndpointIPv4, EndpointPort, ServiceID, EndpointIPv6, SNATKind,
-	TunnelPeer, GatewayOrigin, AffinityChecked, VNetLocal,
+	TunnelPeer, GatewayOrigin, AffinityChecked, VNetLocal, PuntCategory, PuntSource,
 }
 
 var declaredMarks = []Mark{
 	FromPod, FromTunnel, FromGateway, FromHost, EndpointChosen,
 	SNATToNodeIP, ReturnByTunnel, OriginRouter, OriginHost, AffinityLookedUp, FromLocalAttachment,
+	PuntUnidle, PuntReject, PuntDNS, PuntPolicyLog,
 }
 
 // Alias declares an intended overlap between two fields.

@@ -95,8 +95,11 @@ func (r IDRange) Size() uint32 { return r.Last - r.First + 1 }
 // port's group id is also its ServiceID (reg5).
 var ServiceGroups = IDRange{Name: "ServiceGroups", First: 1, Last: 0x0fff_ffff}
 
-// Meter ids on br0: one per packet-in category, so a flood of one kind
-// cannot starve another.
+// Meter ids on br0: one node-wide ceiling per packet-in category, so a
+// flood of one kind cannot starve another, named by the category's
+// controller actions (meter_id); behind each, the punt stage's meter per
+// source (punt.go, SourceMeter), so a flood of one source cannot starve
+// another of the same kind.
 const (
 	// MeterUnidle limits packet-ins of new connections to idled services.
 	MeterUnidle uint32 = 1
@@ -195,7 +198,11 @@ const PolicyClauseLanes = 64
 // (VNetARP) and 110 (VNetForward), attachment ports in table 0, VNIs from
 // the tunnel in table 15; the pod network's table-15 flows accept only
 // keys without TunnelKeyVNIBit (namespace ids).
-const PipelineVersion = 5
+//
+// 6: the punt stage: table 120 (Punt) and its per-source meters; every
+// packet-in flow loads PuntCategory and resubmits there before its
+// controller action, whose meter becomes the category's node-wide ceiling.
+const PipelineVersion = 6
 
 // PipelineAnnotation is the Node annotation in which each agent publishes
 // the PipelineVersion it runs, so that the other nodes know what it can

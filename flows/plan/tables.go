@@ -114,6 +114,9 @@ const (
 	PodVNetPortSecurity TableID = 100
 	PodVNetARP          TableID = 105
 	PodVNetForward      TableID = 110
+	// PodPunt is reached only by resubmit, from the flows that send
+	// packets to the agent (punt.go).
+	PodPunt TableID = 120
 )
 
 // breth0 tables: the seed's numbers.
@@ -175,6 +178,8 @@ var tables = []Table{
 		MissDrop, 0, []Feature{FeatureVNet}},
 	{Pod, PodVNetForward, "VNetForward", "by VNI and destination (a neighbour solicitation by its target): output to a local attachment, or tunnel to a remote one's node (only what came from a local attachment); drop the rest",
 		MissDrop, 0, []Feature{FeatureVNet}},
+	{Pod, PodPunt, "Punt", "packet-ins metered per source before their controller action (resubmit only): by in_port, DNS replies by the pod they go to",
+		MissReturn, 0, []Feature{FeatureNode, FeaturePod}},
 	{Pod, VersionTable, "Version", "the version note: pipeline version, generation and agent version",
 		MissDrop, 0, []Feature{FeatureMeta}},
 
