@@ -109,10 +109,15 @@ type NodeNet struct {
 	// with the kernel datapath).
 	warm *tunnelWarmer
 
-	// The punt stage's sources by port, for the meters' drops (punt.go).
-	srcMu   sync.Mutex
-	sources map[uint32]string
-	meters  meterMetrics
+	// puntNS holds the namespace id of each namespace punt owner set
+	// (punt.go); owned by the loop goroutine.
+	puntNS map[string]uint32
+	// The punt stage's sources by port and namespace id, for the meters'
+	// drops (punt.go).
+	srcMu      sync.Mutex
+	sources    map[uint32]string
+	namespaces map[uint32]string
+	meters     meterMetrics
 }
 
 // New returns the node networking feature.
@@ -127,7 +132,7 @@ func New(opts Options) *NodeNet {
 		opts:      opts,
 		nodeDirty: make(chan struct{}, 1), remotesDirty: make(chan struct{}, 1), podsDirty: make(chan struct{}, 1),
 		hopsDirty: make(chan struct{}, 1), hostDirty: make(chan struct{}, 1),
-		pods: map[string]node.Pod{}, remotes: map[string]node.Remote{}, probed: map[netip.Addr]time.Time{},
+		pods: map[string]node.Pod{}, remotes: map[string]node.Remote{}, probed: map[netip.Addr]time.Time{}, puntNS: map[string]uint32{},
 		reported: map[string]string{},
 	}
 }
@@ -397,14 +402,20 @@ func (n *NodeNet) syncPods() {
 	nc := n.nodeConfig(n.h.Node())
 	want := map[string]bool{}
 	nd := []uint32{nc.MgmtPort}
+	var pods []node.Pod
 	for _, p := range n.localPods() {
-		owner := node.PodOwner(p.Namespace, p.Name)
 		id, ok := n.h.NamespaceIDs().Lookup(p.Namespace)
 		if !ok {
 			n.log.WithFields(logrus.Fields{"namespace": p.Namespace, "pod": p.Name}).Debug("namespace has no id yet; pod waits")
 			continue
 		}
 		p.NamespaceID = id
+		pods = append(pods, p)
+	}
+	// The namespaces' punt meters before the pods' flows that use them.
+	n.syncPuntNamespaces(pods, want)
+	for _, p := range pods {
+		owner := node.PodOwner(p.Namespace, p.Name)
 		want[owner] = true
 		nd = append(nd, p.Port)
 		if old, ok := n.pods[owner]; ok && reflect.DeepEqual(old, p) {
@@ -413,7 +424,7 @@ func (n *NodeNet) syncPods() {
 		fs, err := node.PodFlows(nc, p)
 		var st reconcile.State
 		if err == nil {
-			st, err = n.withPunt(fs, punt.Source{Port: p.Port, Dsts: p.IPs})
+			st, err = n.withPunt(fs, punt.Source{Port: p.Port, Dsts: p.IPs, Namespace: p.NamespaceID})
 		}
 		if err != nil {
 			n.modelErrors.WithLabelValues("pod").Inc()
@@ -424,10 +435,14 @@ func (n *NodeNet) syncPods() {
 			n.pods[owner] = p
 		}
 	}
-	for _, owner := range n.pod.List("pod/") {
-		if !want[owner] {
-			n.set(n.pod, owner, nil)
-			delete(n.pods, owner)
+	// Gone pods' flows before their namespaces' meters.
+	stale := n.pod.List("pod/")
+	for _, last := range []bool{false, true} {
+		for _, owner := range stale {
+			if !want[owner] && isPuntNamespaceOwner(owner) == last {
+				n.set(n.pod, owner, nil)
+				delete(n.pods, owner)
+			}
 		}
 	}
 	n.setSources(nc, n.pods)

@@ -3,6 +3,7 @@ package nodenet
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -17,14 +18,55 @@ import (
 
 // The punt stage's sources (flows/punt): every local pod's port, whose
 // meters its owner holds beside its flows (so they go when the pod goes),
-// and the node's own ports, vxlan0, the patch port and mp0, under
-// node.OwnerLocal. The meters' drops are read from the switch every
-// MeterStatsInterval and counted in
+// the namespaces of the local pods (punt.NamespaceOwner, while the
+// namespace has a pod here), and the node's own ports, vxlan0, the patch
+// port and mp0, under node.OwnerLocal. The meters' drops are read from the
+// switch every MeterStatsInterval and counted in
 // nodeflow_packet_in_meter_drops_total{category,source}: source is the
-// pod ("namespace/name"), "tunnel", "gateway" (the patch port: the host's
-// service traffic and the outside world), "host" (mp0), "ceiling" (the
-// category's node-wide meter), or "shared" (the previous design's one
-// meter). A pod's series go with it.
+// pod ("namespace/name"), its namespace's pods together ("namespace/*"),
+// "tunnel", "gateway" (the patch port: the host's service traffic and the
+// outside world), "host" (mp0), "ceiling" (the category's node-wide
+// meter), or "shared" (the previous design's one meter). A pod's and a
+// namespace's series go with them.
+
+// isPuntNamespaceOwner reports whether owner is a punt.NamespaceOwner.
+func isPuntNamespaceOwner(owner string) bool { return strings.HasSuffix(owner, "/_punt") }
+
+// syncPuntNamespaces sets the punt meters of the namespaces of pods, the
+// local pods that get flows, and adds their owners to want; the owners of
+// namespaces no pod here needs any more go with the other stale "pod/"
+// owners, after the pods' flows that used them.
+func (n *NodeNet) syncPuntNamespaces(pods []node.Pod, want map[string]bool) {
+	if n.opts.SharedPacketInMeters {
+		return
+	}
+	ids := map[string]uint32{}
+	for _, p := range pods {
+		ids[p.Namespace] = p.NamespaceID
+	}
+	for ns, id := range ids {
+		owner := punt.NamespaceOwner(ns)
+		if old, ok := n.puntNS[owner]; ok && old == id {
+			want[owner] = true
+			continue
+		}
+		st, err := punt.NamespaceState(id)
+		if err != nil {
+			n.modelErrors.WithLabelValues("namespace").Inc()
+			n.log.WithError(err).WithField("namespace", ns).Warn("punt meters")
+			continue
+		}
+		if n.setState(n.pod, owner, st) {
+			want[owner] = true
+			n.puntNS[owner] = id
+		}
+	}
+	for owner := range n.puntNS {
+		if _, ok := ids[strings.TrimSuffix(strings.TrimPrefix(owner, "pod/"), "/_punt")]; !ok {
+			delete(n.puntNS, owner)
+		}
+	}
+}
 
 // DefaultMeterStatsInterval is how often the meters' drops are read by
 // default.
@@ -49,7 +91,7 @@ func newMeterMetrics(reg prometheus.Registerer) (meterMetrics, error) {
 	m := meterMetrics{
 		drops: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "nodeflow_packet_in_meter_drops_total",
 			Help: "Packets the datapath's packet-in meters dropped before they reached the agent, by category and source " +
-				"(a pod as namespace/name, tunnel, gateway, host; ceiling is the category's node-wide meter)."},
+				"(a pod as namespace/name, its namespace's pods together as namespace/*, tunnel, gateway, host; ceiling is the category's node-wide meter)."},
 			[]string{"category", "source"}),
 		reads: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "nodeflow_packet_in_meter_reads_total",
 			Help: "Reads of br0's meter statistics, by result."}, []string{"result"}),
@@ -102,8 +144,8 @@ func (n *NodeNet) localState(nc node.Config, fs []openflow.Flow) (reconcile.Stat
 	return st, nil
 }
 
-// setSources records the sources' labels by port: the node's ports and
-// the local pods that have flows.
+// setSources records the sources' labels: by port, the node's ports and
+// the local pods that have flows; by namespace id, their namespaces.
 func (n *NodeNet) setSources(nc node.Config, pods map[string]node.Pod) {
 	m := map[uint32]string{}
 	for port, label := range map[uint32]string{nc.TunnelPort: SourceTunnel, nc.PatchPort: SourceGateway, nc.MgmtPort: SourceHost} {
@@ -111,11 +153,13 @@ func (n *NodeNet) setSources(nc node.Config, pods map[string]node.Pod) {
 			m[port] = label
 		}
 	}
+	ns := map[uint32]string{}
 	for _, p := range pods {
 		m[p.Port] = p.Namespace + "/" + p.Name
+		ns[p.NamespaceID] = p.Namespace + "/*"
 	}
 	n.srcMu.Lock()
-	n.sources = m
+	n.sources, n.namespaces = m, ns
 	n.srcMu.Unlock()
 }
 
@@ -127,6 +171,12 @@ func (n *NodeNet) sourceOf(id uint32) (plan.PacketInCategory, string, bool) {
 		if ceiling, _ := plan.Ceiling(c); ceiling == id {
 			return c, SourceCeiling, true
 		}
+	}
+	if c, ns, ok := plan.SplitNamespaceMeter(id); ok {
+		n.srcMu.Lock()
+		label, ok := n.namespaces[ns]
+		n.srcMu.Unlock()
+		return c, label, ok
 	}
 	c, key, ok := plan.SplitSourceMeter(id)
 	if !ok {

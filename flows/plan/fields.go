@@ -315,7 +315,7 @@ var (
 
 var declaredFields = []Field{
 	PktSource, EndpointSelected, NamespaceID, EndpointIPv4, EndpointPort, ServiceID, EndpointIPv6, SNATKind,
-	TunnelPeer, GatewayOrigin, AffinityChecked, VNetLocal, PuntCategory, PuntSource,
+	TunnelPeer, GatewayOrigin, AffinityChecked, VNetLocal, PuntCategory, PuntSource, PuntNamespace,
 }
 
 var declaredMarks = []Mark{

@@ -199,9 +199,10 @@ const PolicyClauseLanes = 64
 // the tunnel in table 15; the pod network's table-15 flows accept only
 // keys without TunnelKeyVNIBit (namespace ids).
 //
-// 6: the punt stage: table 120 (Punt) and its per-source meters; every
-// packet-in flow loads PuntCategory and resubmits there before its
-// controller action, whose meter becomes the category's node-wide ceiling.
+// 6: the punt stage: tables 120 (Punt) and 121 (PuntNamespace) and their
+// per-source and per-namespace meters; every packet-in flow loads
+// PuntCategory and resubmits there before its controller action, whose
+// meter becomes the category's node-wide ceiling.
 const PipelineVersion = 6
 
 // PipelineAnnotation is the Node annotation in which each agent publishes

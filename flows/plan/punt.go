@@ -6,19 +6,23 @@ import "fmt"
 // an unidling packet-in, a DNS reply held for learning, a denied packet's
 // log sample) first loads its category into PuntCategory and resubmits to
 // table PodPunt, where one flow per source applies that source's own meter
-// of the category (meter:N) and records it in PuntSource; then it runs its
-// own controller action, whose userdata stays per flow (the ServiceID of a
-// reject) and whose meter_id is the category's node-wide ceiling
-// (MeterUnidle, MeterReject, MeterEgressFirewallDNS, MeterPolicyLog). A
-// packet the source's meter drops inside the resubmit is dropped whole:
-// the controller action after it never runs (the datapath executes
-// meter(source) before the controller's meter and userspace actions).
+// of the category (meter:N) and records it in PuntSource; a pod's flow then
+// loads the pod's namespace id into PuntNamespace and resubmits to
+// PodPuntNamespace, where the namespace's meter of the category applies
+// (Open vSwitch takes one meter per flow, so each level has its table).
+// Then the calling flow runs its own controller action, whose userdata
+// stays per flow (the ServiceID of a reject) and whose meter_id is the
+// category's node-wide ceiling (MeterUnidle, MeterReject,
+// MeterEgressFirewallDNS, MeterPolicyLog). A packet a meter drops inside
+// the resubmits is dropped whole: the controller action after them never
+// runs (the datapath executes meter(source), meter(namespace), then the
+// controller's meter and userspace actions).
 //
 // The source is who pays for the packet-in: the port it came in by for
 // what a pod (or the tunnel, the patch port, mp0) sends; the pod it goes
 // to for a DNS reply, since a pod that floods queries floods replies to
-// itself. So one pod's flood costs that pod's share of the category, and
-// nobody else's.
+// itself. So one pod's flood costs that pod's share of the category, one
+// tenant's pods together cost its namespace's share, and nobody else's.
 
 // PuntCategory is the packet-in category a flow resubmits to the punt
 // table with: the table picks the category's meter of the source.
@@ -29,6 +33,13 @@ var PuntCategory = mustField("PuntCategory", Pod, SpaceReg, 0, 8, 11, "packet-in
 // queues are per source, keyed by it, so a flood that passes its meter
 // cannot fill a shared queue either.
 var PuntSource = mustField("PuntSource", Pod, SpaceReg, 2, 0, 31, "the per-source meter a packet-in passed (punt table), the agent's queue key")
+
+// PuntNamespace is the namespace id of the pod a packet-in is charged to,
+// set by the pod's punt flow for the namespace's meter (PodPuntNamespace).
+// It is not NamespaceID: a DNS reply is charged to the pod it goes to, and
+// NamespaceID holds its sender's namespace, which the rest of the pipeline
+// still needs.
+var PuntNamespace = mustField("PuntNamespace", Pod, SpaceReg, 6, 0, 23, "namespace id of the pod a packet-in is charged to (punt table), for the namespace's meter (table 121)")
 
 // PuntCategory values: the packet-in categories.
 var (
@@ -92,6 +103,38 @@ func SplitSourceMeter(id uint32) (PacketInCategory, uint32, bool) {
 	return c, key, true
 }
 
+// Per-namespace meter ids: NamespaceMetersBase | c<<24 | namespace id,
+// apart from the per-source meters (below 2^24) and below the largest id
+// Open vSwitch accepts (0xffff0000).
+const NamespaceMetersBase uint32 = 0x8000_0000
+
+// NamespaceMeter returns the id of namespace id ns's meter of category c.
+func NamespaceMeter(c PacketInCategory, ns uint32) (uint32, error) {
+	if _, err := PuntMark(c); err != nil {
+		return 0, err
+	}
+	if ns == 0 || uint64(ns) >= TunnelKeyVNIBit {
+		return 0, fmt.Errorf("plan: %s meter of namespace id %d: %w (1-%d)", c, ns, ErrRange, TunnelKeyVNIBit-1)
+	}
+	return NamespaceMetersBase | uint32(c)<<24 | ns, nil
+}
+
+// SplitNamespaceMeter returns the category and namespace id of a
+// per-namespace meter id; false for any other id.
+func SplitNamespaceMeter(id uint32) (PacketInCategory, uint32, bool) {
+	if id&NamespaceMetersBase == 0 {
+		return 0, 0, false
+	}
+	c, ns := PacketInCategory(id>>24&0x7f), id&0xffffff
+	if ns == 0 || uint64(ns) >= TunnelKeyVNIBit {
+		return 0, 0, false
+	}
+	if _, err := PuntMark(c); err != nil {
+		return 0, 0, false
+	}
+	return c, ns, true
+}
+
 // Ceiling returns the node-wide meter of category c, which its controller
 // actions name (meter_id): the aggregate bound behind the sources' meters.
 func Ceiling(c PacketInCategory) (uint32, bool) {
@@ -108,9 +151,9 @@ func Ceiling(c PacketInCategory) (uint32, bool) {
 	return 0, false
 }
 
-// PriorityPuntSource is the punt table's per-source flows;
-// PriorityPuntShared the per-category flows of the previous design's
-// shared meters, below them.
+// PriorityPuntSource is the punt tables' per-source and per-namespace
+// flows; PriorityPuntShared the per-category flows of the previous
+// design's shared meters, below them.
 const (
 	PriorityPuntSource Priority = PriorityNormal
 	PriorityPuntShared Priority = PriorityLow

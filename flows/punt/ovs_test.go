@@ -38,11 +38,18 @@ const (
 	victimPerBatch = 3
 )
 
-// Ports of the sandbox: two pods, each connecting to its own Service
-// without endpoints.
+// Ports of the sandbox: pods, each connecting to its own tenant's Service
+// without endpoints. The flooders are of one namespace, the victim of
+// another.
 const (
 	flooderPort = 1
 	victimPort  = 2
+	// Two more pods of the flooder's namespace.
+	flooderPort2 = 3
+	flooderPort3 = 4
+
+	flooderNamespace = 7
+	victimNamespace  = 9
 )
 
 // Services of the two pods: ServiceIDs and addresses.
@@ -73,7 +80,7 @@ func newPuntRig(t *testing.T, stage reconcile.State) *puntRig {
 	t.Helper()
 	sb := ovstest.New(t, ovs.Options{Dummy: true})
 	args := []string{"add-br", "br0", "--", "set", "bridge", "br0", "datapath_type=dummy", "protocols=OpenFlow13,OpenFlow15", "fail_mode=secure"}
-	for _, p := range []int{flooderPort, victimPort} {
+	for _, p := range []int{flooderPort, victimPort, flooderPort2, flooderPort3} {
 		args = append(args, "--", "add-port", "br0", fmt.Sprintf("p%d", p),
 			"--", "set", "interface", fmt.Sprintf("p%d", p), "type=dummy", fmt.Sprintf("ofport_request=%d", p))
 	}
@@ -105,7 +112,7 @@ func newPuntRig(t *testing.T, stage reconcile.State) *puntRig {
 		}
 	}
 	fs := append([]openflow.Flow{}, stage.Flows...)
-	for _, p := range []uint32{flooderPort, victimPort} {
+	for _, p := range []uint32{flooderPort, victimPort, flooderPort2, flooderPort3} {
 		fs = append(fs, openflow.Flow{Table: uint8(plan.PodClassifier), Priority: 100,
 			Match:        openflow.NewMatch(openflow.InPort(p)),
 			Instructions: []openflow.Instruction{openflow.GotoTable{Table: uint8(plan.PodServiceLB)}}})
@@ -200,9 +207,9 @@ func syn(t *testing.T, src, dst string, sport uint16) []byte {
 	return buf.Bytes()
 }
 
-// flood sends the flood from the flooding port, with the victim's SYNs
+// flood sends the flood from the flooding ports, with the victim's SYNs
 // between its batches, and waits until the packet-ins stop coming.
-func (r *puntRig) flood() {
+func (r *puntRig) flood(ports ...int) {
 	r.t.Helper()
 	var batch [][]byte
 	for i := range floodBatch {
@@ -210,7 +217,9 @@ func (r *puntRig) flood() {
 	}
 	sport := uint16(20000)
 	for range floodBatches {
-		r.send(flooderPort, batch)
+		for _, p := range ports {
+			r.send(p, batch)
+		}
 		for range victimPerBatch {
 			r.send(victimPort, [][]byte{syn(r.t, "10.244.0.3", victimService.addr, sport)})
 			sport++
@@ -242,18 +251,9 @@ func TestPuntFlood(t *testing.T) {
 	sent := floodBatches * floodBatch
 	victimSent := floodBatches * victimPerBatch
 	t.Run("per source", func(t *testing.T) {
-		var stage reconcile.State
-		for _, p := range []uint32{flooderPort, victimPort} {
-			st, err := punt.SourceState(punt.Source{Port: p})
-			if err != nil {
-				t.Fatal(err)
-			}
-			stage.Flows = append(stage.Flows, st.Flows...)
-			stage.Meters = append(stage.Meters, st.Meters...)
-		}
-		r := newPuntRig(t, stage)
+		r := newPuntRig(t, podStages(t))
 		start := time.Now()
-		r.flood()
+		r.flood(flooderPort)
 		took := time.Since(start)
 		got, victim := r.received(flooderPort, flooderService.id), r.received(victimPort, victimService.id)
 		if victim != victimSent {
@@ -288,9 +288,35 @@ func TestPuntFlood(t *testing.T) {
 		}
 		r.mu.Unlock()
 	})
+	t.Run("one namespace's pods together", func(t *testing.T) {
+		r := newPuntRig(t, podStages(t))
+		start := time.Now()
+		r.flood(flooderPort, flooderPort2, flooderPort3)
+		took := time.Since(start)
+		got := r.received(flooderPort, flooderService.id) + r.received(flooderPort2, flooderService.id) + r.received(flooderPort3, flooderService.id)
+		victim := r.received(victimPort, victimService.id)
+		rates, _ := punt.RatesOf(plan.PacketInReject)
+		nsMeter, _ := plan.NamespaceMeter(plan.PacketInReject, flooderNamespace)
+		dropped, _ := r.meterDrops(nsMeter)
+		t.Logf("3 pods of one namespace flood %d SYNs each in %s: %d reached the agent, the namespace's meter dropped %d; the other namespace's %d of %d arrived",
+			sent, took.Round(time.Millisecond), got, dropped, victim, victimSent)
+		if victim != victimSent {
+			t.Errorf("the other namespace's rejects: %d of %d reached the agent", victim, victimSent)
+		}
+		if limit := int(2*rates.Namespace) + int(float64(rates.Namespace)*(took.Seconds()+1)); got > limit {
+			t.Errorf("the flooding namespace got %d packet-ins in %s, over its meter's %d", got, took, limit)
+		}
+		if dropped == 0 {
+			t.Error("the flooding namespace's meter dropped nothing")
+		}
+		victimNS, _ := plan.NamespaceMeter(plan.PacketInReject, victimNamespace)
+		if dropped, _ := r.meterDrops(victimNS); dropped != 0 {
+			t.Errorf("the other namespace's meter dropped %d", dropped)
+		}
+	})
 	t.Run("shared, the previous design", func(t *testing.T) {
 		r := newPuntRig(t, punt.SharedState())
-		r.flood()
+		r.flood(flooderPort)
 		victim := r.received(victimPort, victimService.id)
 		shared, _ := plan.SourceMeter(plan.PacketInReject, plan.SourceShared)
 		dropped, _ := r.meterDrops(shared)
@@ -301,14 +327,31 @@ func TestPuntFlood(t *testing.T) {
 	})
 }
 
-// The meter ids the test expects are the plan's; a sanity check that the
-// datapath's trace runs the source's meter before the controller's.
-func TestPuntTraceOrder(t *testing.T) {
-	st, err := punt.SourceState(punt.Source{Port: flooderPort})
-	if err != nil {
-		t.Fatal(err)
+// podStages returns the punt stage of the four pods and their two
+// namespaces.
+func podStages(t *testing.T) reconcile.State {
+	t.Helper()
+	var stage reconcile.State
+	add := func(st reconcile.State, err error) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		stage.Flows = append(stage.Flows, st.Flows...)
+		stage.Meters = append(stage.Meters, st.Meters...)
 	}
-	r := newPuntRig(t, st)
+	for _, p := range []uint32{flooderPort, flooderPort2, flooderPort3} {
+		add(punt.SourceState(punt.Source{Port: p, Namespace: flooderNamespace}))
+	}
+	add(punt.SourceState(punt.Source{Port: victimPort, Namespace: victimNamespace}))
+	add(punt.NamespaceState(flooderNamespace))
+	add(punt.NamespaceState(victimNamespace))
+	return stage
+}
+
+// The datapath runs the source's meter, the namespace's, then the
+// ceiling's before the controller action.
+func TestPuntTraceOrder(t *testing.T) {
+	r := newPuntRig(t, podStages(t))
 	out, err := r.sb.Appctl("ofproto/trace", "br0", "in_port=1,tcp,nw_src=10.244.0.2,nw_dst="+flooderService.addr+",tp_dst=80")
 	if err != nil {
 		t.Fatal(err)
@@ -321,7 +364,7 @@ func TestPuntTraceOrder(t *testing.T) {
 	}
 	src := strings.Index(dp, "meter(")
 	ctrl := strings.Index(dp, "userspace(")
-	if src < 0 || ctrl < 0 || strings.Count(dp, "meter(") != 2 || src > ctrl || !strings.Contains(dp, "controller(") {
-		t.Errorf("datapath actions do not meter the source, then the ceiling, before the controller:\n%s", out)
+	if src < 0 || ctrl < 0 || strings.Count(dp, "meter(") != 3 || strings.LastIndex(dp, "meter(") > ctrl || !strings.Contains(dp, "controller(") {
+		t.Errorf("datapath actions do not meter the source, the namespace and the ceiling before the controller:\n%s", out)
 	}
 }

@@ -22,9 +22,11 @@ func render(st reconcile.State) string {
 }
 
 // A pod's punt stage: for each category its meter, keyed by its port; the
-// DNS meter applies to what is sent to its addresses.
+// DNS meter applies to what is sent to its addresses; what passes goes on
+// to its namespace's meters.
 func TestSourceStateOfAPod(t *testing.T) {
-	st, err := punt.SourceState(punt.Source{Port: 5, Dsts: []netip.Addr{netip.MustParseAddr("10.244.0.5"), netip.MustParseAddr("fd00:10:244::5")}})
+	st, err := punt.SourceState(punt.Source{Port: 5, Namespace: 7,
+		Dsts: []netip.Addr{netip.MustParseAddr("10.244.0.5"), netip.MustParseAddr("fd00:10:244::5")}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -32,14 +34,39 @@ func TestSourceStateOfAPod(t *testing.T) {
 meter=131077,pktps,burst,band=type=drop,rate=100,burst_size=200
 meter=196613,pktps,burst,band=type=drop,rate=400,burst_size=800
 meter=262149,pktps,burst,band=type=drop,rate=10,burst_size=20
-table=120, priority=100,reg0=0x100/0xf00,in_port=5 actions=meter:65541,set_field:0x10005->reg2
-table=120, priority=100,reg0=0x200/0xf00,in_port=5 actions=meter:131077,set_field:0x20005->reg2
-table=120, priority=100,ip,reg0=0x300/0xf00,nw_dst=10.244.0.5 actions=meter:196613,set_field:0x30005->reg2
-table=120, priority=100,ipv6,reg0=0x300/0xf00,ipv6_dst=fd00:10:244::5 actions=meter:196613,set_field:0x30005->reg2
-table=120, priority=100,reg0=0x400/0xf00,in_port=5 actions=meter:262149,set_field:0x40005->reg2
+table=120, priority=100,reg0=0x100/0xf00,in_port=5 actions=meter:65541,set_field:0x10005->reg2,set_field:0x7/0xffffff->reg6,resubmit(,121)
+table=120, priority=100,reg0=0x200/0xf00,in_port=5 actions=meter:131077,set_field:0x20005->reg2,set_field:0x7/0xffffff->reg6,resubmit(,121)
+table=120, priority=100,ip,reg0=0x300/0xf00,nw_dst=10.244.0.5 actions=meter:196613,set_field:0x30005->reg2,set_field:0x7/0xffffff->reg6,resubmit(,121)
+table=120, priority=100,ipv6,reg0=0x300/0xf00,ipv6_dst=fd00:10:244::5 actions=meter:196613,set_field:0x30005->reg2,set_field:0x7/0xffffff->reg6,resubmit(,121)
+table=120, priority=100,reg0=0x400/0xf00,in_port=5 actions=meter:262149,set_field:0x40005->reg2,set_field:0x7/0xffffff->reg6,resubmit(,121)
 `
 	if got := render(st); got != want {
 		t.Errorf("pod's punt stage:\n--- got\n%s--- want\n%s", got, want)
+	}
+}
+
+// A namespace's meters: one per category, for its pods together.
+func TestNamespaceState(t *testing.T) {
+	st, err := punt.NamespaceState(7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `meter=2164260871,pktps,burst,band=type=drop,rate=400,burst_size=800
+meter=2181038087,pktps,burst,band=type=drop,rate=200,burst_size=400
+meter=2197815303,pktps,burst,band=type=drop,rate=800,burst_size=1600
+meter=2214592519,pktps,burst,band=type=drop,rate=20,burst_size=40
+table=121, priority=100,reg0=0x100/0xf00,reg6=0x7/0xffffff actions=meter:2164260871
+table=121, priority=100,reg0=0x200/0xf00,reg6=0x7/0xffffff actions=meter:2181038087
+table=121, priority=100,reg0=0x300/0xf00,reg6=0x7/0xffffff actions=meter:2197815303
+table=121, priority=100,reg0=0x400/0xf00,reg6=0x7/0xffffff actions=meter:2214592519
+`
+	if got := render(st); got != want {
+		t.Errorf("namespace's punt stage:\n--- got\n%s--- want\n%s", got, want)
+	}
+	for _, ns := range []uint32{0, 0x800000} {
+		if _, err := punt.NamespaceState(ns); err == nil || !strings.Contains(err.Error(), "punt: namespace") {
+			t.Errorf("namespace id %#x: %v", ns, err)
+		}
 	}
 }
 
@@ -67,6 +94,7 @@ func TestSourceStateRejects(t *testing.T) {
 		{"port 0", punt.Source{Port: 0}, "punt: source port 0"},
 		{"port past the ofports", punt.Source{Port: plan.SourcePortMax + 1}, "punt: source port 65280"},
 		{"the shared key as a port", punt.Source{Port: plan.SourceShared}, "punt: source port 65535"},
+		{"namespace id too wide", punt.Source{Port: 3, Namespace: 1 << 24}, "punt: source port 3: namespace id"},
 		{"mapped address", punt.Source{Port: 3, Dsts: []netip.Addr{netip.MustParseAddr("::ffff:10.0.0.1")}}, `address "::ffff:10.0.0.1"`},
 		{"unspecified address", punt.Source{Port: 3, Dsts: []netip.Addr{netip.IPv4Unspecified()}}, `address "0.0.0.0"`},
 		{"zoned address", punt.Source{Port: 3, Dsts: []netip.Addr{netip.MustParseAddr("fe80::1%eth0")}}, `address "fe80::1%eth0"`},
@@ -107,8 +135,8 @@ func TestRates(t *testing.T) {
 		if !ok {
 			t.Fatalf("%s: no rates", c)
 		}
-		if r.Ceiling != 10*r.Source {
-			t.Errorf("%s: ceiling %d, source %d: want ten sources' worth", c, r.Ceiling, r.Source)
+		if r.Ceiling != 10*r.Source || r.Namespace != 2*r.Source {
+			t.Errorf("%s: ceiling %d, namespace %d, source %d: want ten and two sources' worth", c, r.Ceiling, r.Namespace, r.Source)
 		}
 		if r.Shared != old[c] {
 			t.Errorf("%s: shared %d, the previous design had %d", c, r.Shared, old[c])

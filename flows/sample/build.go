@@ -88,9 +88,9 @@ func (c *Config) nodeConfig() node.Config {
 
 // buildNodeNetworking sets what the node networking feature wants:
 // breth0's default flows, br0's node-wide flows with the punt stage of the
-// node's own ports, the other node's tunnel and routes, each pod's flows
-// with its punt stage, the IPv6 neighbour discovery flood and the next
-// hops toward the uplink.
+// node's own ports, the other node's tunnel and routes, the punt meters of
+// the pods' namespaces, each pod's flows with its punt stage, the IPv6
+// neighbour discovery flood and the next hops toward the uplink.
 func buildNodeNetworking(c *Config, d *Desired) error {
 	nc := c.nodeConfig()
 	gfs, err := gateway.Flows(gateway.Config{
@@ -128,12 +128,25 @@ func buildNodeNetworking(c *Config, d *Desired) error {
 		return err
 	}
 	ndPorts := []uint32{c.Ports.Mgmt}
+	namespaces := map[string]uint32{}
+	for _, p := range c.Pods {
+		namespaces[p.Namespace] = p.NamespaceID
+	}
+	for _, ns := range slices.Sorted(maps.Keys(namespaces)) {
+		st, err := punt.NamespaceState(namespaces[ns])
+		if err != nil {
+			return err
+		}
+		if err := d.set(plan.Pod, punt.NamespaceOwner(ns), st); err != nil {
+			return err
+		}
+	}
 	for _, p := range c.Pods {
 		fs, err := node.PodFlows(nc, p)
 		if err != nil {
 			return err
 		}
-		ps, err := punt.SourceState(punt.Source{Port: p.Port, Dsts: p.IPs})
+		ps, err := punt.SourceState(punt.Source{Port: p.Port, Dsts: p.IPs, Namespace: p.NamespaceID})
 		if err != nil {
 			return err
 		}

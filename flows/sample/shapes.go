@@ -345,10 +345,14 @@ func (d *Desired) actionShape(b plan.Bridge, a string) string {
 	case strings.HasPrefix(a, "note:"):
 		return "note"
 	case strings.HasPrefix(a, "meter:"):
-		// A per-source meter by its category and its source's role.
+		// A per-source meter by its category and its source's role, a
+		// namespace's by its category.
 		id, err := strconv.ParseUint(strings.TrimPrefix(a, "meter:"), 10, 32)
 		if err != nil {
 			return a
+		}
+		if c, _, ok := plan.SplitNamespaceMeter(uint32(id)); ok {
+			return "meter(" + packetInName(c) + ",namespace)"
 		}
 		c, key, ok := plan.SplitSourceMeter(uint32(id))
 		if !ok {
