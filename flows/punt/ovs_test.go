@@ -368,3 +368,56 @@ func TestPuntTraceOrder(t *testing.T) {
 		t.Errorf("datapath actions do not meter the source, the namespace and the ceiling before the controller:\n%s", out)
 	}
 }
+
+// Open vSwitch's userspace datapath holds the meters of a full node, and
+// takes the largest ids the plan gives: a source's of port 0xfeff and a
+// namespace's of id 0x7fffff, in every category.
+func TestMeterCapacity(t *testing.T) {
+	sb := ovstest.New(t, ovs.Options{Dummy: true})
+	if _, err := sb.Vsctl("add-br", "br0", "--", "set", "bridge", "br0", "datapath_type=dummy", "protocols=OpenFlow13,OpenFlow15"); err != nil {
+		t.Fatal(err)
+	}
+	out, err := sb.Ofctl("-O", "OpenFlow15", "meter-features", "br0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`max_meter:(\d+)`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("no max_meter in\n%s", out)
+	}
+	maxMeters, _ := strconv.Atoi(m[1])
+	// 250 pods, each in its own namespace, the node's 3 ports, the 4
+	// ceilings.
+	const pods = 250
+	need := pods*len(plan.PuntCategories) + pods*len(plan.PuntCategories) + 3*3 + 4
+	t.Logf("max_meter %d; a node of %d pods in as many namespaces needs %d", maxMeters, pods, need)
+	if maxMeters < need {
+		t.Errorf("the switch holds %d meters, a node of %d pods needs %d", maxMeters, pods, need)
+	}
+	var st reconcile.State
+	for _, add := range []func() (reconcile.State, error){
+		func() (reconcile.State, error) { return punt.SourceState(punt.Source{Port: plan.SourcePortMax}) },
+		func() (reconcile.State, error) { return punt.NamespaceState(0x7fffff) },
+		func() (reconcile.State, error) { return punt.SharedState(), nil },
+	} {
+		s, err := add()
+		if err != nil {
+			t.Fatal(err)
+		}
+		st.Meters = append(st.Meters, s.Meters...)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	l := logrus.New()
+	l.SetOutput(io.Discard)
+	c, err := ofconn.Dial(ctx, "unix:"+sb.MgmtSock("br0"), ofconn.Options{Logger: l})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for _, m := range st.Meters {
+		if err := c.Apply(ctx, m.Mod(openflow.MeterAdd)); err != nil {
+			t.Errorf("meter %d: %v", m.ID, err)
+		}
+	}
+}
