@@ -20,8 +20,14 @@ const DefaultQueue = 256
 
 // Dispatcher routes packet-ins to the feature that handles their category.
 // Each category has its own bounded queue and goroutine, so a flood of one
-// category (rejects, say) cannot delay another (unidling): a full queue
-// drops the packet-in and counts it. Dispatch never blocks.
+// category (rejects, say) cannot delay another (unidling). Within a
+// category the queue is fair between sources (fairQueue): packet-ins wait
+// per source and are handled round robin, and a full queue drops from the
+// source that holds the most, so a flood that passed its own meter in the
+// datapath cannot fill the queue for anyone else either. A packet-in's
+// source is the per-source meter it passed (plan.PuntSource, set by the
+// punt table), or its in_port when it carries none. Dispatch never
+// blocks; what it drops is counted.
 type Dispatcher struct {
 	log      logrus.FieldLogger
 	received *prometheus.CounterVec
@@ -34,7 +40,7 @@ type Dispatcher struct {
 
 type route struct {
 	feature string
-	queue   chan PacketIn
+	queue   *fairQueue
 	handle  func(PacketIn)
 	label   string
 }
@@ -83,7 +89,7 @@ func (d *Dispatcher) Register(feature string, c PacketInCategory, handle func(Pa
 		size = DefaultQueue
 	}
 	label := c.Category.String()
-	d.routes[c.Category] = &route{feature: feature, queue: make(chan PacketIn, size), handle: handle, label: label}
+	d.routes[c.Category] = &route{feature: feature, queue: newFairQueue(size), handle: handle, label: label}
 	// Every series exists from the start, at zero.
 	d.received.WithLabelValues(label)
 	d.dropped.WithLabelValues(label, DropQueueFull)
@@ -99,12 +105,11 @@ func (d *Dispatcher) Run(ctx context.Context) {
 	for _, r := range d.routes {
 		go func(r *route) {
 			for {
-				select {
-				case <-ctx.Done():
+				p, ok := r.queue.pop(ctx)
+				if !ok {
 					return
-				case p := <-r.queue:
-					r.handle(p)
 				}
+				r.handle(p)
 			}
 		}(r)
 	}
@@ -127,9 +132,17 @@ func (d *Dispatcher) Dispatch(b plan.Bridge, m *openflow.PacketIn) {
 		return
 	}
 	d.received.WithLabelValues(r.label).Inc()
-	select {
-	case r.queue <- PacketIn{Bridge: b, Category: c, Msg: m}:
-	default:
+	if r.queue.push(SourceOf(m), PacketIn{Bridge: b, Category: c, Msg: m}) {
 		d.dropped.WithLabelValues(r.label, DropQueueFull).Inc()
 	}
+}
+
+// SourceOf returns the source a packet-in is queued under: the per-source
+// meter it passed (plan.PuntSource), or, when it carries none, its
+// in_port (above 2^32, apart from the meters).
+func SourceOf(m *openflow.PacketIn) uint64 {
+	if v := m.Reg(plan.PuntSource.Index()); v != 0 {
+		return uint64(v)
+	}
+	return 1<<32 | uint64(m.InPort())
 }

@@ -21,7 +21,8 @@
 //     owner writers refuse any other owner, and the reconciler's store
 //     refuses flows in tables the plan does not give those features;
 //   - packet-ins of the categories it declares (PacketInHandler), each
-//     category with its own bounded queue and counters (Dispatcher);
+//     category with its own bounded queue, fair between sources, and
+//     counters (Dispatcher);
 //   - packet-outs and other messages through Host.Send;
 //   - read-only facts about the node (Host.Node) and the namespace ids
 //     (Host.NamespaceIDs).

@@ -104,6 +104,8 @@ func agentCommand() *cli.Command {
 				Usage: "`CIDR`s refused to status.loadBalancer.ingress even inside --load-balancer-ip-allowed-cidr"},
 			&cli.StringSliceFlag{Name: "nodeport-addresses", EnvVars: []string{"NODEFLOW_NODEPORT_ADDRESSES"},
 				Usage: "`CIDR`s of the node addresses NodePorts answer on, or \"primary\" (the default): the node IPs, as kube-proxy's --nodeport-addresses"},
+			&cli.StringFlag{Name: "packet-in-meters", Value: "per-source", EnvVars: []string{"NODEFLOW_PACKET_IN_METERS"}, Hidden: true,
+				Usage: "per-source, or shared: one meter per packet-in category for the whole node, the previous design, for the benchmark that compares them"},
 		},
 		Action: runAgent,
 	}
@@ -211,9 +213,19 @@ func runAgent(c *cli.Context) error {
 		startupDone()
 	}()
 	// The features, in the order they are wired.
+	var sharedMeters bool
+	switch m := c.String("packet-in-meters"); m {
+	case "per-source":
+	case "shared":
+		sharedMeters = true
+		logrus.Warn("--packet-in-meters=shared: one packet-in meter per category for the whole node, so one pod's flood starves the others")
+	default:
+		return fmt.Errorf("agent: --packet-in-meters: %q is not per-source or shared", m)
+	}
 	a.Use(nodenet.New(nodenet.Options{
 		CNIConfDir: cfg.CNIConfDir, CNIDataDir: cfg.CNIDataDir, OVSDB: cfg.DBSocket(), DatapathType: cfg.DatapathType,
 		MgmtPortName: controller.MgmtPortName, HostCheckInterval: cfg.HostCheckInterval, Interfaces: a.Interfaces,
+		SharedPacketInMeters: sharedMeters, MgmtSocket: cfg.MgmtSocket,
 	}))
 	if c.Bool("services") {
 		opts := services.Options{HealthzAddr: c.String("proxy-healthz-addr"), MetricsAddr: c.String("proxy-metrics-addr"),

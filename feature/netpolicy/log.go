@@ -13,9 +13,10 @@ import (
 )
 
 // LogAnnotation on a namespace turns on the log of the packets its pods'
-// policies deny: "deny" logs a metered sample of them (policy.LogMeterRate
-// packets a second for the node), one line each, with the pod, the
-// direction and the packet's addresses and ports. Any other value, or
+// policies deny: "deny" logs a metered sample of them (punt.Rates: 10
+// packets a second per source port, 20 per namespace, 100 for the node),
+// one line each, with the pod, the direction and the packet's addresses
+// and ports. Any other value, or
 // none, logs nothing. The denied packets are counted either way.
 const LogAnnotation = "nodeflow.io/network-policy-log"
 

@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"nodeflow/flows/plan"
+	"nodeflow/flows/punt"
 	"nodeflow/openflow"
 )
 
@@ -24,22 +25,15 @@ const DNSOwner = ownerPrefix + "/_dns"
 // DNSPort is the port DNS replies come from.
 const DNSPort = 53
 
-// DNSMeterRate is the DNS meter's rate in packets per second; its burst is
-// twice that. Replies over the rate are dropped before they reach the
-// agent, and the pod's resolver asks again.
-const DNSMeterRate = 2000
-
-// DNSMeter is the meter in front of every DNS learning packet-in.
-func DNSMeter() openflow.MeterEntry {
-	return openflow.MeterEntry{
-		ID: plan.MeterEgressFirewallDNS, Flags: openflow.MeterFlagPktps | openflow.MeterFlagBurst,
-		Bands: []openflow.MeterBand{{Type: openflow.MeterBandDrop, Rate: DNSMeterRate, BurstSize: 2 * DNSMeterRate}},
-	}
-}
+// DNSMeter is the node-wide ceiling of every DNS learning packet-in,
+// behind each pod's own meter (punt.Rates). Replies over a rate are
+// dropped before they reach the agent, and the pod's resolver asks again.
+func DNSMeter() openflow.MeterEntry { return punt.CeilingMeter(plan.PacketInDNS) }
 
 // DNSAction is the packet-in of a DNS reply held for learning: the whole
 // frame, to nodeflow's controller id, through DNSMeter, with userdata
-// plan.PacketInDNS.
+// plan.PacketInDNS. DNSFlows put the punt stage before it (the meter of
+// the pod the reply goes to).
 func DNSAction() openflow.Controller2 {
 	return openflow.Controller2{
 		MaxLen: openflow.ControllerMaxLenNoBuffer, ControllerID: plan.ControllerID,
@@ -57,7 +51,7 @@ func DNSFlows(pods []netip.Addr) ([]openflow.Flow, error) {
 	addrs := slices.Clone(pods)
 	slices.SortFunc(addrs, netip.Addr.Compare)
 	addrs = slices.Compact(addrs)
-	ins := []openflow.Instruction{openflow.ApplyActions{Actions: []openflow.Action{DNSAction()}}}
+	ins := []openflow.Instruction{openflow.ApplyActions{Actions: append(punt.Actions(plan.PacketInDNS), DNSAction())}}
 	out := make([]openflow.Flow, 0, len(addrs))
 	for _, a := range addrs {
 		if !a.IsValid() || a.Is4In6() || a.Zone() != "" || a.IsUnspecified() {

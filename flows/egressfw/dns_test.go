@@ -30,8 +30,8 @@ func TestDNSFlows(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []string{
-		" table=50, priority=45000,udp,nw_dst=10.244.0.5,tp_src=53 actions=controller(id=28262,userdata=03,meter_id=3)",
-		" table=50, priority=45000,udp6,ipv6_dst=fd00:10:244::5,tp_src=53 actions=controller(id=28262,userdata=03,meter_id=3)",
+		" table=50, priority=45000,udp,nw_dst=10.244.0.5,tp_src=53 actions=set_field:0x3000/0xf000->reg0,resubmit(,120),controller(id=28262,userdata=03,meter_id=3)",
+		" table=50, priority=45000,udp6,ipv6_dst=fd00:10:244::5,tp_src=53 actions=set_field:0x3000/0xf000->reg0,resubmit(,120),controller(id=28262,userdata=03,meter_id=3)",
 	}
 	if len(got) != len(want) {
 		t.Fatalf("%d flows, want %d: %v", len(got), len(want), got)
@@ -138,7 +138,7 @@ func TestOVSDNSRelease(t *testing.T) {
 			}) {
 				t.Fatal("no packet-in")
 			}
-			if len(pin.Userdata) != 1 || pin.Userdata[0] != byte(plan.PacketInDNS) || pin.InPort() != 5 || pin.Reg(0) != 3 ||
+			if len(pin.Userdata) != 1 || pin.Userdata[0] != byte(plan.PacketInDNS) || pin.InPort() != 5 || pin.Reg(0)&0xf != 3 ||
 				pin.Table != uint8(plan.PodEgressFirewall) || string(pin.Data) != string(frame) {
 				t.Fatalf("packet-in %+v", pin)
 			}

@@ -316,12 +316,14 @@ var (
 var declaredFields = []Field{
 	PktSource, EndpointSelected, NamespaceID, EndpointIPv4, EndpointPort, ServiceID, EndpointIPv6, SNATKind,
 	TunnelPeer, GatewayOrigin, AffinityChecked, VNetLocal, FragmentsEgress, FragmentsFirewall, FragmentsIngress,
+	PuntCategory, PuntSource, PuntNamespace,
 }
 
 var declaredMarks = []Mark{
 	FromPod, FromTunnel, FromGateway, FromHost, EndpointChosen,
 	SNATToNodeIP, ReturnByTunnel, OriginRouter, OriginHost, AffinityLookedUp, FromLocalAttachment,
 	EgressFragmentsMet, FirewallFragmentsMet, IngressFragmentsMet,
+	PuntUnidle, PuntReject, PuntDNS, PuntPolicyLog,
 }
 
 // Alias declares an intended overlap between two fields.

@@ -35,7 +35,7 @@ func TestTableNumbersAreStable(t *testing.T) {
 		Pod: {0: "Classifier", 5: "ARP", 10: "PortSecurity", 15: "TunnelIngress", 20: "UnSNAT", 25: "Conntrack",
 			30: "ServiceLB", 31: "SessionAffinity", 35: "EndpointDNAT", 40: "SNAT", 45: "EgressPolicy", 50: "EgressFirewall", 55: "EgressFirewallFragments",
 			60: "Routing", 65: "IngressPolicy", 70: "LocalDelivery", 80: "TunnelEgress", 90: "EgressSNAT", 95: "GatewayOutput",
-			100: "VNetPortSecurity", 105: "VNetARP", 110: "VNetForward", 253: "Version"},
+			100: "VNetPortSecurity", 105: "VNetARP", 110: "VNetForward", 120: "Punt", 121: "PuntNamespace", 253: "Version"},
 		Gateway: {0: "Classifier", 1: "UplinkReturn", 2: "ToRouter", 3: "ToHost", 4: "HostHairpin", 5: "HairpinReturn", 253: "Version"},
 	}
 	for b, w := range want {
@@ -427,5 +427,98 @@ func TestIDsDistinct(t *testing.T) {
 	}
 	if len(packetInNames) != len(cats) {
 		t.Errorf("%d packet-in names for %d categories", len(packetInNames), len(cats))
+	}
+}
+
+// TestSourceMeters: a source's meters are the category and the port, one
+// per pair, never a ceiling, and only for ports and the shared key.
+func TestSourceMeters(t *testing.T) {
+	seen := map[uint32]string{}
+	for _, id := range []uint32{MeterUnidle, MeterReject, MeterEgressFirewallDNS, MeterPolicyLog} {
+		seen[id] = "a ceiling"
+		if _, _, ok := SplitSourceMeter(id); ok {
+			t.Errorf("ceiling %d splits as a source's meter", id)
+		}
+	}
+	for _, c := range PuntCategories {
+		ceiling, ok := Ceiling(c)
+		if !ok {
+			t.Errorf("%s: no ceiling", c)
+		}
+		m, err := PuntMark(c)
+		if err != nil || m.Value() != uint64(c) {
+			t.Errorf("%s: punt mark %v, %v", c, m, err)
+		}
+		for _, key := range []uint32{1, 2, 0x1234, SourcePortMax, SourceShared} {
+			id, err := SourceMeter(c, key)
+			if err != nil {
+				t.Fatalf("%s, source %d: %v", c, key, err)
+			}
+			if id == ceiling {
+				t.Errorf("%s, source %d: the ceiling's id", c, key)
+			}
+			what := fmt.Sprintf("%s of source %d", c, key)
+			if o, dup := seen[id]; dup {
+				t.Errorf("meter %d is both %s and %s", id, o, what)
+			}
+			seen[id] = what
+			gc, gk, ok := SplitSourceMeter(id)
+			if !ok || gc != c || gk != key {
+				t.Errorf("meter %d splits as %s, %d, %v; want %s, %d", id, gc, gk, ok, c, key)
+			}
+			if id > openflow.MeterMax {
+				t.Errorf("meter %d past the largest meter id", id)
+			}
+		}
+		for _, key := range []uint32{0, SourcePortMax + 1, 0xfffe, 0x10000} {
+			if _, err := SourceMeter(c, key); !errors.Is(err, ErrRange) {
+				t.Errorf("%s, source %#x: %v, want ErrRange", c, key, err)
+			}
+		}
+	}
+	if _, err := SourceMeter(PacketInCategory(9), 1); err == nil {
+		t.Error("a meter for an undeclared category")
+	}
+	for _, id := range []uint32{0, 5, 0x10000, 0x9_0001, 0x1fffe, 0xff_0001} {
+		if c, k, ok := SplitSourceMeter(id); ok {
+			t.Errorf("meter %#x splits as %s, %d", id, c, k)
+		}
+	}
+}
+
+// TestNamespaceMeters: a namespace's meters are the category and the
+// namespace id, never a source's meter or a ceiling, and only for
+// namespace ids.
+func TestNamespaceMeters(t *testing.T) {
+	for _, c := range PuntCategories {
+		for _, ns := range []uint32{1, 7, 0x7fffff} {
+			id, err := NamespaceMeter(c, ns)
+			if err != nil {
+				t.Fatalf("%s, namespace %d: %v", c, ns, err)
+			}
+			if gc, gn, ok := SplitNamespaceMeter(id); !ok || gc != c || gn != ns {
+				t.Errorf("meter %#x splits as %s, %d, %v", id, gc, gn, ok)
+			}
+			if _, _, ok := SplitSourceMeter(id); ok {
+				t.Errorf("namespace meter %#x splits as a source's", id)
+			}
+			if id > openflow.MeterMax {
+				t.Errorf("meter %#x past the largest meter id", id)
+			}
+		}
+		for _, ns := range []uint32{0, 0x800000, 0xffffff} {
+			if _, err := NamespaceMeter(c, ns); !errors.Is(err, ErrRange) {
+				t.Errorf("%s, namespace %#x: %v, want ErrRange", c, ns, err)
+			}
+		}
+		src, _ := SourceMeter(c, 5)
+		if _, _, ok := SplitNamespaceMeter(src); ok {
+			t.Errorf("source meter %#x splits as a namespace's", src)
+		}
+	}
+	for _, id := range []uint32{MeterReject, 0x8000_0000, 0x8900_0001, 0x8200_0000, 0x8280_0000} {
+		if c, ns, ok := SplitNamespaceMeter(id); ok {
+			t.Errorf("meter %#x splits as %s, %d", id, c, ns)
+		}
 	}
 }

@@ -95,8 +95,11 @@ func (r IDRange) Size() uint32 { return r.Last - r.First + 1 }
 // port's group id is also its ServiceID (reg5).
 var ServiceGroups = IDRange{Name: "ServiceGroups", First: 1, Last: 0x0fff_ffff}
 
-// Meter ids on br0: one per packet-in category, so a flood of one kind
-// cannot starve another.
+// Meter ids on br0: one node-wide ceiling per packet-in category, so a
+// flood of one kind cannot starve another, named by the category's
+// controller actions (meter_id); behind each, the punt stage's meter per
+// source (punt.go, SourceMeter), so a flood of one source cannot starve
+// another of the same kind.
 const (
 	// MeterUnidle limits packet-ins of new connections to idled services.
 	MeterUnidle uint32 = 1
@@ -200,7 +203,11 @@ const PolicyClauseLanes = 64
 // firewall judge a datagram by its first fragment and send its later
 // fragments to meet it at a ct action (FragmentsEgress, FragmentsFirewall,
 // FragmentsIngress); the egress firewall's allowed packets go through the
-// new table 55 (EgressFirewallFragments).
+// new table 55 (EgressFirewallFragments). The punt stage: tables 120
+// (Punt) and 121 (PuntNamespace) and their per-source and per-namespace
+// meters; every packet-in flow loads PuntCategory and resubmits there
+// before its controller action, whose meter becomes the category's
+// node-wide ceiling.
 const PipelineVersion = 6
 
 // PipelineAnnotation is the Node annotation in which each agent publishes

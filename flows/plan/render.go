@@ -69,12 +69,16 @@ func RenderReference(name string) (string, error) {
 	case "ids":
 		sb.WriteString("| what | ids |\n|---|---|\n")
 		fmt.Fprintf(&sb, "| br0 service groups (%s); the group id is also the ServiceID | %d-%d |\n", ServiceGroups.Name, ServiceGroups.First, ServiceGroups.Last)
-		fmt.Fprintf(&sb, "| br0 meter for unidling packet-ins (MeterUnidle) | %d |\n", MeterUnidle)
-		fmt.Fprintf(&sb, "| br0 meter for no-endpoint rejects (MeterReject) | %d |\n", MeterReject)
+		fmt.Fprintf(&sb, "| br0 node-wide ceiling of unidling packet-ins (MeterUnidle) | %d |\n", MeterUnidle)
+		fmt.Fprintf(&sb, "| br0 node-wide ceiling of no-endpoint rejects (MeterReject) | %d |\n", MeterReject)
+		fmt.Fprintf(&sb, "| br0 node-wide ceiling of DNS learning (MeterEgressFirewallDNS) | %d |\n", MeterEgressFirewallDNS)
+		fmt.Fprintf(&sb, "| br0 node-wide ceiling of the denied packets' log (MeterPolicyLog) | %d |\n", MeterPolicyLog)
+		fmt.Fprintf(&sb, "| br0 per-source meters (SourceMeter): category<<16, ofport 1-%d or %#x (shared) | %#x-%#x |\n",
+			SourcePortMax, SourceShared, uint32(PuntCategories[0])<<16|1, uint32(PuntCategories[len(PuntCategories)-1])<<16|SourceShared)
 		fmt.Fprintf(&sb, "| egress firewall rule priorities (%s), first rule highest | %d-%d |\n", EgressFirewallRules.Name, EgressFirewallRules.Low, EgressFirewallRules.High)
 		fmt.Fprintf(&sb, "| egress firewall bypass for cluster destinations | priority %d |\n", PriorityEgressFirewallBypass)
 		fmt.Fprintf(&sb, "| controller id of nodeflow's connection | 0x%04x |\n", ControllerID)
-		fmt.Fprintf(&sb, "| packet-in userdata byte 0: unidle, reject | %d, %d |\n", PacketInUnidle, PacketInReject)
+		fmt.Fprintf(&sb, "| packet-in userdata byte 0 and PuntCategory: unidle, reject, dns, netpol-denied | %d, %d, %d, %d |\n", PacketInUnidle, PacketInReject, PacketInDNS, PacketInPolicyDenied)
 		fmt.Fprintf(&sb, "| pipeline version (in the version note) | %d |\n", PipelineVersion)
 	case "paths":
 		sb.WriteString("| path | recirculations | tables |\n|---|---:|---|\n")

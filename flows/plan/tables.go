@@ -117,6 +117,10 @@ const (
 	PodVNetPortSecurity TableID = 100
 	PodVNetARP          TableID = 105
 	PodVNetForward      TableID = 110
+	// PodPunt and PodPuntNamespace are reached only by resubmit, from the
+	// flows that send packets to the agent (punt.go).
+	PodPunt          TableID = 120
+	PodPuntNamespace TableID = 121
 )
 
 // breth0 tables: the seed's numbers.
@@ -180,6 +184,10 @@ var tables = []Table{
 		MissDrop, 0, []Feature{FeatureVNet}},
 	{Pod, PodVNetForward, "VNetForward", "by VNI and destination (a neighbour solicitation by its target): output to a local attachment, or tunnel to a remote one's node (only what came from a local attachment); drop the rest",
 		MissDrop, 0, []Feature{FeatureVNet}},
+	{Pod, PodPunt, "Punt", "packet-ins metered per source before their controller action (resubmit only): by in_port, DNS replies by the pod they go to",
+		MissReturn, 0, []Feature{FeatureNode, FeaturePod}},
+	{Pod, PodPuntNamespace, "PuntNamespace", "a pod's packet-ins metered per namespace after the pod's own meter (resubmit only): one tenant's pods together get one namespace's share",
+		MissReturn, 0, []Feature{FeaturePod}},
 	{Pod, VersionTable, "Version", "the version note: pipeline version, generation and agent version",
 		MissDrop, 0, []Feature{FeatureMeta}},
 

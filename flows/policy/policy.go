@@ -35,6 +35,7 @@ import (
 	"nodeflow/conntrack"
 	"nodeflow/flows/node"
 	"nodeflow/flows/plan"
+	"nodeflow/flows/punt"
 	"nodeflow/openflow"
 )
 
@@ -523,27 +524,18 @@ func RuleFlows(c Config, d Direction, id uint32) ([]openflow.Flow, error) {
 	return fs, nil
 }
 
-// LogMeterRate is the rate of the meter in front of the denied packets'
-// packet-ins, in packets per second for the node (burst twice that): a
+// LogMeter is the node-wide ceiling of the denied packets' packet-ins
+// (owner OwnerBase), behind each source's own meter (punt.Rates): a
 // sample for the log, while the drop flows count every packet.
-const LogMeterRate = 20
-
-// LogMeter is the meter of the denied packets' packet-ins (owner
-// OwnerBase).
-func LogMeter() openflow.MeterEntry {
-	return openflow.MeterEntry{
-		ID: plan.MeterPolicyLog, Flags: openflow.MeterFlagPktps | openflow.MeterFlagBurst,
-		Bands: []openflow.MeterBand{{Type: openflow.MeterBandDrop, Rate: LogMeterRate, BurstSize: 2 * LogMeterRate}},
-	}
-}
+func LogMeter() openflow.MeterEntry { return punt.CeilingMeter(plan.PacketInPolicyDenied) }
 
 // logAction sends a denied packet's first bytes to nodeflow through the
-// log meter.
+// meter of its source (the punt stage) and the log's ceiling.
 func logAction() []openflow.Instruction {
-	return []openflow.Instruction{openflow.ApplyActions{Actions: []openflow.Action{openflow.Controller2{
+	return []openflow.Instruction{openflow.ApplyActions{Actions: append(punt.Actions(plan.PacketInPolicyDenied), openflow.Controller2{
 		MaxLen: 128, ControllerID: plan.ControllerID, Reason: openflow.PacketInAction,
 		Userdata: []byte{byte(plan.PacketInPolicyDenied)}, MeterID: plan.MeterPolicyLog,
-	}}}}
+	})}}
 }
 
 // IsolationFlows returns the drops of a pod isolated in direction d: by its

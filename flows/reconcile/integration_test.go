@@ -223,3 +223,36 @@ func TestLargeGroup(t *testing.T) {
 	}
 	_ = run2
 }
+
+// TestMetersTogether: a pass sends its meter changes in one round trip,
+// and one the switch refuses, a meter someone added behind the store's
+// back, goes again alone as a modify; every meter ends as desired.
+func TestMetersTogether(t *testing.T) {
+	sb, addr := testBridge(t, ovs.Options{}, "br0")
+	s := NewStore(StoreOptions{Bridge: plan.Pod})
+	mustSet(t, s, "pipeline", pipelineState())
+	run := start(t, addr, s, Options{AuditInterval: -1})
+	if _, err := sb.Ofctl("-O", "OpenFlow15", "add-meter", "br0", "meter=65541,pktps,band=type=drop,rate=7"); err != nil {
+		t.Fatal(err)
+	}
+	meter := func(id, rate uint32) openflow.MeterEntry {
+		return openflow.MeterEntry{ID: id, Flags: openflow.MeterFlagPktps | openflow.MeterFlagBurst,
+			Bands: []openflow.MeterBand{{Type: openflow.MeterBandDrop, Rate: rate, BurstSize: 2 * rate}}}
+	}
+	want := []openflow.MeterEntry{meter(65541, 200), meter(131077, 100), meter(196613, 400), meter(262149, 10)}
+	mustSet(t, s, "pod/default/a", State{Meters: want})
+	run.flush(t)
+	out, err := sb.Ofctl("-O", "OpenFlow15", "dump-meters", "br0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range want {
+		line := fmt.Sprintf("meter=%d pktps burst bands=\ntype=drop rate=%d burst_size=%d", m.ID, m.Bands[0].Rate, m.Bands[0].BurstSize)
+		if !strings.Contains(out, line) {
+			t.Errorf("no %q in\n%s", line, out)
+		}
+	}
+	if errs := s.Errors(); len(errs) != 0 {
+		t.Errorf("owners with errors: %v", errs)
+	}
+}

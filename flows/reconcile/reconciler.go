@@ -696,7 +696,19 @@ func (r *Reconciler) apply(ctx context.Context, c *ofconn.Conn, d *Diff, after *
 			firstErr = err
 		}
 	}
+	sent, err := r.applyMeters(ctx, c, d.MetersBefore)
+	if err != nil {
+		for _, ch := range d.MetersBefore {
+			r.store.abortMeter(ch, nil, now)
+		}
+		r.abortRest(d, 0, now)
+		return err
+	}
 	for i, ch := range d.MetersBefore {
+		if sent[i] {
+			r.store.commitMeter(ch)
+			continue
+		}
 		if err := r.applyMeter(ctx, c, ch); err != nil {
 			if errors.Is(err, ofconn.ErrDisconnected) || errors.Is(err, ofconn.ErrClosed) || ctx.Err() != nil {
 				for _, rest := range d.MetersBefore[i:] {
@@ -819,6 +831,47 @@ func (r *Reconciler) abortRest(d *Diff, from int, now time.Time) {
 	for _, ch := range d.MetersAfter {
 		r.store.abortMeter(ch, nil, now)
 	}
+}
+
+// applyMeters sends meter changes (adds and modifies) all at once, one
+// round trip for a node's pods' meters instead of one each, and reports
+// which the switch took. Those it refused (a meter it has, or has lost,
+// behind the store's back) are left to applyMeter, one by one. The error
+// is the connection's: then nothing is known to be applied.
+func (r *Reconciler) applyMeters(ctx context.Context, c *ofconn.Conn, chs []meterChange) ([]bool, error) {
+	sent := make([]bool, len(chs))
+	if len(chs) < 2 {
+		return sent, nil
+	}
+	msgs := make([]openflow.Message, len(chs))
+	for i, ch := range chs {
+		cmd := openflow.MeterAdd
+		if ch.kind == Modify {
+			cmd = openflow.MeterModify
+		}
+		msgs[i] = meterMessage(ch, cmd)
+	}
+	err := c.Apply(ctx, msgs...)
+	var be *ofconn.BatchError
+	switch {
+	case err == nil:
+	case errors.As(err, &be):
+	case errors.Is(err, ofconn.ErrDisconnected) || errors.Is(err, ofconn.ErrClosed) || ctx.Err() != nil:
+		return nil, err
+	default:
+		return sent, nil // each again, alone
+	}
+	for i := range sent {
+		sent[i] = true
+	}
+	if be != nil {
+		for _, me := range be.Errors {
+			if me.Index >= 0 && me.Index < len(sent) {
+				sent[me.Index] = false
+			}
+		}
+	}
+	return sent, nil
 }
 
 // applyMeter adds or modifies a meter, whichever the switch needs: meter

@@ -11,6 +11,7 @@ import (
 	"nodeflow/flows/node"
 	"nodeflow/flows/plan"
 	"nodeflow/flows/policy"
+	"nodeflow/flows/punt"
 	"nodeflow/flows/reconcile"
 	"nodeflow/flows/service"
 	"nodeflow/flows/unidle"
@@ -86,9 +87,10 @@ func (c *Config) nodeConfig() node.Config {
 }
 
 // buildNodeNetworking sets what the node networking feature wants:
-// breth0's default flows, br0's node-wide flows, the other node's tunnel
-// and routes, each pod's flows, the IPv6 neighbour discovery flood and the
-// next hops toward the uplink.
+// breth0's default flows, br0's node-wide flows with the punt stage of the
+// node's own ports, the other node's tunnel and routes, the punt meters of
+// the pods' namespaces, each pod's flows with its punt stage, the IPv6
+// neighbour discovery flood and the next hops toward the uplink.
 func buildNodeNetworking(c *Config, d *Desired) error {
 	nc := c.nodeConfig()
 	gfs, err := gateway.Flows(gateway.Config{
@@ -106,7 +108,16 @@ func buildNodeNetworking(c *Config, d *Desired) error {
 	if err != nil {
 		return err
 	}
-	if err := d.set(plan.Pod, node.OwnerLocal, reconcile.State{Flows: fs}); err != nil {
+	local := reconcile.State{Flows: fs}
+	for _, port := range []uint32{c.Ports.Tunnel, c.Ports.PodPatch, c.Ports.Mgmt} {
+		ps, err := punt.SourceState(punt.Source{Port: port})
+		if err != nil {
+			return err
+		}
+		local.Flows = append(local.Flows, ps.Flows...)
+		local.Meters = append(local.Meters, ps.Meters...)
+	}
+	if err := d.set(plan.Pod, node.OwnerLocal, local); err != nil {
 		return err
 	}
 	fs, err = node.RemoteFlows(nc, node.Remote{Name: c.Remote.Name, TunnelIP: c.Remote.IPs[0], PodCIDRs: c.Remote.PodCIDRs, NodeIPs: c.Remote.IPs, ReturnsByTunnel: true})
@@ -117,12 +128,29 @@ func buildNodeNetworking(c *Config, d *Desired) error {
 		return err
 	}
 	ndPorts := []uint32{c.Ports.Mgmt}
+	namespaces := map[string]uint32{}
+	for _, p := range c.Pods {
+		namespaces[p.Namespace] = p.NamespaceID
+	}
+	for _, ns := range slices.Sorted(maps.Keys(namespaces)) {
+		st, err := punt.NamespaceState(namespaces[ns])
+		if err != nil {
+			return err
+		}
+		if err := d.set(plan.Pod, punt.NamespaceOwner(ns), st); err != nil {
+			return err
+		}
+	}
 	for _, p := range c.Pods {
 		fs, err := node.PodFlows(nc, p)
 		if err != nil {
 			return err
 		}
-		if err := d.set(plan.Pod, node.PodOwner(p.Namespace, p.Name), reconcile.State{Flows: fs}); err != nil {
+		ps, err := punt.SourceState(punt.Source{Port: p.Port, Dsts: p.IPs, Namespace: p.NamespaceID})
+		if err != nil {
+			return err
+		}
+		if err := d.set(plan.Pod, node.PodOwner(p.Namespace, p.Name), reconcile.State{Flows: append(fs, ps.Flows...), Meters: ps.Meters}); err != nil {
 			return err
 		}
 		ndPorts = append(ndPorts, p.Port)

@@ -99,7 +99,11 @@ func TestShapes(t *testing.T) {
 		plan.Pod: {
 			{plan.PodClassifier, 100, "in_port=vxlan0", "set PktSource=FromTunnel,goto_table:15", plan.FeatureNode},
 			{plan.PodClassifier, 100, "in_port=pod", "set PktSource=FromPod,goto_table:10", plan.FeaturePod},
-			{plan.PodServiceLB, 190, "ct_state=+new+trk,sctp,nw_dst,tp_dst", "set ServiceID,controller(reject,meter_id=2)", plan.FeatureService},
+			{plan.PodServiceLB, 190, "ct_state=+new+trk,sctp,nw_dst,tp_dst", "set ServiceID,set PuntCategory=PuntReject,resubmit(,120),controller(reject,meter_id=2)", plan.FeatureService},
+			{plan.PodPunt, 100, "PuntCategory=PuntReject,in_port=pod", "meter(reject,pod),set PuntSource,set PuntNamespace,resubmit(,121)", plan.FeaturePod},
+			{plan.PodPunt, 100, "PuntCategory=PuntReject,in_port=vxlan0", "meter(reject,vxlan0),set PuntSource", plan.FeatureNode},
+			{plan.PodPunt, 100, "ip,PuntCategory=PuntDNS,nw_dst", "meter(dns,pod),set PuntSource,set PuntNamespace,resubmit(,121)", plan.FeaturePod},
+			{plan.PodPuntNamespace, 100, "PuntCategory=PuntReject,PuntNamespace", "meter(reject,namespace)", plan.FeaturePod},
 			{plan.PodServiceLB, 200, "ct_state=+new+trk,ct_nw_dst,ct_nw_proto=17,ct_tp_dst,ip,EndpointSelected=0,AffinityChecked=AffinityLookedUp", "group", plan.FeatureService},
 			{plan.PodEndpointDNAT, 100, "udp,EndpointIPv4,EndpointPort,ServiceID", "learn(table=31),ct(commit,table=40,zone=65000,nat(dst))", plan.FeatureService},
 			{plan.PodSNAT, 130, "ct_state=+new+trk+dnat,ip,PktSource=FromGateway,nw_dst", "ct(commit,table=45,zone=65001,nat(src))", plan.FeatureNode},

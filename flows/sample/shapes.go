@@ -344,6 +344,25 @@ func (d *Desired) actionShape(b plan.Bridge, a string) string {
 		return strings.TrimSuffix(s, ",") + ")"
 	case strings.HasPrefix(a, "note:"):
 		return "note"
+	case strings.HasPrefix(a, "meter:"):
+		// A per-source meter by its category and its source's role, a
+		// namespace's by its category.
+		id, err := strconv.ParseUint(strings.TrimPrefix(a, "meter:"), 10, 32)
+		if err != nil {
+			return a
+		}
+		if c, _, ok := plan.SplitNamespaceMeter(uint32(id)); ok {
+			return "meter(" + packetInName(c) + ",namespace)"
+		}
+		c, key, ok := plan.SplitSourceMeter(uint32(id))
+		if !ok {
+			return a
+		}
+		src := "shared"
+		if key != plan.SourceShared {
+			src = d.portName(b, strconv.FormatUint(uint64(key), 10))
+		}
+		return "meter(" + packetInName(c) + "," + src + ")"
 	}
 	return a
 }
@@ -351,10 +370,8 @@ func (d *Desired) actionShape(b plan.Bridge, a string) string {
 // packetInName names a packet-in category as it reads in the document.
 func packetInName(c plan.PacketInCategory) string {
 	switch c {
-	case plan.PacketInUnidle:
-		return "unidle"
-	case plan.PacketInReject:
-		return "reject"
+	case plan.PacketInUnidle, plan.PacketInReject, plan.PacketInDNS, plan.PacketInPolicyDenied:
+		return c.String()
 	}
 	return fmt.Sprintf("category %d", uint8(c))
 }

@@ -47,7 +47,7 @@ func AddressFlows(a netip.Addr) (reconcile.State, error) {
 		Table: uint8(plan.PodServiceLB), Priority: uint16(plan.PriorityServiceAddress),
 		Match: openflow.NewMatch(openflow.CtState(openflow.CtNew|openflow.CtTrk, openflow.CtNew|openflow.CtTrk),
 			openflow.EthType(eth), dst),
-		Instructions: apply(RejectAction(0)),
+		Instructions: apply(RejectActions(0)...),
 	}}}, nil
 }
 

@@ -17,7 +17,7 @@ func TestAddressAndCIDRFlows(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := strings.TrimSpace(st.Flows[0].String()), "table=30, priority=150,ct_state=+new+trk,ip,nw_dst=10.96.0.10 actions=controller(userdata=02.00.00.00.00,meter_id=2)"; !strings.HasPrefix(got, strings.TrimSuffix(want, "userdata=02.00.00.00.00,meter_id=2)")) || !strings.Contains(got, "userdata=02.00.00.00.00") || !strings.Contains(got, "meter_id=2") {
+	if got, want := strings.TrimSpace(st.Flows[0].String()), "table=30, priority=150,ct_state=+new+trk,ip,nw_dst=10.96.0.10 actions=set_field:0x2000/0xf000->reg0,resubmit(,120),controller(id=28262,userdata=02.00.00.00.00,meter_id=2)"; !strings.HasPrefix(got, strings.TrimSuffix(want, "id=28262,userdata=02.00.00.00.00,meter_id=2)")) || !strings.Contains(got, "userdata=02.00.00.00.00") || !strings.Contains(got, "meter_id=2") {
 		t.Errorf("address flow:\n got %s\nwant %s", got, want)
 	}
 	st6, err := AddressFlows(netip.MustParseAddr("fd02::10"))

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 
 	"nodeflow/flows/plan"
+	"nodeflow/flows/punt"
 	"nodeflow/openflow"
 	"nodeflow/proxy"
 )
@@ -171,31 +172,25 @@ func (b *builder) learn(ep netip.Addr, port uint16) openflow.Action {
 	}
 }
 
-// RejectAction is the packet-in of a new connection to a service port
-// without endpoints: to nodeflow's controller id, through the reject meter,
-// with userdata = PacketInReject and the ServiceID (4 bytes, big-endian).
-// The agent answers with TCP RST+ACK or ICMP port unreachable.
-func RejectAction(gid uint32) openflow.Controller2 {
+// RejectActions are the packet-in of a new connection to a service port
+// without endpoints: through the punt stage (the meter of the connection's
+// source, flows/punt), then to nodeflow's controller id through the reject
+// ceiling, with userdata = PacketInReject and the ServiceID (4 bytes,
+// big-endian). The agent answers with TCP RST+ACK or ICMP port
+// unreachable.
+func RejectActions(gid uint32) []openflow.Action {
 	ud := []byte{byte(plan.PacketInReject), 0, 0, 0, 0}
 	binary.BigEndian.PutUint32(ud[1:], gid)
-	return openflow.Controller2{
+	return append(punt.Actions(plan.PacketInReject), openflow.Controller2{
 		MaxLen: openflow.ControllerMaxLenNoBuffer, ControllerID: plan.ControllerID,
 		Reason: openflow.PacketInAction, Userdata: ud, MeterID: plan.MeterReject,
-	}
+	})
 }
 
-// RejectMeterRate is the reject meter's rate in packets per second; its
-// burst is twice that.
-const RejectMeterRate = 100
-
-// RejectMeter is the meter in front of every reject packet-in. It is
-// shared by all service ports, so one owner (RejectMeterOwner) holds it.
-func RejectMeter() openflow.MeterEntry {
-	return openflow.MeterEntry{
-		ID: plan.MeterReject, Flags: openflow.MeterFlagPktps | openflow.MeterFlagBurst,
-		Bands: []openflow.MeterBand{{Type: openflow.MeterBandDrop, Rate: RejectMeterRate, BurstSize: 2 * RejectMeterRate}},
-	}
-}
+// RejectMeter is the node-wide ceiling of every reject packet-in, behind
+// the sources' own meters (punt.Rates). It is shared by all service
+// ports, so one owner (RejectMeterOwner) holds it.
+func RejectMeter() openflow.MeterEntry { return punt.CeilingMeter(plan.PacketInReject) }
 
 // RejectMeterOwner is the reconciler owner of RejectMeter.
 const RejectMeterOwner = "service/_meters"

@@ -304,7 +304,7 @@ func (b *builder) lb(key string, vips []vip, eps []proxy.Endpoint, anyEps bool) 
 		// at all) or a drop (a Local policy leaves none here).
 		var acts []openflow.Action
 		if !anyEps && !b.out.Idled {
-			acts = []openflow.Action{mustLoad(plan.ServiceID.LoadValue(uint64(gid))), RejectAction(gid)}
+			acts = append([]openflow.Action{mustLoad(plan.ServiceID.LoadValue(uint64(gid)))}, RejectActions(gid)...)
 		}
 		for _, v := range vips {
 			for _, m := range b.vipMatches(v) {

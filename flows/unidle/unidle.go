@@ -2,11 +2,13 @@
 // idled service port: for every VIP of the port (ClusterIP, node IP and
 // NodePort, ExternalIPs, LoadBalancer ingress IPs; each family), new
 // connections load the port's ServiceID and go to the controller through
-// the unidle meter, as a packet-in of category plan.PacketInUnidle whose
+// their source's unidle meter (the punt stage, flows/punt) and the node's
+// unidle ceiling, as a packet-in of category plan.PacketInUnidle whose
 // userdata carries the ServiceID:
 //
 //	table=30, priority=195,ct_state=+new+trk,tcp,nw_dst=VIP,tp_dst=PORT
-//	    actions=set_field:ID->reg5,controller(userdata=01.<ID, 4 bytes>,meter_id=1)
+//	    actions=set_field:ID->reg5,set_field:0x1000/0xf000->reg0,resubmit(,120),
+//	            controller(userdata=01.<ID, 4 bytes>,meter_id=1)
 //
 // The builders are pure; feature/unidle holds and re-injects the packets.
 package unidle
@@ -20,6 +22,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"nodeflow/flows/plan"
+	"nodeflow/flows/punt"
 	"nodeflow/flows/reconcile"
 	"nodeflow/flows/service"
 	"nodeflow/openflow"
@@ -32,18 +35,11 @@ func Owner(n proxy.ServicePortName) string { return "unidle/" + n.String() }
 // MeterOwner is the reconciler owner of the unidle meter.
 const MeterOwner = "unidle/_meters"
 
-// MeterRate is the unidle meter's rate in packets per second (burst twice
-// that): the first packets of new connections to every idled port of the
-// node share it, so a flood is shed in the datapath.
-const MeterRate = 200
-
-// Meter returns the meter in front of every unidle packet-in.
-func Meter() openflow.MeterEntry {
-	return openflow.MeterEntry{
-		ID: plan.MeterUnidle, Flags: openflow.MeterFlagPktps | openflow.MeterFlagBurst,
-		Bands: []openflow.MeterBand{{Type: openflow.MeterBandDrop, Rate: MeterRate, BurstSize: 2 * MeterRate}},
-	}
-}
+// Meter returns the node-wide ceiling of every unidle packet-in, behind
+// the sources' own meters (punt.Rates): the first packets of new
+// connections to every idled port of the node share it, so a flood is shed
+// in the datapath.
+func Meter() openflow.MeterEntry { return punt.CeilingMeter(plan.PacketInUnidle) }
 
 // Userdata returns the controller userdata of port id's packet-ins.
 func Userdata(id uint32) []byte {
@@ -147,10 +143,11 @@ func Build(port *proxy.ServicePort, nodePortAddrs []netip.Addr, ids map[string]u
 			for _, m := range matches {
 				st.Flows = append(st.Flows, openflow.Flow{
 					Table: uint8(plan.PodServiceLB), Priority: uint16(plan.PriorityUnidle), Match: m,
-					Instructions: []openflow.Instruction{openflow.ApplyActions{Actions: []openflow.Action{load, openflow.Controller2{
-						MaxLen: openflow.ControllerMaxLenNoBuffer, ControllerID: plan.ControllerID,
-						Reason: openflow.PacketInAction, Userdata: Userdata(v.id), MeterID: plan.MeterUnidle,
-					}}}},
+					Instructions: []openflow.Instruction{openflow.ApplyActions{Actions: slices.Concat([]openflow.Action{load}, punt.Actions(plan.PacketInUnidle),
+						[]openflow.Action{openflow.Controller2{
+							MaxLen: openflow.ControllerMaxLenNoBuffer, ControllerID: plan.ControllerID,
+							Reason: openflow.PacketInAction, Userdata: Userdata(v.id), MeterID: plan.MeterUnidle,
+						}})}},
 				})
 			}
 		}

@@ -31,8 +31,8 @@ func TestBuild(t *testing.T) {
 		text.WriteString(f.String() + "\n")
 	}
 	for _, want := range []string{
-		"priority=195,ct_state=+new+trk,udp,nw_dst=10.96.0.50,tp_dst=53 actions=set_field:0x7->reg5,controller(id=28262,userdata=01.00.00.00.07,meter_id=1)",
-		"udp,nw_dst=172.30.0.11,tp_dst=30053 actions=set_field:0x8->reg5,controller(id=28262,userdata=01.00.00.00.08,meter_id=1)",
+		"priority=195,ct_state=+new+trk,udp,nw_dst=10.96.0.50,tp_dst=53 actions=set_field:0x7->reg5,set_field:0x1000/0xf000->reg0,resubmit(,120),controller(id=28262,userdata=01.00.00.00.07,meter_id=1)",
+		"udp,nw_dst=172.30.0.11,tp_dst=30053 actions=set_field:0x8->reg5,set_field:0x1000/0xf000->reg0,resubmit(,120),controller(id=28262,userdata=01.00.00.00.08,meter_id=1)",
 		"udp,nw_dst=172.30.0.200,tp_dst=53 actions=set_field:0x8->reg5",
 		"udp6,ipv6_dst=fd00:10:96::50,tp_dst=53 actions=set_field:0x9->reg5",
 		"udp6,ipv6_dst=fd00:172:30::11,tp_dst=30053 actions=set_field:0x9->reg5",

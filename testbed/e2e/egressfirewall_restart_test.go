@@ -22,7 +22,7 @@ import (
 // to its environment), that keeps running after the test like the one it
 // replaced: the testbed's state records its pid for later tests, and it is
 // stopped before the testbed goes down (keepRunning).
-func replaceAgent(t *testing.T, e *env, m *testbed.Member, env ...string) {
+func replaceAgent(t testing.TB, e *env, m *testbed.Member, env ...string) {
 	t.Helper()
 	stopAgentProcess(t, e, m.Name)
 	logf, err := os.OpenFile(filepath.Join(m.Dir, "agent.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)

@@ -20,6 +20,7 @@ import (
 
 	"nodeflow/feature/unidle"
 	"nodeflow/flows/plan"
+	"nodeflow/flows/punt"
 	flows "nodeflow/flows/unidle"
 	"nodeflow/openflow"
 	"nodeflow/testbed"
@@ -86,7 +87,7 @@ func TestUnidleFlood(t *testing.T) {
 	// While it floods: a Service created, and the agent's held packets
 	// read.
 	eventually(t, floodFor, "the flood caught by the agent", func(context.Context) error {
-		if v := agentSample(t, m).packetIns - pre.packetIns; v < flows.MeterRate/2 {
+		if v := agentSample(t, m).packetIns - pre.packetIns; v < float64(unidleRates().Source)/2 {
 			return fmt.Errorf("%v packet-ins so far", v)
 		}
 		return nil
@@ -103,10 +104,11 @@ func TestUnidleFlood(t *testing.T) {
 	t.Logf("agent live heap (after a GC) %.1f MiB before the flood, %.1f MiB after; resident %.1f MiB, %.1f MiB",
 		preHeap/(1<<20), postHeap/(1<<20), pre.rss/(1<<20), post.rss/(1<<20))
 
-	// The meter shed the flood: the agent saw at most its rate over the
-	// flood and its burst (with a second's slack), the datapath dropped
-	// the rest.
-	if limit := flows.MeterRate*(floodFor.Seconds()+1) + 2*flows.MeterRate; post.packetIns-pre.packetIns > limit {
+	// The meter shed the flood: the agent saw at most the pod's rate over
+	// the flood and its burst (with a second's slack), the datapath
+	// dropped the rest.
+	rate := float64(unidleRates().Source)
+	if limit := rate*(floodFor.Seconds()+1) + 2*rate; post.packetIns-pre.packetIns > limit {
 		t.Errorf("the agent received %v packet-ins during the flood, over the meter's %v", post.packetIns-pre.packetIns, limit)
 	}
 	if dropped < int64(sent)/2 {
@@ -227,19 +229,36 @@ func agentSample(t *testing.T, m *testbed.Member) agentFigures {
 	}
 }
 
-var meterBandRE = regexp.MustCompile(`(?m)^\s*0: packet_count:(\d+)`)
+var meterStatsRE = regexp.MustCompile(`(?m)^meter:(\d+) .*\n0: packet_count:(\d+)`)
 
-// meterBandPackets returns how many packets the unidle meter's band has
-// dropped on m's br0 (ovs-ofctl meter-stats).
+// meterBandPackets returns how many packets the unidle meters' bands
+// have dropped on m's br0 (ovs-ofctl meter-stats): the pods' own meters
+// and the node-wide ceiling.
 func meterBandPackets(t *testing.T, m *testbed.Member) int64 {
 	t.Helper()
-	out := ofctl(t, m, "meter-stats", "br0", "meter="+strconv.Itoa(int(flows.Meter().ID)))
-	s := meterBandRE.FindStringSubmatch(out)
-	if s == nil {
-		t.Fatalf("no band in the unidle meter's stats:\n%s", out)
+	out := ofctl(t, m, "meter-stats", "br0")
+	var n int64
+	found := false
+	for _, s := range meterStatsRE.FindAllStringSubmatch(out, -1) {
+		id, _ := strconv.ParseUint(s[1], 10, 32)
+		c, _, ok := plan.SplitSourceMeter(uint32(id))
+		if uint32(id) != flows.Meter().ID && (!ok || c != plan.PacketInUnidle) {
+			continue
+		}
+		found = true
+		v, _ := strconv.ParseInt(s[2], 10, 64)
+		n += v
 	}
-	n, _ := strconv.ParseInt(s[1], 10, 64)
+	if !found {
+		t.Fatalf("no unidle meter in br0's meter stats:\n%s", out)
+	}
 	return n
+}
+
+// unidleRates returns the unidle meters' rates.
+func unidleRates() punt.Rates {
+	r, _ := punt.RatesOf(plan.PacketInUnidle)
+	return r
 }
 
 // waitVIP polls until table 30 has a flow to vip and returns when it saw
