@@ -81,7 +81,7 @@ const KubeletPort = 10250
 // New returns the hostPort feature.
 func New(opts Options) *HostPorts {
 	return &HostPorts{
-		opts: opts,
+		opts:  opts,
 		dirty: map[string]bool{}, mappings: map[string][]hostport.Mapping{}, warned: map[string]string{},
 		kick: make(chan struct{}, 1),
 	}
