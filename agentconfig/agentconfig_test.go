@@ -31,6 +31,8 @@ resolvConf: /etc/resolv.conf
 hostCheckInterval: 1m
 gcPercent: 75
 gcStartupFloor: 96
+clusterDNSServices: [kube-system/kube-dns, openshift-dns/dns-default]
+trustedDNS: [169.254.20.10, "fd00:172:30::/64"]
 `
 
 // Every field becomes its flag's value, as the command line writes it.
@@ -47,6 +49,7 @@ func TestParse(t *testing.T) {
 		"node-name": "node1", "datapath-type": "netdev", "cluster-cidr": "10.244.0.0/16,fd00:10:244::/56", "service-cidr": "10.96.0.0/16",
 		"masquerade-subnet-v6": "fd69::/125", "mtu": "1450", "unidle": "false", "unidle-hold-time": "90s", "host-check-interval": "1m",
 		"cni-conf-dir": "/etc/cni/net.d", "egress-firewall": "true", "gc-percent": "75", "gc-startup-floor": "96", "virtual-networks": "false",
+		"cluster-dns-service": "kube-system/kube-dns,openshift-dns/dns-default", "trusted-dns": "169.254.20.10,fd00:172:30::/64",
 	} {
 		if got[flag] != want {
 			t.Errorf("--%s = %q, want %q", flag, got[flag], want)
@@ -55,8 +58,16 @@ func TestParse(t *testing.T) {
 	if _, ok := got["kubeconfig"]; ok {
 		t.Error("a field the file leaves out set its flag")
 	}
-	if len(got) != 22 {
-		t.Errorf("%d settings, want the file's 22: %v", len(got), got)
+	if len(got) != 24 {
+		t.Errorf("%d settings, want the file's 24: %v", len(got), got)
+	}
+	// An empty list is a setting: no cluster DNS Service at all.
+	c, err = Parse([]byte("apiVersion: nodeflow.io/v1alpha1\nkind: AgentConfiguration\nclusterDNSServices: []\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := c.Settings(); len(s) != 1 || s[0].Flag != "cluster-dns-service" || s[0].Value != "" {
+		t.Errorf("clusterDNSServices: []: %+v", s)
 	}
 }
 
@@ -76,6 +87,8 @@ func TestParseErrors(t *testing.T) {
 		{"gc percent out of range", head + "gcPercent: -5\n", "gcPercent: -5"},
 		{"gc start-up floor out of range", head + "gcStartupFloor: -1\n", "gcStartupFloor: -1"},
 		{"empty bridge", head + "podBridge: \"\"\n", "podBridge: empty"},
+		{"cluster DNS Service without a namespace", head + "clusterDNSServices: [kube-dns]\n", `clusterDNSServices[0]: "kube-dns" is not namespace/name`},
+		{"bad trusted DNS", head + "trustedDNS: [169.254.20.10, 169.254.20.300]\n", `trustedDNS[1]: "169.254.20.300" is not an address or a CIDR`},
 		{"wrong kind", "apiVersion: nodeflow.io/v1alpha1\nkind: KubeProxyConfiguration\n", `kind "KubeProxyConfiguration"`},
 		{"no version", "kind: AgentConfiguration\n", `apiVersion ""`},
 		{"not YAML", "\tfoo: [", "not YAML"},
