@@ -267,3 +267,26 @@ func gaugeValue(t *testing.T, e *env, name, kind string) float64 {
 	t.Fatalf("no %s{%s}", name, kind)
 	return 0
 }
+
+// TestDNSNodeLocalCache: a node-local DNS cache named with TrustedDNS
+// (its link-local address on the host) teaches the firewall when its
+// reply comes from the host (mp0); the same address from a pod does not.
+func TestDNSNodeLocalCache(t *testing.T) {
+	e := newEnvOpts(t, nil, nil, func(o *Options) { o.TrustedDNS = pfx("169.254.20.10/32") },
+		testPod("a", "client", "10.244.1.5"),
+		ef("a", "default", "Allow dns:*.example.com", "Deny 0.0.0.0/0"))
+	e.waitFlows(efflows.DNSOwner, "the cache's flows", func(f []string) bool {
+		return has(f, "nw_src=169.254.20.10", "reg0=0x4/0xf", "ct_state=+trk-snat") && has(f, "nw_src=169.254.20.10", "reg0=0x3/0xf")
+	})
+	fromPod := packetInFrom(dnsReply(t, "169.254.20.10", "10.244.1.5", "pod.example.com", 300, "198.51.100.61"), 9, plan.FromPod, 0x12, openflow.CtNew|openflow.CtTrk)
+	e.f.HandlePacketIn(fromPod)
+	fromHost := packetInFrom(dnsReply(t, "169.254.20.10", "10.244.1.5", "cache.example.com", 300, "198.51.100.60"), 3, plan.FromHost, 0, openflow.CtNew|openflow.CtTrk)
+	e.f.HandlePacketIn(fromHost)
+	got := e.waitFlows(efflows.Owner("a"), "the cache's answer", func(f []string) bool { return has(f, "nw_dst=198.51.100.60", "goto_table:60") })
+	if has(got, "198.51.100.61") {
+		t.Errorf("the cache's address from a pod was learned:\n%s", strings.Join(got, "\n"))
+	}
+	if v := counterValue(t, e.f.m.dnsReplies.WithLabelValues(ReplyUntrusted)); v != 1 {
+		t.Errorf("untrusted %v, want 1", v)
+	}
+}
