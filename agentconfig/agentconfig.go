@@ -74,6 +74,8 @@ type AgentConfiguration struct {
 	ProcSysNet         *string  `json:"procSysNet,omitempty"`         // --proc-sys-net
 	GCPercent          *int     `json:"gcPercent,omitempty"`          // --gc-percent: the Go collector's target when GOGC is unset
 	GCStartupFloor     *int     `json:"gcStartupFloor,omitempty"`     // --gc-startup-floor: MiB of Go memory before the start-up's first collection
+	ClusterDNSServices []string `json:"clusterDNSServices,omitempty"` // --cluster-dns-service: namespace/name of each cluster DNS Service ([] for none)
+	TrustedDNS         []string `json:"trustedDNS,omitempty"`         // --trusted-dns: resolver addresses or prefixes outside the pod network
 
 	// ExternalIPs and LoadBalancerIPs are the policies for the addresses
 	// Services name in spec.externalIPs and status.loadBalancer.ingress:
@@ -214,6 +216,18 @@ func (c *AgentConfiguration) check() error {
 	if c.GCStartupFloor != nil && (*c.GCStartupFloor < 0 || *c.GCStartupFloor > 1<<20) {
 		errs = append(errs, fmt.Errorf("gcStartupFloor: %d is not between 0 and 1048576 (MiB)", *c.GCStartupFloor))
 	}
+	for i, s := range c.ClusterDNSServices {
+		if ns, name, ok := strings.Cut(s, "/"); !ok || ns == "" || name == "" || strings.Contains(name, "/") {
+			errs = append(errs, fmt.Errorf("clusterDNSServices[%d]: %q is not namespace/name", i, s))
+		}
+	}
+	for i, s := range c.TrustedDNS {
+		if _, err := netip.ParseAddr(s); err != nil {
+			if _, err := netip.ParsePrefix(s); err != nil {
+				errs = append(errs, fmt.Errorf("trustedDNS[%d]: %q is not an address or a CIDR", i, s))
+			}
+		}
+	}
 	for _, f := range []field{{"podBridge", c.PodBridge}, {"gatewayBridge", c.GatewayBridge}, {"uplink", c.Uplink}, {"ovsRundir", c.OVSRundir}} {
 		if f.v != nil && *f.v == "" {
 			errs = append(errs, fmt.Errorf("%s: empty", f.name))
@@ -291,5 +305,7 @@ func (c *AgentConfiguration) Settings() []Setting {
 		list("load-balancer-ip-rejected-cidr", "loadBalancerIPs.rejectedCIDRs", p.RejectedCIDRs)
 	}
 	list("nodeport-addresses", "nodePortAddresses", c.NodePortAddresses)
+	list("cluster-dns-service", "clusterDNSServices", c.ClusterDNSServices)
+	list("trusted-dns", "trustedDNS", c.TrustedDNS)
 	return out
 }

@@ -37,6 +37,8 @@ externalIPs:
 loadBalancerIPs:
   allowedCIDRs: [198.51.100.0/24]
 nodePortAddresses: [172.30.0.0/24]
+clusterDNSServices: [kube-system/kube-dns, openshift-dns/dns-default]
+trustedDNS: [169.254.20.10, "fd00:172:30::/64"]
 `
 
 // Every field becomes its flag's value, as the command line writes it.
@@ -55,6 +57,7 @@ func TestParse(t *testing.T) {
 		"cni-conf-dir": "/etc/cni/net.d", "egress-firewall": "true", "gc-percent": "75", "gc-startup-floor": "96", "virtual-networks": "false",
 		"external-ip-allowed-cidr": "192.0.2.0/24,2001:db8::/64", "external-ip-rejected-cidr": "192.0.2.128/25",
 		"load-balancer-ip-allowed-cidr": "198.51.100.0/24", "nodeport-addresses": "172.30.0.0/24",
+		"cluster-dns-service": "kube-system/kube-dns,openshift-dns/dns-default", "trusted-dns": "169.254.20.10,fd00:172:30::/64",
 	} {
 		if got[flag] != want {
 			t.Errorf("--%s = %q, want %q", flag, got[flag], want)
@@ -63,8 +66,16 @@ func TestParse(t *testing.T) {
 	if _, ok := got["kubeconfig"]; ok {
 		t.Error("a field the file leaves out set its flag")
 	}
-	if len(got) != 26 {
-		t.Errorf("%d settings, want the file's 26: %v", len(got), got)
+	if len(got) != 28 {
+		t.Errorf("%d settings, want the file's 28: %v", len(got), got)
+	}
+	// An empty list is a setting: no cluster DNS Service at all.
+	c, err = Parse([]byte("apiVersion: nodeflow.io/v1alpha1\nkind: AgentConfiguration\nclusterDNSServices: []\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := c.Settings(); len(s) != 1 || s[0].Flag != "cluster-dns-service" || s[0].Value != "" {
+		t.Errorf("clusterDNSServices: []: %+v", s)
 	}
 }
 
@@ -87,6 +98,8 @@ func TestParseErrors(t *testing.T) {
 		{"bad policy CIDR", head + "externalIPs:\n  rejectedCIDRs: [1.2.3.4/40]\n", `externalIPs.rejectedCIDRs[0]: "1.2.3.4/40" is not a CIDR`},
 		{"unknown policy field", head + "externalIPs:\n  allowed: [1.2.3.0/24]\n", `unknown field "externalIPs.allowed"`},
 		{"bad node port address", head + "nodePortAddresses: [primary, 10.0.0.0/8]\n", `nodePortAddresses[0]: "primary" is not a CIDR`},
+		{"cluster DNS Service without a namespace", head + "clusterDNSServices: [kube-dns]\n", `clusterDNSServices[0]: "kube-dns" is not namespace/name`},
+		{"bad trusted DNS", head + "trustedDNS: [169.254.20.10, 169.254.20.300]\n", `trustedDNS[1]: "169.254.20.300" is not an address or a CIDR`},
 		{"wrong kind", "apiVersion: nodeflow.io/v1alpha1\nkind: KubeProxyConfiguration\n", `kind "KubeProxyConfiguration"`},
 		{"no version", "kind: AgentConfiguration\n", `apiVersion ""`},
 		{"not YAML", "\tfoo: [", "not YAML"},

@@ -106,6 +106,10 @@ func agentCommand() *cli.Command {
 				Usage: "`CIDR`s of the node addresses NodePorts answer on, or \"primary\" (the default): the node IPs, as kube-proxy's --nodeport-addresses"},
 			&cli.StringFlag{Name: "packet-in-meters", Value: "per-source", EnvVars: []string{"NODEFLOW_PACKET_IN_METERS"}, Hidden: true,
 				Usage: "per-source, or shared: one meter per packet-in category for the whole node, the previous design, for the benchmark that compares them"},
+			&cli.StringSliceFlag{Name: "cluster-dns-service", Value: cli.NewStringSlice(egressfirewall.DefaultClusterDNSService.String()), EnvVars: []string{"NODEFLOW_CLUSTER_DNS_SERVICES"},
+				Usage: "`NAMESPACE/NAME` of a cluster DNS Service whose answers to pods the egress firewall learns dnsName addresses from (through its ClusterIPs and its endpoints, answered by a pod of its namespace); repeat or comma-separate; an empty value trusts none"},
+			&cli.StringSliceFlag{Name: "trusted-dns", EnvVars: []string{"NODEFLOW_TRUSTED_DNS"},
+				Usage: "`ADDRESS` or prefix of a resolver outside the pod and service networks (a node-local DNS cache's 169.254.20.10, say) whose answers that reach pods from the host or the gateway the egress firewall learns from, besides --resolv-conf's nameservers"},
 		},
 		Action: runAgent,
 	}
@@ -194,6 +198,17 @@ func runAgent(c *cli.Context) error {
 	if cfg.Masquerade, err = conntrack.NewPlan(v4, v6); err != nil {
 		return fmt.Errorf("agent: %w", err)
 	}
+	clusterDNS, err := egressfirewall.ParseClusterDNSServices(c.StringSlice("cluster-dns-service"))
+	if err != nil {
+		return fmt.Errorf("agent: --cluster-dns-service: %w", err)
+	}
+	trustedDNS, err := egressfirewall.ParseTrustedDNS(c.StringSlice("trusted-dns"))
+	if err != nil {
+		return fmt.Errorf("agent: --trusted-dns: %w", err)
+	}
+	if err := egressfirewall.CheckTrustedDNS(trustedDNS, cfg.ClusterCIDRs, cfg.ServiceCIDRs); err != nil {
+		return fmt.Errorf("agent: --trusted-dns: %w", err)
+	}
 	if n, what := memlimit.Apply(); n > 0 {
 		logrus.WithField("bytes", n).Info(what)
 	} else {
@@ -256,7 +271,8 @@ func runAgent(c *cli.Context) error {
 		a.Use(netpolicy.New(netpolicy.Options{Interfaces: a.Interfaces, MgmtSocket: cfg.MgmtSocket}))
 	}
 	if c.Bool("egress-firewall") {
-		a.Use(egressfirewall.New(egressfirewall.Options{MgmtSocket: cfg.MgmtSocket, ResolvConf: c.String("resolv-conf")}))
+		a.Use(egressfirewall.New(egressfirewall.Options{MgmtSocket: cfg.MgmtSocket, ResolvConf: c.String("resolv-conf"),
+			ClusterDNSServices: clusterDNS, TrustedDNS: trustedDNS}))
 	}
 	if c.Bool("virtual-networks") {
 		a.Use(vnetagent.New(vnetagent.Options{OVSDB: a.OVSDB, ProcSysNet: hostnet.ProcSysNet}))

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -10,6 +11,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"nodeflow/agentconfig"
+	"nodeflow/feature/egressfirewall"
 )
 
 // Every field of the configuration file sets a flag the agent has.
@@ -26,10 +28,11 @@ func TestConfigFileFlagsExist(t *testing.T) {
 	c := agentconfig.AgentConfiguration{Kubeconfig: &s, NodeName: &s, OVSRundir: &s, PodBridge: &s, GatewayBridge: &s, Uplink: &s,
 		DatapathType: &s, ClusterCIDRs: []string{s}, ServiceCIDRs: []string{s}, MasqueradeSubnetV4: &s, MasqueradeSubnetV6: &s, MTU: &mtu,
 		HealthAddr: &s, Socket: &s, CNIConfDir: &s, CNIDataDir: &s, Services: &on, Unidle: &on, UnidleHoldTime: &s, EgressFirewall: &on,
-		ResolvConf: &s, HostCheckInterval: &s, VirtualNetworks: &on, KubeAPIQPS: &qps, KubeAPIBurst: &mtu}
+		ResolvConf: &s, HostCheckInterval: &s, VirtualNetworks: &on, KubeAPIQPS: &qps, KubeAPIBurst: &mtu,
+		ClusterDNSServices: []string{s}, TrustedDNS: []string{s}}
 	settings := c.Settings()
-	if len(settings) != 25 {
-		t.Errorf("%d settings from a file with every field, want 25", len(settings))
+	if len(settings) != 27 {
+		t.Errorf("%d settings from a file with every field, want 27", len(settings))
 	}
 	for _, st := range settings {
 		if !flags[st.Flag] {
@@ -42,7 +45,7 @@ func TestConfigFileFlagsExist(t *testing.T) {
 func TestConfigFilePrecedence(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "config.yaml")
 	if err := os.WriteFile(p, []byte("apiVersion: nodeflow.io/v1alpha1\nkind: AgentConfiguration\nmtu: 1450\npodBridge: brfile\n"+
-		"uplink: ethfile\nserviceCIDRs: [10.1.0.0/16, \"fd00:1::/112\"]\n"), 0o644); err != nil {
+		"uplink: ethfile\nserviceCIDRs: [10.1.0.0/16, \"fd00:1::/112\"]\nclusterDNSServices: []\ntrustedDNS: [169.254.20.10]\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	t.Setenv("NODEFLOW_UPLINK", "ethenv")
@@ -57,6 +60,12 @@ func TestConfigFilePrecedence(t *testing.T) {
 		}
 		got["mtu"] = strconv.Itoa(c.Int("mtu"))
 		got["service-cidr"] = strings.Join(c.StringSlice("service-cidr"), ",")
+		svcs, err := egressfirewall.ParseClusterDNSServices(c.StringSlice("cluster-dns-service"))
+		if err != nil {
+			return err
+		}
+		got["cluster-dns-service"] = fmt.Sprint(svcs)
+		got["trusted-dns"] = strings.Join(c.StringSlice("trusted-dns"), ",")
 		return nil
 	}
 	app := &cli.App{Commands: []*cli.Command{cmd}}
@@ -65,6 +74,9 @@ func TestConfigFilePrecedence(t *testing.T) {
 	}
 	for flag, want := range map[string]string{
 		"mtu": "1450", "pod-bridge": "brflag", "uplink": "ethenv", "gateway-bridge": "breth0", "service-cidr": "10.1.0.0/16,fd00:1::/112",
+		// An empty list in the file replaces the default: no cluster DNS
+		// Service is trusted.
+		"cluster-dns-service": "[]", "trusted-dns": "169.254.20.10",
 	} {
 		if got[flag] != want {
 			t.Errorf("--%s = %q, want %q", flag, got[flag], want)

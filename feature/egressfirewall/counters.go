@@ -17,12 +17,15 @@ import (
 // every CounterInterval over a connection of its own (opened once) and adds each deny
 // flow's growth to nodeflow_egress_firewall_denied_packets_total of its
 // namespace (a flow replaced by a new one starts again from zero, and its
-// whole count is new).
+// whole count is new). The DNS replies that the learning flows send on
+// unlearned (no trusted source sent them) are counted the same way, from
+// their flows, as nodeflow_egress_firewall_dns_replies_total{result="untrusted"}.
 
 // runCounters reads the counters until ctx ends, over one connection
 // that it keeps (and that reconnects by itself).
 func (f *Firewall) runCounters(ctx context.Context) {
 	last := map[denyKey]uint64{}
+	lastDNS := map[denyKey]uint64{}
 	t := time.NewTicker(f.opts.CounterInterval)
 	defer t.Stop()
 	var c *ofconn.Conn
@@ -53,6 +56,7 @@ func (f *Firewall) runCounters(ctx context.Context) {
 		}
 		f.m.counterReads.WithLabelValues("ok").Inc()
 		f.addDenied(stats, last)
+		f.addUntrustedDNS(stats, lastDNS)
 	}
 }
 
@@ -111,6 +115,39 @@ func (f *Firewall) addDenied(stats []openflow.FlowStats, last map[denyKey]uint64
 		if _, ok := seen[k]; !ok {
 			delete(last, k)
 		}
+	}
+}
+
+// addUntrustedDNS adds the growth of the untrusted DNS flows' counters
+// since the last read to the untrusted replies, and replaces last with
+// the current counts.
+func (f *Firewall) addUntrustedDNS(stats []openflow.FlowStats, last map[denyKey]uint64) {
+	owner := plan.OwnerHash(efflows.DNSOwner)
+	seen := make(map[denyKey]struct{}, len(last))
+	var total uint64
+	for i := range stats {
+		s := &stats[i]
+		c := plan.Cookie(s.Cookie)
+		if c.Feature() != plan.FeatureEgressFirewall || c.OwnerHash() != owner || plan.Priority(s.Priority) != plan.PriorityEgressFirewallDNSUntrusted {
+			continue
+		}
+		k := denyKey{owner: owner, flow: s.Key()}
+		seen[k] = struct{}{}
+		prev, had := last[k]
+		last[k] = s.PacketCount
+		if had && s.PacketCount >= prev {
+			total += s.PacketCount - prev
+		} else {
+			total += s.PacketCount
+		}
+	}
+	for k := range last {
+		if _, ok := seen[k]; !ok {
+			delete(last, k)
+		}
+	}
+	if total > 0 {
+		f.m.dnsReplies.WithLabelValues(ReplyUntrusted).Add(float64(total))
 	}
 }
 

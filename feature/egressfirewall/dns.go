@@ -41,7 +41,9 @@ func (f *Firewall) HandlePacketIn(p feature.PacketIn) {
 		f.learn.releaseNow(pin, ReplyPassed)
 		return
 	}
-	if !f.trustedSource(d.Src.Addr()) {
+	// The flows send only trusted replies; the sources may have changed
+	// since they were built (an endpoint gone, its address reused).
+	if !f.trust.sources().Trusts(efflows.DNSReplyOf(pin, d.Src.Addr())) {
 		f.learn.releaseNow(pin, ReplyUntrusted)
 		return
 	}
@@ -95,17 +97,6 @@ func (l *learner) hold(r heldReply) {
 	default:
 		l.f.m.dnsReplies.WithLabelValues(ReplyDroppedFull).Inc()
 	}
-}
-
-// trustedSource reports whether replies from a are learned from.
-func (f *Firewall) trustedSource(a netip.Addr) bool {
-	a = a.Unmap()
-	for _, p := range f.trusted {
-		if p.Contains(a) {
-			return true
-		}
-	}
-	return false
 }
 
 // releaseNow releases a reply that is not held, counting it as result.
@@ -228,9 +219,9 @@ func (f *Firewall) syncNow(observed []string) {
 	}
 }
 
-// syncDNSFlowsLocked sets the DNS learning flows: one per address of each
+// syncDNSFlowsLocked sets the DNS learning flows for every address of each
 // local pod (not host-network) of the namespaces whose enforced rules name
-// DNS names, and their meter. f.mu is held.
+// DNS names, from the trusted sources, and their meter. f.mu is held.
 func (f *Firewall) syncDNSFlowsLocked() error {
 	var addrs []netip.Addr
 	for ns := range f.withDNS {
@@ -246,12 +237,13 @@ func (f *Firewall) syncDNSFlowsLocked() error {
 	}
 	slices.SortFunc(addrs, netip.Addr.Compare)
 	addrs = slices.Compact(addrs)
-	if slices.Equal(addrs, f.dnsPods) && f.dnsPods != nil {
+	src := f.trust.sources()
+	if slices.Equal(addrs, f.dnsPods) && f.dnsPods != nil && src.Equal(f.dnsSrc) {
 		return nil
 	}
 	st := reconcile.State{}
 	if len(addrs) > 0 {
-		flows, err := efflows.DNSFlows(addrs)
+		flows, err := efflows.DNSFlows(addrs, src)
 		if err != nil {
 			return err
 		}
@@ -263,6 +255,6 @@ func (f *Firewall) syncDNSFlowsLocked() error {
 	if addrs == nil {
 		addrs = []netip.Addr{}
 	}
-	f.dnsPods = addrs
+	f.dnsPods, f.dnsSrc = addrs, src
 	return nil
 }

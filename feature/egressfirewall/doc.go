@@ -6,7 +6,9 @@
 // decodes, checks and selects them), the namespaces' ids
 // (feature.Host.NamespaceIDs; a namespace is rebuilt when its id changes),
 // every Node (nodeSelector rules follow label and address changes and
-// nodes that join), this node's pods (the DNS learning flows), and the
+// nodes that join), this node's pods (the DNS learning flows), the
+// cluster DNS Services and their EndpointSlices, each in its own
+// namespace only (the sources DNS answers are learned from), and the
 // dnsnames cache (rules follow the addresses of their names).
 //
 // What it writes: one reconciler owner per namespace
@@ -26,10 +28,14 @@
 // and the message), once per object and problem.
 //
 // DNS learning (dns.go): DNS replies to the local pods of namespaces with
-// dnsName rules come to the agent by a metered packet-in; a reply whose
-// names a rule matches is held until its addresses are installed, then
-// released into routing by packet-out; any other reply is released at
-// once. MaxHold and MaxHeld bound the hold; a reply that cannot be
+// dnsName rules come to the agent by a metered packet-in, only from the
+// trusted sources (dnstrust.go: the cluster DNS Services, answered by a
+// pod of their namespace; the agent's resolvers and Options.TrustedDNS,
+// from the gateway or the host); the others go on unlearned, counted by
+// their flows. The agent checks each reply it is sent again; a reply
+// whose names a rule matches is held until its addresses are installed,
+// then released into routing by packet-out; any other reply is released
+// at once. MaxHold and MaxHeld bound the hold; a reply that cannot be
 // installed in time is dropped (the pod's resolver asks again), so a pod
 // is never a step ahead of its firewall. A restart keeps the dnsName
 // addresses installed (restart.go).

@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/tools/cache"
@@ -20,6 +21,7 @@ import (
 	"nodeflow/dnsnames"
 	fw "nodeflow/egressfw"
 	"nodeflow/feature"
+	efflows "nodeflow/flows/egressfw"
 	"nodeflow/flows/plan"
 )
 
@@ -40,12 +42,19 @@ type Options struct {
 	// DNS tunes the name cache (TTL floor and ceiling, back-off, limits);
 	// Servers, ResolvConf, Exclude and Log are set by the firewall.
 	DNS dnsnames.Options
-	// TrustedDNS are the sources, besides the service networks (a cluster
-	// DNS service's address) and the resolvers the agent asks itself,
-	// whose DNS replies to pods are learned from (a node-local DNS cache's
-	// address, say). Replies from other sources reach the pod unlearned:
-	// otherwise any pod could send a "reply" from port 53 to another pod
-	// and have its addresses allowed.
+	// ClusterDNSServices are the cluster DNS Services whose answers pods
+	// receive are learned from: through their own ClusterIPs, and
+	// straight from the endpoints of the EndpointSlices the EndpointSlice
+	// controller made for them, in both cases only when a pod of the
+	// Service's namespace sent the reply (flows/egressfw.DNSSources). nil
+	// takes DefaultClusterDNSService; an empty list trusts no Service.
+	ClusterDNSServices []types.NamespacedName
+	// TrustedDNS are resolvers outside the pod network, besides the
+	// agent's own (ResolvConf, DNSServers), whose answers are learned
+	// from when they reach a pod from the gateway or the host: a
+	// node-local DNS cache's link-local address, say. They must not
+	// overlap the pod or service networks (CheckTrustedDNS). Replies
+	// from any other source reach the pod unlearned and are counted.
 	TrustedDNS []netip.Prefix
 	// MaxHold bounds how long a DNS reply is held while its addresses are
 	// installed (default 1 s); a reply not released by then is dropped,
@@ -89,8 +98,8 @@ type Firewall struct {
 
 	names *dnsnames.Cache
 	conj  *plan.IDAllocator
-	// trusted are the sources whose DNS replies are learned from.
-	trusted []netip.Prefix
+	// trust keeps the sources whose DNS replies are learned from.
+	trust *dnsTrust
 	// seeds are the references taken on names at start-up (restart.go).
 	seeds []string
 
@@ -111,6 +120,7 @@ type Firewall struct {
 	withNodes map[string]struct{}            // namespaces whose enforced rules select nodes
 	withDNS   map[string]struct{}            // namespaces whose enforced rules name DNS names
 	dnsPods   []netip.Addr                   // the pod addresses DNSOwner holds
+	dnsSrc    efflows.DNSSources             // the sources DNSOwner's flows trust
 
 	running atomic.Bool
 	status  *statusWriter
@@ -170,6 +180,9 @@ func (f *Firewall) PacketIns() []feature.PacketInCategory {
 // learning), the name cache and the metrics.
 func (f *Firewall) Init(h feature.Host) error {
 	f.h, f.log = h, h.Log()
+	if err := CheckTrustedDNS(f.opts.TrustedDNS, h.Node().ClusterCIDRs, h.Node().ServiceCIDRs); err != nil {
+		return fmt.Errorf("egressfirewall: %w", err)
+	}
 	f.pod = h.Owners(plan.Pod)
 	f.m = newMetrics()
 	if err := f.m.register(h.Registry()); err != nil {
@@ -204,13 +217,34 @@ func (f *Firewall) Init(h feature.Host) error {
 		return fmt.Errorf("egressfirewall: dns: %w", err)
 	}
 	f.names = names
-	f.trusted = slices.Concat(node.ServiceCIDRs, f.opts.TrustedDNS)
+	resolvers := slices.Clone(f.opts.TrustedDNS)
 	for _, srv := range names.Servers() {
-		if ap, err := netip.ParseAddrPort(srv); err == nil {
-			a := ap.Addr().Unmap()
-			f.trusted = append(f.trusted, netip.PrefixFrom(a, a.BitLen()))
+		ap, err := netip.ParseAddrPort(srv)
+		if err != nil {
+			continue
 		}
+		a := ap.Addr().Unmap()
+		if a.IsLoopback() {
+			continue // the host's own stub resolver: never a pod's
+		}
+		if a.Zone() != "" || inAny(a, node.ClusterCIDRs, node.ServiceCIDRs) {
+			// A cluster DNS Service's address, say: only the Service's
+			// own attribution can vouch for a reply from it.
+			f.log.WithField("resolver", a).Info("the agent's resolver is in the pod or service network; replies from it are learned only through a cluster DNS Service")
+			continue
+		}
+		resolvers = append(resolvers, netip.PrefixFrom(a, a.BitLen()))
 	}
+	svcs := f.opts.ClusterDNSServices
+	if svcs == nil {
+		svcs = []types.NamespacedName{DefaultClusterDNSService}
+	}
+	trust, err := newDNSTrust(f, svcs, resolvers, f.dnsSourcesChanged)
+	if err != nil {
+		return err
+	}
+	f.trust = trust
+	h.NamespaceIDs().OnChange(trust.namespaceChanged)
 	if err := h.Registry().Register(names); err != nil {
 		return fmt.Errorf("egressfirewall: dns metrics: %w", err)
 	}
@@ -273,6 +307,9 @@ func (f *Firewall) Sync(ctx context.Context) error {
 	}
 	if !cache.WaitForCacheSync(ctx.Done(), wait...) {
 		return fmt.Errorf("egressfirewall: informers did not sync: %w", ctx.Err())
+	}
+	if err := f.trust.start(ctx); err != nil {
+		return err
 	}
 	if err := f.pod.Set(guardOwner, guardState()); err != nil {
 		return fmt.Errorf("egressfirewall: guards: %w", err)
@@ -469,6 +506,15 @@ func (f *Firewall) podChanged(old, cur any) {
 	f.poke()
 }
 
+// dnsSourcesChanged asks for the DNS flows to be rebuilt when the
+// trusted sources change.
+func (f *Firewall) dnsSourcesChanged() {
+	f.dmu.Lock()
+	f.dnsDirty = true
+	f.dmu.Unlock()
+	f.poke()
+}
+
 // namesChanged queues the namespaces that use names whose addresses
 // changed.
 func (f *Firewall) namesChanged(names []string) {
@@ -529,4 +575,16 @@ func podOf(obj any) *corev1.Pod {
 	}
 	p, _ := obj.(*corev1.Pod)
 	return p
+}
+
+// inAny reports whether a is in one of the prefix lists.
+func inAny(a netip.Addr, lists ...[]netip.Prefix) bool {
+	for _, l := range lists {
+		for _, p := range l {
+			if p.Contains(a) {
+				return true
+			}
+		}
+	}
+	return false
 }

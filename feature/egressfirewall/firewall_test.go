@@ -206,14 +206,21 @@ func TestDNSNameLookups(t *testing.T) {
 }
 
 func TestDNSLearning(t *testing.T) {
+	dnsSvc := kubeDNS("kube-system", "kube-dns", "uid-dns", "10.96.0.10")
 	e := newEnv(t,
 		testPod("a", "client", "10.244.1.5", "fd00:10:244:1::5"),
 		testPod("b", "other", "10.244.1.6"),
+		dnsSvc, endpointSlice(dnsSvc, "kube-dns-1", "endpointslice-controller.k8s.io", true, "10.244.2.3"),
 		ef("a", "default", "Allow dns:*.example.com", "Deny dns:bad.example.org", "Deny 0.0.0.0/0"),
 	)
-	// The learning flows catch the replies to the namespace's pods only.
-	dnsFlows := e.waitFlows(efflows.DNSOwner, "learning flows", func(got []string) bool { return len(got) == 2 })
-	if !has(dnsFlows, "nw_dst=10.244.1.5", "tp_src=53", "controller(") || !has(dnsFlows, "ipv6_dst=fd00:10:244:1::5", "tp_src=53") {
+	// The learning flows catch the replies to the namespace's pods only:
+	// per pod address, the untrusted count, clause 1 and the punt; the
+	// trusted sources (the Service's ClusterIP and endpoint, the IPv6
+	// resolver from the gateway and the host).
+	dnsFlows := e.waitFlows(efflows.DNSOwner, "learning flows", func(got []string) bool { return len(got) == 10 })
+	if !has(dnsFlows, "nw_dst=10.244.1.5", "tp_src=53", "conjunction(") || !has(dnsFlows, "ipv6_dst=fd00:10:244:1::5", "tp_src=53", "conjunction(") ||
+		!has(dnsFlows, "conj_id=", "controller(") || !has(dnsFlows, "reg1=0x42/0xffffff", "nw_src=10.96.0.10", "ct_state=+rpl+trk") ||
+		!has(dnsFlows, "reg1=0x42/0xffffff", "nw_src=10.244.2.3") || !has(dnsFlows, "ipv6_src=fd00:172:30::100", "reg0=0x3/0xf") {
 		t.Fatalf("learning flows:\n%s", strings.Join(dnsFlows, "\n"))
 	}
 	st, _ := e.h.Stores[plan.Pod].Get(efflows.DNSOwner)
@@ -222,7 +229,7 @@ func TestDNSLearning(t *testing.T) {
 	}
 
 	// A reply for a name a wildcard matches: installed, then released.
-	e.f.HandlePacketIn(packetIn(dnsReply(t, "10.96.0.10", "10.244.1.5", "api.example.com", 300, "198.51.100.20")))
+	e.f.HandlePacketIn(fromKubeDNS(dnsReply(t, "10.96.0.10", "10.244.1.5", "api.example.com", 300, "198.51.100.20")))
 	released := func(n int) []featuretest.Sent {
 		var out []featuretest.Sent
 		featuretest.WaitFor(5*time.Second, func() bool { out = e.h.Sent(); return len(out) >= n })
@@ -236,10 +243,11 @@ func TestDNSLearning(t *testing.T) {
 		t.Fatalf("released before the address was installed:\n%s", strings.Join(got, "\n"))
 	}
 	po, ok := sent[0].Msg.(*openflow.PacketOut)
-	if !ok || po.InPort != 2 || len(po.Actions) != 1 || po.Actions[0] != openflow.ResubmitTable(uint8(plan.PodRouting)) {
+	if !ok || po.InPort != 7 || len(po.Actions) != 1 || po.Actions[0] != openflow.ResubmitTable(uint8(plan.PodRouting)) {
 		t.Fatalf("release %#v", sent[0].Msg)
 	}
-	if len(po.Match.Fields) != 1 || po.Match.Fields[0].String() != openflow.Reg(0, 3, 0xffffffff).String() {
+	if len(po.Match.Fields) != 2 || po.Match.Fields[0].String() != openflow.Reg(0, 1, 0xffffffff).String() ||
+		po.Match.Fields[1].String() != openflow.Reg(1, kubeSystemID, 0xffffffff).String() {
 		t.Errorf("release carries %v, want the packet-in's registers", po.Match)
 	}
 	// A Deny for an exact name holds as well.
@@ -250,10 +258,10 @@ func TestDNSLearning(t *testing.T) {
 	}
 	// A reply that no rule names is released at once; nothing changes.
 	before := e.flows(efflows.Owner("a"))
-	e.f.HandlePacketIn(packetIn(dnsReply(t, "10.96.0.10", "10.244.1.5", "www.example.net", 300, "203.0.113.9")))
+	e.f.HandlePacketIn(fromKubeDNS(dnsReply(t, "10.96.0.10", "10.244.1.5", "www.example.net", 300, "203.0.113.9")))
 	released(3)
 	// A name two labels below the wildcard is not matched either.
-	e.f.HandlePacketIn(packetIn(dnsReply(t, "10.96.0.10", "10.244.1.5", "a.b.example.com", 300, "203.0.113.10")))
+	e.f.HandlePacketIn(fromKubeDNS(dnsReply(t, "10.96.0.10", "10.244.1.5", "a.b.example.com", 300, "203.0.113.10")))
 	released(4)
 	if got := e.flows(efflows.Owner("a")); !slices.Equal(got, before) {
 		t.Errorf("an unmatched reply changed the rules:\n%s", strings.Join(got, "\n"))

@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -26,6 +27,7 @@ import (
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/utils/ptr"
 
 	"nodeflow/dnsnames"
 	"nodeflow/dnsnames/dnstest"
@@ -57,8 +59,9 @@ type appliedStatus struct {
 }
 
 // newEnv starts a firewall with the given API objects: typed ones
-// (Nodes, Pods) and unstructured egress firewall objects. Namespaces
-// "a" to "e" have ids 0x11 to 0x15.
+// (Nodes, Pods, Services, EndpointSlices) and unstructured egress firewall
+// objects. Namespaces "a" to "e" have ids 0x11 to 0x15, kube-system
+// 0x42.
 func newEnv(t *testing.T, objs ...runtime.Object) *env {
 	t.Helper()
 	return newEnvDNS(t, nil, objs...)
@@ -74,6 +77,12 @@ func newEnvDNS(t *testing.T, setup func(*dnstest.Server), objs ...runtime.Object
 // newEnvHost is newEnvDNS with the host prepared by prepare (the flows
 // the switch holds, say) before the firewall's Init.
 func newEnvHost(t *testing.T, setup func(*dnstest.Server), prepare func(*featuretest.Host), objs ...runtime.Object) *env {
+	t.Helper()
+	return newEnvOpts(t, setup, prepare, nil, objs...)
+}
+
+// newEnvOpts is newEnvHost with the firewall's options changed by opts.
+func newEnvOpts(t *testing.T, setup func(*dnstest.Server), prepare func(*featuretest.Host), opts func(*Options), objs ...runtime.Object) *env {
 	t.Helper()
 	var typed, untyped []runtime.Object
 	for _, o := range objs {
@@ -99,6 +108,7 @@ func newEnvHost(t *testing.T, setup func(*dnstest.Server), prepare func(*feature
 	for i, ns := range []string{"a", "b", "c", "d", "e"} {
 		h.IDs().Set(ns, uint32(0x11+i))
 	}
+	h.IDs().Set("kube-system", kubeSystemID)
 	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{
 		fw.EgressFirewallGVR:      "EgressFirewallList",
 		fw.EgressNetworkPolicyGVR: "EgressNetworkPolicyList",
@@ -124,9 +134,13 @@ func newEnvHost(t *testing.T, setup func(*dnstest.Server), prepare func(*feature
 	if prepare != nil {
 		prepare(h)
 	}
-	f := New(Options{Dynamic: dyn, DNSServers: []string{srv.Addr}, MaxHold: 2 * time.Second,
+	o := Options{Dynamic: dyn, DNSServers: []string{srv.Addr}, MaxHold: 2 * time.Second,
 		TrustedDNS: []netip.Prefix{netip.MustParsePrefix("fd00:172:30::100/128")},
-		DNS:        dnsnames.Options{MinTTL: 200 * time.Millisecond, MinBackoff: 100 * time.Millisecond}})
+		DNS:        dnsnames.Options{MinTTL: 200 * time.Millisecond, MinBackoff: 100 * time.Millisecond}}
+	if opts != nil {
+		opts(&o)
+	}
+	f := New(o)
 	e.f = f
 	h.Restrict(f.Owns())
 	if err := f.Init(h); err != nil {
@@ -400,15 +414,64 @@ func dnsReply(t *testing.T, server, pod, name string, ttl uint32, addrs ...strin
 	return buf.Bytes()
 }
 
+// kubeSystemID is kube-system's namespace id in the tests.
+const kubeSystemID = 0x42
+
 // packetIn returns the DNS learning packet-in of frame, from the patch
-// port (2) with reg0 = FromGateway.
+// port (2) with reg0 = FromGateway, untracked in the service zone before:
+// a reply from a resolver outside the cluster.
 func packetIn(frame []byte) feature.PacketIn {
+	return packetInFrom(frame, 2, plan.FromGateway, 0, openflow.CtNew|openflow.CtTrk)
+}
+
+// fromKubeDNS returns the packet-in of a reply through the cluster DNS
+// Service, answered by its pod on this node.
+func fromKubeDNS(frame []byte) feature.PacketIn {
+	return packetInFrom(frame, 7, plan.FromPod, kubeSystemID, openflow.CtEst|openflow.CtRpl|openflow.CtTrk|openflow.CtSNAT)
+}
+
+// packetInFrom returns the DNS learning packet-in of frame as br0 sends
+// it: its in_port, PktSource and namespace id in the registers, and the
+// service zone's ct_state.
+func packetInFrom(frame []byte, port uint32, from plan.Mark, nsID uint32, ct uint32) feature.PacketIn {
+	fields := []openflow.Field{openflow.InPort(port), openflow.Reg(0, uint32(from.Value()), 0xffffffff)}
+	if nsID != 0 {
+		fields = append(fields, openflow.Reg(1, nsID, 0xffffffff))
+	}
+	fields = append(fields, openflow.CtState(ct, 0xffffffff))
 	return feature.PacketIn{Bridge: plan.Pod, Category: plan.PacketInDNS, Msg: &openflow.PacketIn{
 		Format: openflow.PacketInFormatNXT2, BufferID: openflow.NoBuffer, TotalLen: uint32(len(frame)),
 		Reason: openflow.PacketInAction, Table: uint8(plan.PodEgressFirewall), Data: frame,
 		Userdata: []byte{byte(plan.PacketInDNS)},
-		Match:    openflow.NewMatch(openflow.InPort(2), openflow.Reg(0, 3, 0xffffffff)),
+		Match:    openflow.NewMatch(fields...),
 	}}
+}
+
+// kubeDNS returns the cluster DNS Service, with uid and ClusterIPs.
+func kubeDNS(ns, name string, uid types.UID, clusterIPs ...string) *corev1.Service {
+	return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: uid},
+		Spec: corev1.ServiceSpec{ClusterIP: clusterIPs[0], ClusterIPs: clusterIPs, Selector: map[string]string{"k8s-app": "kube-dns"}}}
+}
+
+// endpointSlice returns an EndpointSlice of svc's namespace, name and
+// addresses (of the first address's family), labelled for svc's name and
+// managed by managedBy, owned by svc when owned.
+func endpointSlice(svc *corev1.Service, name, managedBy string, owned bool, addrs ...string) *discovery.EndpointSlice {
+	sl := &discovery.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Namespace: svc.Namespace, Name: name, Labels: map[string]string{
+			discovery.LabelServiceName: svc.Name, discovery.LabelManagedBy: managedBy}},
+		AddressType: discovery.AddressTypeIPv4,
+	}
+	if len(addrs) > 0 && netip.MustParseAddr(addrs[0]).Is6() {
+		sl.AddressType = discovery.AddressTypeIPv6
+	}
+	if owned {
+		sl.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Service", Name: svc.Name, UID: svc.UID, Controller: ptr.To(true)}}
+	}
+	for _, a := range addrs {
+		sl.Endpoints = append(sl.Endpoints, discovery.Endpoint{Addresses: []string{a}})
+	}
+	return sl
 }
 
 func counterValue(t *testing.T, c prometheus.Counter) float64 {

@@ -14,10 +14,19 @@ type metrics struct {
 	dnsReplies *prometheus.CounterVec
 	dnsHeld    prometheus.Gauge
 	dnsHold    prometheus.Histogram
+	dnsSources *prometheus.GaugeVec
 
 	denied       *prometheus.CounterVec
 	counterReads *prometheus.CounterVec
 }
+
+// Kinds of trusted DNS sources
+// (nodeflow_egress_firewall_dns_trusted_sources{kind}).
+const (
+	sourceClusterIP = "cluster_ip"
+	sourceEndpoint  = "endpoint"
+	sourceResolver  = "resolver"
+)
 
 // Results of DNS replies caught by the learning flows
 // (nodeflow_egress_firewall_dns_replies_total{result}).
@@ -25,9 +34,12 @@ const (
 	// ReplyPassed: not a reply to learn from (not DNS, an error, no
 	// answer) or no answer that a rule names: released at once.
 	ReplyPassed = "passed"
-	// ReplyUntrusted: from a source that is neither a cluster DNS
-	// service, nor a resolver the agent asks, nor in Options.TrustedDNS:
-	// released at once, unlearned.
+	// ReplyUntrusted: not from a trusted source (a cluster DNS Service,
+	// answered by a pod of its namespace; a resolver the agent asks or
+	// Options.TrustedDNS names, from the gateway or the host): never
+	// learned. Most never reach the agent: the switch sends them on and
+	// its flow counters count them (read every CounterInterval); the
+	// agent counts the few it is sent while the sources change.
 	ReplyUntrusted = "untrusted"
 	// ReplyLearned: held until its addresses were installed, then
 	// released.
@@ -76,6 +88,10 @@ func newMetrics() *metrics {
 			Help:    "Time a DNS reply was held, from its packet-in to its release, for the replies that were held (result learned).",
 			Buckets: prometheus.ExponentialBuckets(0.00005, 2, 16), // 50 us .. 1.6 s
 		}),
+		dnsSources: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "nodeflow_egress_firewall_dns_trusted_sources",
+			Help: "Sources whose DNS answers to pods are learned from: cluster DNS Services' ClusterIPs and endpoint addresses, and resolver prefixes.",
+		}, []string{"kind"}),
 		denied: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "nodeflow_egress_firewall_denied_packets_total", Help: "Packets dropped by a namespace's Deny rules, from the flow counters.",
 		}, []string{"namespace"}),
@@ -87,10 +103,13 @@ func newMetrics() *metrics {
 
 func (m *metrics) register(r prometheus.Registerer) error {
 	for _, c := range []prometheus.Collector{m.namespaces, m.rules, m.flows, m.syncDuration, m.syncErrors, m.problems,
-		m.statusWrites, m.dnsReplies, m.dnsHeld, m.dnsHold, m.denied, m.counterReads} {
+		m.statusWrites, m.dnsReplies, m.dnsHeld, m.dnsHold, m.dnsSources, m.denied, m.counterReads} {
 		if err := r.Register(c); err != nil {
 			return err
 		}
+	}
+	for _, k := range []string{sourceClusterIP, sourceEndpoint, sourceResolver} {
+		m.dnsSources.WithLabelValues(k)
 	}
 	for _, r := range []string{ReplyPassed, ReplyUntrusted, ReplyLearned, ReplyDroppedFull, ReplyDroppedTimeout, ReplySendError} {
 		m.dnsReplies.WithLabelValues(r)

@@ -16,7 +16,9 @@ import (
 // to such pods go to the agent first (DNSFlows, owner DNSOwner): it reads
 // the answer, installs the addresses that match a rule's name, and only
 // then releases the reply (Release) into table plan.PodRouting, which
-// delivers it to the pod as if table 50 had let it through.
+// delivers it to the pod as if table 50 had let it through. Only replies
+// from trusted sources (DNSSources, dnstrust.go) are sent to the agent;
+// the others go straight on, unlearned, and are counted by their flows.
 
 // DNSOwner owns DNSFlows and DNSMeter. A namespace name cannot start with
 // "_", so it never collides with Owner.
@@ -41,30 +43,97 @@ func DNSAction() openflow.Controller2 {
 	}
 }
 
-// DNSFlows returns table 50's flows that send the DNS replies (UDP from
-// port 53) addressed to pods to the agent, one per address, sorted. The
-// addresses are the local pods of the namespaces whose rules name DNS
-// names. A reply is caught whatever its conntrack state: a reply from a
-// server outside the cluster is untracked in the service zone, and one
-// from a cluster DNS service is a reply there.
-func DNSFlows(pods []netip.Addr) ([]openflow.Flow, error) {
+// DNSFlows returns table 50's DNS learning flows for the addresses of the
+// local pods of the namespaces whose rules name DNS names: the replies to
+// them (UDP from port 53) that a source of src sent go to the agent; the
+// others go on to routing unlearned and are counted. Each pod address i
+// (sorted, ids from plan.EgressFirewallDNSConjIDs) has
+//
+//   - at plan.PriorityEgressFirewallDNS, clause 1 of conjunction i (the
+//     pod) and the conj_id flow that sends the reply to the agent
+//     (DNSAction), one punt flow per pod address;
+//   - at plan.PriorityEgressFirewallDNSUntrusted, the same match as its
+//     clause 1, to plan.PodRouting: every reply that is not punted.
+//
+// and each trusted source's match (DNSSources.matches) is clause 2 of the
+// conjunctions of every pod address of its family. A family without any
+// trusted source has no conjunction at all. The flows come in a fixed
+// order; an error names the address or source that cannot be matched.
+func DNSFlows(pods []netip.Addr, src DNSSources) ([]openflow.Flow, error) {
 	addrs := slices.Clone(pods)
 	slices.SortFunc(addrs, netip.Addr.Compare)
 	addrs = slices.Compact(addrs)
-	ins := []openflow.Instruction{openflow.ApplyActions{Actions: append(punt.Actions(plan.PacketInDNS), DNSAction())}}
-	out := make([]openflow.Flow, 0, len(addrs))
+	if len(addrs) > int(plan.EgressFirewallDNSConjIDs.Size()) {
+		return nil, fmt.Errorf("egressfw: dns: %d pod addresses, more than the %d conjunction ids of %s", len(addrs), plan.EgressFirewallDNSConjIDs.Size(), plan.EgressFirewallDNSConjIDs.Name)
+	}
 	for _, a := range addrs {
-		if !a.IsValid() || a.Is4In6() || a.Zone() != "" || a.IsUnspecified() {
+		if !plainAddr(a) {
 			return nil, fmt.Errorf("egressfw: dns: pod address %q: not a plain IPv4 or IPv6 address", a)
 		}
+	}
+	matches, err := src.matches()
+	if err != nil {
+		return nil, err
+	}
+	var trusted [2]bool // by family: some source to learn from
+	for _, m := range matches {
+		trusted[famIndex(m.prefix.Addr())] = true
+	}
+	learn := []openflow.Instruction{openflow.ApplyActions{Actions: append(punt.Actions(plan.PacketInDNS), DNSAction())}}
+	next := []openflow.Instruction{openflow.GotoTable{Table: uint8(plan.PodRouting)}}
+	out := make([]openflow.Flow, 0, 3*len(addrs)+2*len(matches))
+	var ids [2][]uint32 // the conjunction ids of each family's pods
+	for i, a := range addrs {
 		f := famOf(a)
-		m := openflow.NewMatch(f.eth, f.dstNet(netip.PrefixFrom(a, a.BitLen())), openflow.IPProto(17), openflow.UDPSrc(DNSPort))
-		out = append(out, openflow.Flow{
-			Table: uint8(plan.PodEgressFirewall), Priority: uint16(plan.PriorityEgressFirewallDNS),
-			Match: m, Instructions: ins,
-		})
+		m := openflow.NewMatch(f.eth, openflow.IPProto(17), f.dstNet(netip.PrefixFrom(a, a.BitLen())), openflow.UDPSrc(DNSPort))
+		out = append(out, dnsFlow(plan.PriorityEgressFirewallDNSUntrusted, m, next))
+		if !trusted[famIndex(a)] {
+			continue
+		}
+		id := plan.EgressFirewallDNSConjIDs.First + uint32(i)
+		ids[famIndex(a)] = append(ids[famIndex(a)], id)
+		out = append(out,
+			dnsFlow(plan.PriorityEgressFirewallDNS, m, conjunction(id, 1)),
+			dnsFlow(plan.PriorityEgressFirewallDNS, openflow.NewMatch(openflow.ConjID(id)), learn),
+		)
+	}
+	for _, sm := range matches {
+		fi := famIndex(sm.prefix.Addr())
+		if len(ids[fi]) == 0 {
+			continue
+		}
+		acts := make([]openflow.Action, len(ids[fi]))
+		for j, id := range ids[fi] {
+			acts[j] = openflow.Conjunction{ID: id, Clause: 2, NClauses: 2}
+		}
+		ins := []openflow.Instruction{openflow.ApplyActions{Actions: acts}}
+		for _, m := range sm.matchFields() {
+			out = append(out, dnsFlow(plan.PriorityEgressFirewallDNS, m, ins))
+		}
 	}
 	return out, nil
+}
+
+func dnsFlow(prio plan.Priority, m openflow.Match, ins []openflow.Instruction) openflow.Flow {
+	return openflow.Flow{Table: uint8(plan.PodEgressFirewall), Priority: uint16(prio), Match: m, Instructions: ins}
+}
+
+func conjunction(id uint32, clause uint8) []openflow.Instruction {
+	return []openflow.Instruction{openflow.ApplyActions{Actions: []openflow.Action{openflow.Conjunction{ID: id, Clause: clause, NClauses: 2}}}}
+}
+
+// famIndex is 0 for IPv4, 1 for IPv6.
+func famIndex(a netip.Addr) int {
+	if a.Is4() {
+		return 0
+	}
+	return 1
+}
+
+// plainAddr reports whether a is an IPv4 or IPv6 address that a flow can
+// match: not IPv4-mapped, without a zone, not unspecified.
+func plainAddr(a netip.Addr) bool {
+	return a.IsValid() && !a.Is4In6() && a.Zone() == "" && !a.IsUnspecified()
 }
 
 // Release returns the packet-out that releases a DNS reply held by a

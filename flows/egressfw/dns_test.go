@@ -25,13 +25,14 @@ import (
 )
 
 func TestDNSFlows(t *testing.T) {
-	got, err := DNSFlows([]netip.Addr{netip.MustParseAddr("fd00:10:244::5"), netip.MustParseAddr("10.244.0.5"), netip.MustParseAddr("10.244.0.5")})
+	got, err := DNSFlows([]netip.Addr{netip.MustParseAddr("fd00:10:244::5"), netip.MustParseAddr("10.244.0.5"), netip.MustParseAddr("10.244.0.5")}, DNSSources{})
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Without a source to learn from, the replies are only counted.
 	want := []string{
-		" table=50, priority=45000,udp,nw_dst=10.244.0.5,tp_src=53 actions=set_field:0x3000/0xf000->reg0,resubmit(,120),controller(id=28262,userdata=03,meter_id=3)",
-		" table=50, priority=45000,udp6,ipv6_dst=fd00:10:244::5,tp_src=53 actions=set_field:0x3000/0xf000->reg0,resubmit(,120),controller(id=28262,userdata=03,meter_id=3)",
+		" table=50, priority=44000,udp,nw_dst=10.244.0.5,tp_src=53 actions=goto_table:60",
+		" table=50, priority=44000,udp6,ipv6_dst=fd00:10:244::5,tp_src=53 actions=goto_table:60",
 	}
 	if len(got) != len(want) {
 		t.Fatalf("%d flows, want %d: %v", len(got), len(want), got)
@@ -42,7 +43,7 @@ func TestDNSFlows(t *testing.T) {
 		}
 	}
 	for _, bad := range []string{"::ffff:10.0.0.1", "0.0.0.0", "fe80::1%eth0"} {
-		if _, err := DNSFlows([]netip.Addr{netip.MustParseAddr(bad)}); err == nil {
+		if _, err := DNSFlows([]netip.Addr{netip.MustParseAddr(bad)}, DNSSources{}); err == nil {
 			t.Errorf("DNSFlows(%s): no error", bad)
 		}
 	}
@@ -64,7 +65,7 @@ func TestOVSDNSRelease(t *testing.T) {
 		t.Fatal(err)
 	}
 	pod4, pod6 := netip.MustParseAddr("10.244.0.5"), netip.MustParseAddr("fd00:10:244::5")
-	fs, err := DNSFlows([]netip.Addr{pod4, pod6})
+	fs, err := DNSFlows([]netip.Addr{pod4, pod6}, DNSSources{Resolvers: pfx("172.30.0.100/32", "fd00:172:30::100/128")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,10 +92,12 @@ func TestOVSDNSRelease(t *testing.T) {
 	if err := c.Apply(ctx, DNSMeter().Mod(openflow.MeterAdd)); err != nil {
 		t.Fatal(err)
 	}
-	// The patch port (5) loads FromGateway into reg0; routing (table 60)
-	// counts what reaches it from there.
+	// The patch port (5) loads FromGateway into reg0 and the packet goes
+	// through the service zone, as br0's table 25 sends it; routing
+	// (table 60) counts what reaches it from there.
 	stub := []string{
-		"table=0, priority=100,in_port=5 actions=set_field:0x3/0xf->reg0,goto_table:50",
+		"table=0, priority=100,ip,in_port=5 actions=set_field:0x3/0xf->reg0,ct(zone=65000,nat,table=50)",
+		"table=0, priority=100,ipv6,in_port=5 actions=set_field:0x3/0xf->reg0,ct(zone=65000,nat,table=50)",
 		"table=50, priority=0 actions=goto_table:60",
 		"table=60, priority=100,udp,in_port=5,reg0=0x3/0xf,nw_dst=10.244.0.5 actions=output:1",
 		"table=60, priority=100,udp6,in_port=5,reg0=0x3/0xf,ipv6_dst=fd00:10:244::5 actions=output:1",

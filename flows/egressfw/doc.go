@@ -63,13 +63,17 @@
 // an invalid connection cannot be judged by port: a rule with ports never
 // allows them, and a Deny rule with ports drops them, whatever their port.
 //
-// DNS learning (DNSFlows, owner DNSOwner, priority
-// plan.PriorityEgressFirewallDNS, above the guards): UDP from port 53 to
-// the local pods of namespaces with dnsName rules goes to the agent by a
-// metered packet-in (DNSAction, DNSMeter); the agent installs the
-// addresses of the answer and releases the reply with Release, a
-// packet-out that resubmits it to plan.PodRouting with its in_port and
-// registers.
+// DNS learning (DNSFlows, owner DNSOwner): UDP from port 53 to the local
+// pods of namespaces with dnsName rules goes to the agent by a metered
+// packet-in (DNSAction, DNSMeter) only when a trusted source sent it
+// (DNSSources: a cluster DNS Service's ClusterIP or endpoint, answered by
+// a pod of its namespace, or a resolver outside the pod network reached
+// through the gateway or the host), by a conjunction per pod address at
+// plan.PriorityEgressFirewallDNS, above the guards; the other replies go
+// on to routing at plan.PriorityEgressFirewallDNSUntrusted, counted. The
+// agent installs the addresses of an answer and releases the reply with
+// Release, a packet-out that resubmits it to plan.PodRouting with its
+// in_port and registers.
 //
 // An update is one owner's flows replaced in one bundle by the
 // reconciler: a rule keeps its priority while its position does not

@@ -179,11 +179,12 @@ type family struct {
 	v6     bool
 	eth    openflow.Field
 	dstNet func(netip.Prefix) openflow.Field
+	srcNet func(netip.Prefix) openflow.Field
 }
 
 var (
-	fam4 = family{false, openflow.EthType(0x0800), openflow.IPv4DstPrefix}
-	fam6 = family{true, openflow.EthType(0x86dd), openflow.IPv6DstPrefix}
+	fam4 = family{false, openflow.EthType(0x0800), openflow.IPv4DstPrefix, openflow.IPv4SrcPrefix}
+	fam6 = family{true, openflow.EthType(0x86dd), openflow.IPv6DstPrefix, openflow.IPv6SrcPrefix}
 )
 
 func famOf(a netip.Addr) family {

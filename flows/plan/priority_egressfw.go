@@ -7,8 +7,10 @@ package plan
 //
 // Table 50 from the top:
 //
-//	45000  DNS learning: DNS replies to the pods of namespaces with dnsName
-//	       rules, to the agent
+//	45000  DNS learning: DNS replies from trusted sources to the pods of
+//	       namespaces with dnsName rules, to the agent (by conjunction)
+//	44000  DNS learning: the other DNS replies to those pods, counted and
+//	       sent on unlearned
 //	40000  guards: replies, and packets that did not come from a pod
 //	21000-31000  EgressFirewallHostAliases: a namespace's rules for the
 //	       addresses that stand in for a host address (the host masquerade
@@ -55,12 +57,25 @@ var EgressFirewallConjBlocks = IDRange{Name: "EgressFirewallConjBlocks", First: 
 
 // PriorityEgressFirewallDNS is table 50's DNS learning flows, above the
 // guards: a DNS reply (UDP from port 53) to a local pod whose namespace
-// has dnsName rules goes to the agent (PacketInDNS, through
-// MeterEgressFirewallDNS), which installs the addresses it carries and
-// then releases it into table PodRouting by packet-out. Replies are
-// caught whatever their conntrack state, since a reply from outside the
-// cluster is untracked in the service zone.
+// has dnsName rules, from a source the agent learns from, goes to the
+// agent (PacketInDNS, through MeterEgressFirewallDNS), which installs the
+// addresses it carries and then releases it into table PodRouting by
+// packet-out. The flows are a conjunction per pod address (ids
+// EgressFirewallDNSConjIDs): clause 1 the pod, clause 2 the trusted
+// sources, each with the attribution it must carry (namespace id,
+// conntrack state, where it entered br0).
 const PriorityEgressFirewallDNS Priority = 45000
+
+// PriorityEgressFirewallDNSUntrusted is table 50's flows for the DNS
+// replies to the same pods that no trusted source sent: they go on to
+// table PodRouting unlearned, where table 50 would have sent them anyway
+// (a local pod is a cluster destination), and their n_packets count them.
+const PriorityEgressFirewallDNSUntrusted Priority = 44000
+
+// EgressFirewallDNSConjIDs are the conjunction ids of the DNS learning
+// flows, one per pod address: the block below EgressFirewallConjBlocks,
+// which no namespace is given.
+var EgressFirewallDNSConjIDs = IDRange{Name: "EgressFirewallDNSConjIDs", First: 1, Last: 1<<EgressFirewallConjRuleBits - 1}
 
 // MeterEgressFirewallDNS limits the DNS replies sent to the agent for
 // learning; replies over the rate are dropped, and the pod's resolver
