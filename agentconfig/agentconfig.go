@@ -74,6 +74,7 @@ type AgentConfiguration struct {
 	ProcSysNet         *string  `json:"procSysNet,omitempty"`         // --proc-sys-net
 	GCPercent          *int     `json:"gcPercent,omitempty"`          // --gc-percent: the Go collector's target when GOGC is unset
 	GCStartupFloor     *int     `json:"gcStartupFloor,omitempty"`     // --gc-startup-floor: MiB of Go memory before the start-up's first collection
+	NamespaceBudget    *int     `json:"namespaceBudget,omitempty"`    // --namespace-budget: flows and group buckets per namespace's Services on a node (0: none)
 }
 
 // Setting is one flag the file sets.
@@ -186,6 +187,9 @@ func (c *AgentConfiguration) check() error {
 	if c.GCStartupFloor != nil && (*c.GCStartupFloor < 0 || *c.GCStartupFloor > 1<<20) {
 		errs = append(errs, fmt.Errorf("gcStartupFloor: %d is not between 0 and 1048576 (MiB)", *c.GCStartupFloor))
 	}
+	if c.NamespaceBudget != nil && *c.NamespaceBudget < 0 {
+		errs = append(errs, fmt.Errorf("namespaceBudget: %d is negative (0 is no budget)", *c.NamespaceBudget))
+	}
 	for _, f := range []field{{"podBridge", c.PodBridge}, {"gatewayBridge", c.GatewayBridge}, {"uplink", c.Uplink}, {"ovsRundir", c.OVSRundir}} {
 		if f.v != nil && *f.v == "" {
 			errs = append(errs, fmt.Errorf("%s: empty", f.name))
@@ -253,6 +257,9 @@ func (c *AgentConfiguration) Settings() []Setting {
 	}
 	if c.GCStartupFloor != nil {
 		out = append(out, Setting{Flag: "gc-startup-floor", Field: "gcStartupFloor", Value: strconv.Itoa(*c.GCStartupFloor)})
+	}
+	if c.NamespaceBudget != nil {
+		out = append(out, Setting{Flag: "namespace-budget", Field: "namespaceBudget", Value: strconv.Itoa(*c.NamespaceBudget)})
 	}
 	return out
 }

@@ -64,6 +64,10 @@ type Config struct {
 	// HostCheckInterval is how often the host side is re-checked besides
 	// netlink events.
 	HostCheckInterval time.Duration
+	// NamespaceBudget is the flows and group buckets each namespace's
+	// charged objects (Services) may have on this node; the newest object
+	// past it is held back (reconcile.Budget). 0 is no budget.
+	NamespaceBudget int
 }
 
 // Port names the agent creates.
@@ -104,6 +108,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("controller: config: service CIDRs: none")
 	case c.MTU < 576 || c.MTU > 65535:
 		return fmt.Errorf("controller: config: mtu %d: out of range 576-65535", c.MTU)
+	case c.NamespaceBudget < 0:
+		return fmt.Errorf("controller: config: namespace budget %d: negative (0 is none)", c.NamespaceBudget)
 	}
 	for _, list := range [][]netip.Prefix{c.ClusterCIDRs, c.ServiceCIDRs} {
 		for _, p := range list {

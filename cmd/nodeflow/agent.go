@@ -90,6 +90,8 @@ func agentCommand() *cli.Command {
 			&cli.StringFlag{Name: "proc-sys-net", Value: hostnet.ProcSysNet, EnvVars: []string{"NODEFLOW_PROC_SYS_NET"},
 				Usage: "`DIR` where the host's /proc/sys/net is mounted writable (a container without privileges has /proc/sys read-only)"},
 			&cli.DurationFlag{Name: "host-check-interval", Value: 30 * time.Second, EnvVars: []string{"NODEFLOW_HOST_CHECK_INTERVAL"}, Usage: "how often the host side is re-checked"},
+			&cli.IntFlag{Name: "namespace-budget", EnvVars: []string{"NODEFLOW_NAMESPACE_BUDGET"},
+				Usage: "the flows and group buckets each namespace's Services may have on this node; the newest Service past it is not programmed (a Warning event on it) until there is room (0: no budget)"},
 		},
 		Action: runAgent,
 	}
@@ -137,6 +139,7 @@ func runAgent(c *cli.Context) error {
 		PodBridge: c.String("pod-bridge"), GatewayBridge: c.String("gateway-bridge"), Uplink: c.String("uplink"),
 		DatapathType: datapathType(c.String("datapath-type")), MTU: c.Int("mtu"), HealthAddr: c.String("health-addr"),
 		IntrospectSocket: c.String("socket"), CNIConfDir: c.String("cni-conf-dir"), CNIDataDir: c.String("cni-data-dir"), HostCheckInterval: c.Duration("host-check-interval"),
+		NamespaceBudget: c.Int("namespace-budget"),
 	}
 	cfg.IntrospectSocket, cfg.CNIDataDir = agentPaths(cfg.OVSRundir, cfg.IntrospectSocket, cfg.CNIConfDir, cfg.CNIDataDir)
 	if cfg.NodeName == "" {
