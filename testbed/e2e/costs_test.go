@@ -149,15 +149,21 @@ func TestCostsMemoryReturns(t *testing.T) {
 	})
 }
 
-// budgetService is a tenant's ClusterIP Service of the web pods.
+// budgetService is a tenant's ClusterIP Service of the web pods, on
+// ports 80 to 89: ten times a one-port Service's cost, so that the budget
+// the test sets from it leaves room for the cluster's own Services
+// (kube-system's DNS, default's kubernetes), which it bounds too.
 func budgetService(name string) *v1.Service {
-	return &v1.Service{
+	svc := &v1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: v1.ServiceSpec{
 			Selector: map[string]string{"app": "web"}, IPFamilies: []v1.IPFamily{v1.IPv4Protocol},
-			Ports: []v1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080), Protocol: v1.ProtocolTCP}},
 		},
 	}
+	for i := range 10 {
+		svc.Spec.Ports = append(svc.Spec.Ports, v1.ServicePort{Name: fmt.Sprintf("p%d", 80+i), Port: int32(80 + i), TargetPort: intstr.FromInt32(8080), Protocol: v1.ProtocolTCP})
+	}
+	return svc
 }
 
 // namespaceEntries returns the flows (both bridges) and buckets of ns's
