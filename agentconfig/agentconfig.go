@@ -76,6 +76,7 @@ type AgentConfiguration struct {
 	GCStartupFloor     *int     `json:"gcStartupFloor,omitempty"`     // --gc-startup-floor: MiB of Go memory before the start-up's first collection
 	ClusterDNSServices []string `json:"clusterDNSServices,omitempty"` // --cluster-dns-service: namespace/name of each cluster DNS Service ([] for none)
 	TrustedDNS         []string `json:"trustedDNS,omitempty"`         // --trusted-dns: resolver addresses or prefixes outside the pod network
+	NamespaceBudget    *int     `json:"namespaceBudget,omitempty"`    // --namespace-budget: flows and group buckets per namespace's Services on a node (0: none)
 
 	// ExternalIPs and LoadBalancerIPs are the policies for the addresses
 	// Services name in spec.externalIPs and status.loadBalancer.ingress:
@@ -228,6 +229,9 @@ func (c *AgentConfiguration) check() error {
 			}
 		}
 	}
+	if c.NamespaceBudget != nil && *c.NamespaceBudget < 0 {
+		errs = append(errs, fmt.Errorf("namespaceBudget: %d is negative (0 is no budget)", *c.NamespaceBudget))
+	}
 	for _, f := range []field{{"podBridge", c.PodBridge}, {"gatewayBridge", c.GatewayBridge}, {"uplink", c.Uplink}, {"ovsRundir", c.OVSRundir}} {
 		if f.v != nil && *f.v == "" {
 			errs = append(errs, fmt.Errorf("%s: empty", f.name))
@@ -307,5 +311,8 @@ func (c *AgentConfiguration) Settings() []Setting {
 	list("nodeport-addresses", "nodePortAddresses", c.NodePortAddresses)
 	list("cluster-dns-service", "clusterDNSServices", c.ClusterDNSServices)
 	list("trusted-dns", "trustedDNS", c.TrustedDNS)
+	if c.NamespaceBudget != nil {
+		out = append(out, Setting{Flag: "namespace-budget", Field: "namespaceBudget", Value: strconv.Itoa(*c.NamespaceBudget)})
+	}
 	return out
 }

@@ -156,3 +156,18 @@ func TestDocExample(t *testing.T) {
 		t.Errorf("the example in docs/install.md: %v", err)
 	}
 }
+
+// namespaceBudget sets --namespace-budget; a negative one is refused.
+func TestParseNamespaceBudget(t *testing.T) {
+	head := "apiVersion: nodeflow.io/v1alpha1\nkind: AgentConfiguration\n"
+	c, err := Parse([]byte(head + "namespaceBudget: 20000\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := c.Settings(); len(s) != 1 || s[0] != (Setting{Flag: "namespace-budget", Field: "namespaceBudget", Value: "20000"}) {
+		t.Errorf("settings %+v", s)
+	}
+	if _, err := Parse([]byte(head + "namespaceBudget: -1\n")); err == nil || !strings.Contains(err.Error(), "namespaceBudget: -1") {
+		t.Errorf("negative budget: %v", err)
+	}
+}

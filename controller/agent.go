@@ -47,6 +47,7 @@ import (
 	"nodeflow/flows/reconcile"
 	"nodeflow/hostnet"
 	"nodeflow/kubeclient"
+	"nodeflow/memlimit"
 	"nodeflow/nsid"
 	"nodeflow/openflow"
 	"nodeflow/openflow/ofconn"
@@ -111,6 +112,9 @@ type Agent struct {
 	lastLoop      atomic.Int64
 	// lock is AgentLock, held from the start-up's first step.
 	lock *ovsdb.Lock
+	// releaser gives memory back after the desired state shrinks
+	// (costs.go).
+	releaser *memlimit.Releaser
 }
 
 // New returns an agent for cfg.
@@ -196,10 +200,12 @@ func (a *Agent) Run(ctx context.Context) error {
 	// 3. The features. Their desired state is complete before either
 	// reconciler starts: its start-up pass deletes whatever the store does
 	// not want, so an empty store would empty the bridges for a moment.
+	budget := a.newBudget()
 	a.stores = map[plan.Bridge]*reconcile.Store{
-		plan.Pod:     reconcile.NewStore(reconcile.StoreOptions{Bridge: plan.Pod}),
-		plan.Gateway: reconcile.NewStore(reconcile.StoreOptions{Bridge: plan.Gateway}),
+		plan.Pod:     reconcile.NewStore(reconcile.StoreOptions{Bridge: plan.Pod, Budget: budget}),
+		plan.Gateway: reconcile.NewStore(reconcile.StoreOptions{Bridge: plan.Gateway, Budget: budget}),
 	}
+	a.metrics.Registry.MustRegister(newCostCollector(a))
 	for _, b := range plan.Bridges {
 		// The pipeline's skeleton: every table's explicit miss flow.
 		if err := a.stores[b].Set(gateway.PipelineOwner(b), reconcile.State{Flows: gateway.PipelineFlows(b)}); err != nil {
@@ -242,6 +248,12 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 	}
 	step("features")
+	if budget != nil {
+		// The objects held back once every feature's first state is in,
+		// then each change.
+		budget.Report(a.reportBudget(budget))
+	}
+	a.startReleaser(ctx)
 
 	// 4. The reconcilers, then the features' own loops.
 	if err := a.startReconcilers(ctx); err != nil {
@@ -563,6 +575,7 @@ func (a *Agent) startReconcilers(ctx context.Context) error {
 		r := reconcile.New(store, reconcile.Options{Bridge: name, Logger: a.log, Agent: a.cfg.Version,
 			OnSync: func(rep reconcile.SyncReport) {
 				a.metrics.observe(name, store, rep)
+				a.observeSize()
 				if rep.Err == nil && (rep.Kind == reconcile.SyncStartup || rep.Kind == reconcile.SyncReconnect) {
 					a.nodeMu.Lock()
 					fs := slices.Clone(a.onReady)

@@ -68,6 +68,10 @@ type Config struct {
 	// answer on (kube-proxy's --nodeport-addresses); none means the node
 	// IPs (kube-proxy's "primary").
 	NodePortAddresses []netip.Prefix
+	// NamespaceBudget is the flows and group buckets each namespace's
+	// charged objects (Services) may have on this node; the newest object
+	// past it is held back (reconcile.Budget). 0 is no budget.
+	NamespaceBudget int
 }
 
 // Port names the agent creates.
@@ -108,6 +112,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("controller: config: service CIDRs: none")
 	case c.MTU < 576 || c.MTU > 65535:
 		return fmt.Errorf("controller: config: mtu %d: out of range 576-65535", c.MTU)
+	case c.NamespaceBudget < 0:
+		return fmt.Errorf("controller: config: namespace budget %d: negative (0 is none)", c.NamespaceBudget)
 	}
 	for _, list := range [][]netip.Prefix{c.ClusterCIDRs, c.ServiceCIDRs, c.NodePortAddresses} {
 		for _, p := range list {

@@ -13,6 +13,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"nodeflow/shrink"
 )
 
 // ErrorFunc receives bad input found while recording a change. It is called
@@ -43,6 +45,9 @@ type ServiceTracker struct {
 	// ipMoves holds the ClusterIPs taken or freed by the Updates since
 	// the last TakeClusterIPChanges.
 	ipMoves map[netip.Addr]struct{}
+	// peaks are the high-water marks of the maps above (see package
+	// shrink).
+	peaks [5]shrink.Peak
 }
 
 // changes coalesces the changes recorded for each object (by namespace
@@ -270,6 +275,9 @@ func (t *ServiceTracker) Update() ChangeSet {
 			t.portsOf[key] = append(t.portsOf[key], p.Name)
 		}
 	}
+	t.all, t.active = shrink.Map(t.all, &t.peaks[0]), shrink.Map(t.active, &t.peaks[1])
+	t.ipOwner, t.ipsOf = shrink.Map(t.ipOwner, &t.peaks[2]), shrink.Map(t.ipsOf, &t.peaks[3])
+	t.portsOf = shrink.Map(t.portsOf, &t.peaks[4])
 	return changed
 }
 
@@ -325,6 +333,17 @@ func (t *ServiceTracker) release(key types.NamespacedName) {
 	delete(t.ipsOf, key)
 }
 
+// Created returns when the Service key was created, as last applied.
+func (t *ServiceTracker) Created(key types.NamespacedName) (time.Time, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	info := t.all[key]
+	if info == nil {
+		return time.Time{}, false
+	}
+	return info.created, true
+}
+
 // Ports returns the active service ports. The map is a copy; the ports are
 // shared and must not be modified.
 func (t *ServiceTracker) Ports() map[ServicePortName]*ServicePort {
@@ -364,6 +383,9 @@ type EndpointsTracker struct {
 	// triggers holds the last-change-trigger-time of the changes recorded
 	// since the last Update, per Service.
 	triggers map[types.NamespacedName][]time.Time
+	// peaks are the high-water marks of slices, endpoints and portsOf (see
+	// package shrink).
+	peaks [3]shrink.Peak
 }
 
 // namedSlice is one applied slice of a Service.
@@ -500,6 +522,8 @@ func (t *EndpointsTracker) Update() ChangeSet {
 			t.portsOf[svc] = append(t.portsOf[svc], name)
 		}
 	}
+	t.slices, t.endpoints = shrink.Map(t.slices, &t.peaks[0]), shrink.Map(t.endpoints, &t.peaks[1])
+	t.portsOf = shrink.Map(t.portsOf, &t.peaks[2])
 	return changed
 }
 

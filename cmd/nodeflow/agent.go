@@ -110,6 +110,8 @@ func agentCommand() *cli.Command {
 				Usage: "`NAMESPACE/NAME` of a cluster DNS Service whose answers to pods the egress firewall learns dnsName addresses from (through its ClusterIPs and its endpoints, answered by a pod of its namespace); repeat or comma-separate; an empty value trusts none"},
 			&cli.StringSliceFlag{Name: "trusted-dns", EnvVars: []string{"NODEFLOW_TRUSTED_DNS"},
 				Usage: "`ADDRESS` or prefix of a resolver outside the pod and service networks (a node-local DNS cache's 169.254.20.10, say) whose answers that reach pods from the host or the gateway the egress firewall learns from, besides --resolv-conf's nameservers"},
+			&cli.IntFlag{Name: "namespace-budget", EnvVars: []string{"NODEFLOW_NAMESPACE_BUDGET"},
+				Usage: "the flows and group buckets each namespace's Services may have on this node; the newest Service past it is not programmed (a Warning event on it) until there is room (0: no budget)"},
 		},
 		Action: runAgent,
 	}
@@ -157,6 +159,7 @@ func runAgent(c *cli.Context) error {
 		PodBridge: c.String("pod-bridge"), GatewayBridge: c.String("gateway-bridge"), Uplink: c.String("uplink"),
 		DatapathType: datapathType(c.String("datapath-type")), MTU: c.Int("mtu"), HealthAddr: c.String("health-addr"),
 		IntrospectSocket: c.String("socket"), CNIConfDir: c.String("cni-conf-dir"), CNIDataDir: c.String("cni-data-dir"), HostCheckInterval: c.Duration("host-check-interval"),
+		NamespaceBudget: c.Int("namespace-budget"),
 	}
 	cfg.IntrospectSocket, cfg.CNIDataDir = agentPaths(cfg.OVSRundir, cfg.IntrospectSocket, cfg.CNIConfDir, cfg.CNIDataDir)
 	if cfg.NodeName == "" {

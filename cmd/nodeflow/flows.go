@@ -29,11 +29,15 @@ func flowsCommand() *cli.Command {
 		Description: "Asks the running agent over its introspection socket. Without --diff it prints the desired\n" +
 			"state owner by owner, each flow as `ovs-ofctl -O OpenFlow15 dump-flows --no-stats` prints it.\n" +
 			"With --diff it prints what the switch has that is not wanted (-) and what is wanted but\n" +
-			"missing (+), read from OVS now, and exits with status 1 when there are differences.",
+			"missing (+), read from OVS now, and exits with status 1 when there are differences.\n" +
+			"With --by-namespace it prints what each namespace's objects cost this node, most costly first:\n" +
+			"flows per bridge, groups, buckets, the bytes the agent holds for them, and, with a namespace\n" +
+			"budget, what the budget lets in and the objects it holds back.",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "bridge", Usage: "only this bridge (default: all the agent owns)"},
 			&cli.StringFlag{Name: "owner", Usage: "only owners whose name starts with `PREFIX` (e.g. service/default/)"},
 			&cli.BoolFlag{Name: "diff", Usage: "print how OVS differs from the desired state right now"},
+			&cli.BoolFlag{Name: "by-namespace", Usage: "print what each namespace costs: flows per bridge, groups, buckets, bytes, budget"},
 			&cli.StringFlag{Name: "socket", Value: reconcile.DefaultSocket, EnvVars: []string{"NODEFLOW_SOCKET"}, Usage: "the agent's introspection `PATH`"},
 			&cli.DurationFlag{Name: "timeout", Value: 30 * time.Second, Usage: "give up after this long"},
 		},
@@ -46,8 +50,16 @@ func runFlows(c *cli.Context) error {
 		return fmt.Errorf("flows: unexpected argument %q", c.Args().First())
 	}
 	path := "/flows"
-	if c.Bool("diff") {
+	switch {
+	case c.Bool("diff") && c.Bool("by-namespace"):
+		return fmt.Errorf("flows: --diff and --by-namespace: choose one")
+	case c.Bool("diff"):
 		path = "/flows/diff"
+	case c.Bool("by-namespace"):
+		if c.String("owner") != "" || c.String("bridge") != "" {
+			return fmt.Errorf("flows: --by-namespace covers every owner of every bridge: drop --owner and --bridge")
+		}
+		path = "/flows/namespaces"
 	}
 	q := url.Values{}
 	if b := c.String("bridge"); b != "" {

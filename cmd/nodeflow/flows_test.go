@@ -108,6 +108,28 @@ func TestFlowsCommand(t *testing.T) {
 		t.Fatalf("--diff on a synced bridge: %v\n%s", err, out)
 	}
 
+	// Per namespace: pod/default/a is namespace default's; node/routes
+	// the node's own.
+	out, err = runCLI("flows", "--socket", sock, "--by-namespace")
+	if err != nil {
+		t.Fatalf("--by-namespace: %v\n%s", err, out)
+	}
+	rows := map[string][]string{}
+	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+		if f := strings.Fields(l); len(f) > 0 {
+			rows[f[0]] = f
+		}
+	}
+	if d := rows["default"]; len(d) != 5 || d[1] != "1" || d[2] != "0" || d[3] != "0" {
+		t.Errorf("--by-namespace: namespace default's row %q\n%s", d, out)
+	}
+	if _, ok := rows["(node)"]; !ok || len(rows["NAMESPACE"]) != 6 {
+		t.Errorf("--by-namespace: no header or node row\n%s", out)
+	}
+	if _, err := runCLI("flows", "--socket", sock, "--by-namespace", "--owner", "pod/"); err == nil {
+		t.Error("--by-namespace with --owner: no error")
+	}
+
 	// Stop reconciling, then change the switch: --diff reports it.
 	stopRun()
 	<-runDone

@@ -116,6 +116,9 @@ type Proxy struct {
 	repMu    sync.Mutex
 	reported map[string]string // object/field -> last message reported
 
+	// peaks are the high-water marks of built and byID (costs.go).
+	peaks mapPeaks
+
 	// health serves the health-check node ports (services_healthcheck.go).
 	health *healthChecks
 	// hostNAT DNATs the host's own traffic to its node ports, external
@@ -501,6 +504,7 @@ func (p *Proxy) sync(ctx context.Context, full bool) error {
 	}
 	p.metrics.services.Set(float64(len(p.built)))
 	p.metrics.refusedEndpoints.Set(float64(p.refused))
+	p.shrinkMaps()
 	if restored != nil {
 		p.releaseUnbuilt(restored)
 	}
@@ -634,6 +638,8 @@ func (p *Proxy) syncPort(s *portSync, name proxy.ServicePortName, port *proxy.Se
 	})
 	podSet, podLost := false, (*lostClaims)(nil)
 	if err == nil {
+		out.Pod.Charge = p.charge(name)
+		out.Gateway.Charge = out.Pod.Charge
 		podSet, podLost = p.setShared(p.pod, out.Owner, out.Pod, name, port)
 	}
 	if err == nil && !podSet {

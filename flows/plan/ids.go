@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"hash/fnv"
 	"sync"
+
+	"nodeflow/shrink"
 )
 
 // IDAllocator hands out group (or meter) ids from a range, one per owner
@@ -17,6 +19,9 @@ type IDAllocator struct {
 	r       IDRange
 	byOwner map[string]uint32
 	byID    map[uint32]string
+	// peaks are the maps' high-water marks: their room goes with the
+	// owners (see package shrink).
+	peaks [2]shrink.Peak
 }
 
 // NewIDAllocator returns an empty allocator over r.
@@ -48,6 +53,7 @@ func (a *IDAllocator) Get(owner string) (uint32, error) {
 	}
 	a.byOwner[owner] = id
 	a.byID[id] = owner
+	a.byOwner, a.byID = shrink.Map(a.byOwner, &a.peaks[0]), shrink.Map(a.byID, &a.peaks[1])
 	return id, nil
 }
 
@@ -78,6 +84,7 @@ func (a *IDAllocator) Release(owner string) {
 	if id, ok := a.byOwner[owner]; ok {
 		delete(a.byID, id)
 		delete(a.byOwner, owner)
+		a.byOwner, a.byID = shrink.Map(a.byOwner, &a.peaks[0]), shrink.Map(a.byID, &a.peaks[1])
 	}
 }
 

@@ -620,6 +620,7 @@ func (s *Store) commitBatch(b *Batch) {
 			o.fail = nil
 		}
 	}
+	s.shrinkMaps()
 }
 
 func (s *Store) commitFlow(c flowChange) {

@@ -17,6 +17,12 @@
 // copies of their bytes, and compared with a dump in the dump's own memory
 // (openflow.EachFlowStats), decoding only the flows that differ.
 //
+// Each owner belongs to one namespace's object or to the node
+// (plan.OwnerNamespace): the Store counts what every namespace wants
+// (NamespaceUse, WriteNamespaces), and a Budget shared by a node's Stores
+// holds back the newest objects of a namespace whose flows and buckets
+// would exceed it.
+//
 // A Reconciler is the imperative shell around one Store and one OpenFlow
 // connection to one bridge. It reads the switch at start-up and keeps what
 // already matches, replacing the rest in one atomic bundle; it replays the

@@ -27,6 +27,7 @@ const DifferencesHeader = "X-Nodeflow-Differences"
 //
 //	GET /flows?bridge=br0&owner=PREFIX       desired flows, groups, meters
 //	GET /flows/diff?bridge=br0&owner=PREFIX  differences, read from the switch now
+//	GET /flows/namespaces                    what each namespace costs (WriteNamespaces)
 //
 // Without bridge, every bridge is shown, each after a "## bridge NAME"
 // line. It is an http.Handler.
@@ -104,6 +105,17 @@ func (h *Introspection) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 			}
 		}
 		w.Header().Set(DifferencesHeader, strconv.Itoa(total))
+		_, _ = w.Write([]byte(sb.String()))
+	case "/flows/namespaces":
+		var sb strings.Builder
+		var stores []NamedStore
+		for _, b := range bridges {
+			stores = append(stores, NamedStore{Bridge: b, Store: h.bridges[b].store})
+		}
+		if err := WriteNamespaces(&sb, stores); err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
 		_, _ = w.Write([]byte(sb.String()))
 	default:
 		http.NotFound(w, req)

@@ -50,7 +50,8 @@ func stamped(f *openflow.Flow, cookie uint64) openflow.Flow {
 // prefix, owner by owner in name order: a "# owner" comment line, then its
 // groups as `ovs-ofctl -O OpenFlow15 dump-groups` prints them, its meters
 // as `dump-meters` does, and its flows as `dump-flows --no-stats` does,
-// with the cookies of generation gen.
+// with the cookies of generation gen. An owner held back by its
+// namespace's budget is one comment line that says why.
 func (s *Store) Render(w io.Writer, prefix string, gen plan.Generation) error {
 	s.mu.Lock()
 	var owners []*owner
@@ -63,6 +64,16 @@ func (s *Store) Render(w io.Writer, prefix string, gen plan.Generation) error {
 	sort.Slice(owners, func(i, j int) bool { return owners[i].name < owners[j].name })
 	for _, o := range owners {
 		cookie := o.cookie | uint64(gen)
+		s.mu.Lock()
+		held, refusal := o.held, o.refusal
+		s.mu.Unlock()
+		if held {
+			// Nothing of it is desired: the reason, not its flows.
+			if _, err := fmt.Fprintf(w, "# owner %s (feature %s, cookie %#x): held back: %v\n", o.name, o.feature, cookie, refusal); err != nil {
+				return err
+			}
+			continue
+		}
 		if _, err := fmt.Fprintf(w, "# owner %s (feature %s, cookie %#x)\n", o.name, o.feature, cookie); err != nil {
 			return err
 		}

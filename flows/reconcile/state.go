@@ -18,6 +18,11 @@ type State struct {
 	Flows  []openflow.Flow
 	Groups []openflow.GroupEntry
 	Meters []openflow.MeterEntry
+	// Charge, when set, names the namespace object the state belongs to:
+	// a Store with a Budget counts its flows and buckets against the
+	// namespace's budget, and holds it back when they do not fit. Nil
+	// for state no budget limits.
+	Charge *Charge
 }
 
 // Empty reports whether s wants nothing.

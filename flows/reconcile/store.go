@@ -25,6 +25,10 @@ type StoreOptions struct {
 	// plan: its table must be declared for the bridge and allow the
 	// owner's feature. Zero accepts any table (tests, benchmarks).
 	Bridge plan.Bridge
+	// Budget, when set, holds back the states of the objects that would
+	// take their namespace past its budget (see Budget). The Stores of a
+	// node's bridges share one.
+	Budget *Budget
 }
 
 // Store holds the desired state of one bridge, by owner, and what the
@@ -49,9 +53,15 @@ type Store struct {
 	// version it saw, so that a Flush knows whether a pass has seen its
 	// changes.
 	version uint64
-	// counts are the desired flows, groups and meters of every owner
-	// (Counts), kept as owners come and go.
-	counts [3]int
+	// total is what every owner wants (Counts, Total), and use what the
+	// owners of each namespace want ("" for the node's own; NamespaceUse),
+	// kept as owners come and go. An owner the budget holds back counts in
+	// neither.
+	total Use
+	use   map[string]*Use
+	// peaks are the high-water marks of the maps that shrink
+	// (shrinkMaps).
+	peaks mapPeaks
 	// backedOff holds the owners failOwner has backed off, for
 	// nextRetry: the few that failed, not every owner.
 	backedOff map[*owner]struct{}
@@ -122,6 +132,19 @@ type owner struct {
 	meters  []meterEntry
 	fail    *ownerFailure // nil until an apply fails
 	feature plan.Feature
+	// ns is the namespace of the owner's object (plan.OwnerNamespace), ""
+	// for the node's own.
+	ns string
+	// buckets is how many buckets its groups have; bytes estimates what
+	// the store holds for it (ownerBytes).
+	buckets int
+	bytes   int64
+	// held marks an owner the namespace budget holds back: it is known
+	// (Owners, Get) but none of its entries is desired; refusal says why
+	// (a *BudgetError, or the conflict that keeps it out after the budget
+	// let it in again).
+	held    bool
+	refusal error
 }
 
 // ownerFailure is what keeps an owner's changes off the switch: the owner
@@ -417,11 +440,15 @@ func NewStore(opts StoreOptions) *Store {
 		groups:  map[uint32]*groupSlot{},
 		meters:  map[uint32]*meterSlot{},
 		refs:    map[refKey]int32{},
+		use:     map[string]*Use{},
 		changed: make(chan struct{}, 1),
 
 		backedOff: map[*owner]struct{}{},
 	}
 }
+
+// Budget returns the namespace budget the Store shares, nil for none.
+func (s *Store) Budget() *Budget { return s.opts.Budget }
 
 // Changed returns a channel that receives a value (coalesced: at most one
 // pending) after each Set that changed something.
@@ -446,6 +473,11 @@ func (s *Store) changeVersion() uint64 {
 // owner. The whole update is checked first and applied all at once, or not
 // at all: the error names the owner and the offending flow, group or
 // meter, and wraps ErrInvalid or ErrConflict.
+//
+// With a Budget, a state charged to an object (State.Charge) that does not
+// fit its namespace's budget is kept but held back: Set returns nil, none
+// of its entries is desired until there is room, and Errors reports it (a
+// *BudgetError).
 func (s *Store) Set(name string, st State) error {
 	feature, err := plan.OwnerFeature(name)
 	if err != nil {
@@ -455,16 +487,34 @@ func (s *Store) Set(name string, st State) error {
 		return fmt.Errorf("reconcile: owner %s: learned flows are not desired state: %w", name, ErrInvalid)
 	}
 	cookie := uint64(plan.MakeCookie(feature, name, 0))
-	o := &owner{name: name, feature: feature, cookie: cookie}
+	o := &owner{name: name, feature: feature, cookie: cookie, ns: plan.OwnerNamespace(name)}
+	if c := st.Charge; c != nil && !st.Empty() {
+		if err := c.check(o); err != nil {
+			return err
+		}
+	}
 	// The flows and groups are held packed (see flowEntry, groupEntry);
 	// the values are the caller's to drop.
 	if err := s.prepare(o, st); err != nil {
 		return err
 	}
-
+	o.bytes = ownerBytes(o)
+	if b := s.opts.Budget; b != nil {
+		return b.set(s, o, st.Charge, st.Empty())
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	old := s.owners[name]
+	if err := s.checkConflicts(o); err != nil {
+		return err
+	}
+	s.replace(o, st.Empty(), nil)
+	return nil
+}
+
+// checkConflicts returns the error of a Set of o when another owner wants
+// one of its flows, groups or meters, or has its cookie. s.mu is held.
+func (s *Store) checkConflicts(o *owner) error {
+	name := o.name
 	for i := range o.flows {
 		e := &o.flows[i]
 		if sl, ok := s.flows[e.key]; ok && sl.desired != nil && sl.desired.owner.name != name {
@@ -483,26 +533,67 @@ func (s *Store) Set(name string, st State) error {
 			return fmt.Errorf("reconcile: owner %s: meter %d: %w: %s", name, e.meter.ID, ErrConflict, sl.desired.owner.name)
 		}
 	}
-	if other, ok := s.byHash[cookie]; ok && other.name != name {
-		return fmt.Errorf("reconcile: owner %s: cookie %#x: %w: %s (owner hash collision; rename one)", name, cookie, ErrConflict, other.name)
+	if other, ok := s.byHash[o.cookie]; ok && other.name != name {
+		return fmt.Errorf("reconcile: owner %s: cookie %#x: %w: %s (owner hash collision; rename one)", name, o.cookie, ErrConflict, other.name)
 	}
+	return nil
+}
 
-	if old != nil {
-		s.release(old)
-		s.count(old, -1)
+// replace puts o in place of the owner of its name: gone when empty, held
+// back when refusal is not nil, else desired. s.mu is held.
+func (s *Store) replace(o *owner, empty bool, refusal error) {
+	if old := s.owners[o.name]; old != nil {
+		if !old.held {
+			s.release(old)
+			s.count(old, -1)
+		}
 		delete(s.backedOff, old)
 	}
-	if st.Empty() {
-		delete(s.owners, name)
-		delete(s.byHash, cookie)
-	} else {
-		s.owners[name] = o
-		s.byHash[cookie] = o
+	switch {
+	case empty:
+		delete(s.owners, o.name)
+		delete(s.byHash, o.cookie)
+		s.shrinkOwners()
+	case refusal != nil:
+		o.held, o.refusal = true, refusal
+		s.owners[o.name] = o
+		s.byHash[o.cookie] = o
+	default:
+		s.owners[o.name] = o
+		s.byHash[o.cookie] = o
 		s.claim(o)
 		s.count(o, 1)
+		s.shrinkOwners() // notes the peak
 	}
 	s.notify()
-	return nil
+}
+
+// hold holds back the owner name, known already, for refusal (a
+// *BudgetError), or, with a nil refusal, lets it in again unless another
+// owner has taken one of its entries meanwhile. s.mu is held.
+func (s *Store) hold(name string, refusal error) {
+	o := s.owners[name]
+	switch {
+	case o == nil:
+	case refusal != nil && o.held:
+		o.refusal = refusal
+	case refusal != nil:
+		s.release(o)
+		s.count(o, -1)
+		delete(s.backedOff, o)
+		o.held, o.refusal = true, refusal
+		s.notify()
+	case !o.held:
+	default:
+		if err := s.checkConflicts(o); err != nil {
+			o.refusal = err
+			return
+		}
+		o.held, o.refusal = false, nil
+		s.claim(o)
+		s.count(o, 1)
+		s.notify()
+	}
 }
 
 // Contest is one flow of a State that another owner already wants.
@@ -606,6 +697,7 @@ func (s *Store) prepare(o *owner, st State) error {
 			return fmt.Errorf("reconcile: owner %s: group %d: %w: %w", o.name, g.ID, err, ErrInvalid)
 		}
 		o.groups[i] = e
+		o.buckets += len(g.Buckets)
 	}
 	o.meters = make([]meterEntry, len(st.Meters))
 	mseen := map[uint32]bool{}
@@ -767,14 +859,43 @@ func (s *Store) Owners(prefix string) []string {
 func (s *Store) Counts() (flows, groups, meters int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.counts[0], s.counts[1], s.counts[2]
+	return s.total.Flows, s.total.Groups, s.total.Meters
 }
 
-// count adds (sign 1) or removes (sign -1) an owner's entries from counts.
+// Total returns what every owner wants.
+func (s *Store) Total() Use {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.total
+}
+
+// NamespaceUse returns what the owners of each namespace want, by
+// namespace ("" for the node's own owners: the pipeline, node networking,
+// shared meters and guards). A namespace that wants nothing is absent.
+// Owners the budget holds back count in none.
+func (s *Store) NamespaceUse() map[string]Use {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string]Use, len(s.use))
+	for ns, u := range s.use {
+		out[ns] = *u
+	}
+	return out
+}
+
+// count adds (sign 1) or removes (sign -1) an owner's entries from the
+// totals and its namespace's use.
 func (s *Store) count(o *owner, sign int) {
-	s.counts[0] += sign * len(o.flows)
-	s.counts[1] += sign * len(o.groups)
-	s.counts[2] += sign * len(o.meters)
+	s.total.add(o, sign)
+	u := s.use[o.ns]
+	if u == nil {
+		u = &Use{}
+		s.use[o.ns] = u
+	}
+	u.add(o, sign)
+	if u.IsZero() {
+		delete(s.use, o.ns)
+	}
 }
 
 // Pending reports whether some desired change has not been applied yet.
@@ -785,15 +906,27 @@ func (s *Store) Pending() bool {
 }
 
 // Errors returns, per owner, the last error that kept its changes off the
-// switch (a rejected bundle, a reference to a group nobody wants). An owner
-// whose changes went through has none.
+// switch (a rejected bundle, a reference to a group nobody wants, its
+// namespace's budget: a *BudgetError). An owner whose changes went through
+// has none.
 func (s *Store) Errors() map[string]error {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	out := map[string]error{}
 	for n, o := range s.owners {
-		if err := o.lastErr(); err != nil {
+		if o.held {
+			out[n] = o.refusal
+		} else if err := o.lastErr(); err != nil {
 			out[n] = err
+		}
+	}
+	s.mu.Unlock()
+	if b := s.opts.Budget; b != nil {
+		// The refusals with the budget's numbers as they are now (taken
+		// after s.mu: the budget's lock comes first).
+		for n, err := range out {
+			if be, ok := err.(*BudgetError); ok {
+				out[n] = b.refresh(be)
+			}
 		}
 	}
 	return out
