@@ -19,9 +19,6 @@ import (
 // Owner is the reconciler owner of breth0's default flows.
 const Owner = "gateway/defaults"
 
-// VXLANPort is the UDP destination port of the VXLAN underlay.
-const VXLANPort = 4789
-
 // PriorityUnderlay is the priority of the flows that let the VXLAN underlay
 // between this node's IP and the uplink pass without conntrack, above the
 // masquerade flows (they cannot overlap: the masquerade flows match the
@@ -164,9 +161,9 @@ func Flows(c Config) ([]openflow.Flow, error) {
 			f := famOf(ip)
 			out = append(out,
 				flow(plan.GatewayClassifier, PriorityUnderlay, apply(openflow.OutputPort(openflow.PortLocal)),
-					openflow.EthType(f.ethType), uplink, openflow.IPProto(f.protoUDP), f.dst(ip), openflow.UDPDst(VXLANPort)),
+					openflow.EthType(f.ethType), uplink, openflow.IPProto(f.protoUDP), f.dst(ip), openflow.UDPDst(plan.VXLANPort)),
 				flow(plan.GatewayClassifier, PriorityUnderlay, apply(openflow.OutputPort(c.UplinkPort)),
-					openflow.EthType(f.ethType), local, openflow.IPProto(f.protoUDP), f.src(ip), openflow.UDPDst(VXLANPort)),
+					openflow.EthType(f.ethType), local, openflow.IPProto(f.protoUDP), f.src(ip), openflow.UDPDst(plan.VXLANPort)),
 			)
 		}
 	}

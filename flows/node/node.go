@@ -82,6 +82,9 @@ const (
 	// PriorityTunnelReturn routes the replies of those connections to the
 	// tunnel table, above PriorityReply.
 	PriorityTunnelReturn plan.Priority = 65
+	// PriorityUnderlayGuard drops, in table 60, what br0 would route to a
+	// node's address on the VXLAN port: above every other routing flow.
+	PriorityUnderlayGuard plan.Priority = 250
 	// PriorityNextHopBase is the priority of a /0 next hop; a /N adds N, so
 	// that the longest prefix wins.
 	PriorityNextHopBase plan.Priority = 100
@@ -211,6 +214,18 @@ func then(acts []openflow.Action, table plan.TableID) []openflow.Instruction {
 		ins = append(ins, openflow.ApplyActions{Actions: acts})
 	}
 	return append(ins, openflow.GotoTable{Table: uint8(table)})
+}
+
+// underlayGuard is table 60's drop of UDP to a node's address on the VXLAN
+// port (VXLANPort), counted by the flow. The underlay between the nodes
+// never crosses br0: a packet that does is a pod's (or a packet a Service
+// sent to a node's 4789), and taken in by that node's breth0 as tunnel
+// traffic from this node it would enter its br0 with any inner source and
+// namespace id the pod wrote: port security and NetworkPolicy of another
+// node forged.
+func underlayGuard(ip netip.Addr) openflow.Flow {
+	f := famOf(ip)
+	return flow(plan.PodRouting, PriorityUnderlayGuard, nil, f.eth(), openflow.IPProto(17), f.dst(ip), openflow.UDPDst(plan.VXLANPort))
 }
 
 func flow(table plan.TableID, prio plan.Priority, ins []openflow.Instruction, fields ...openflow.Field) openflow.Flow {
@@ -407,6 +422,7 @@ func NodeFlows(c Config) ([]openflow.Flow, error) {
 	for _, ip := range c.NodeIPs {
 		f := famOf(ip)
 		add(flow(plan.PodRouting, PriorityHost, then(nil, plan.PodLocalDelivery), f.eth(), f.dst(ip)))
+		add(underlayGuard(ip))
 	}
 	// A connection from another node's host (SNATed to its node IP)
 	// through the tunnel to a local pod is committed with the tunnel

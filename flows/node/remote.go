@@ -56,7 +56,8 @@ func (r Remote) Validate() error {
 //	table 40  with ReturnsByTunnel: the host's new service connections
 //	          to its pods SNATed to the node IP (else table 40's default,
 //	          the router address)
-//	table 60  its pod subnets to the tunnel table
+//	table 60  its pod subnets to the tunnel table; UDP to its addresses on
+//	          the VXLAN port dropped (underlayGuard)
 //	table 80  set tun_dst and the VNI, output to vxlan0: for its pod
 //	          subnets, and for the replies to its node IPs of connections
 //	          its host made through the tunnel (plan.ReturnByTunnel)
@@ -119,6 +120,15 @@ func RemoteFlows(c Config, r Remote) ([]openflow.Flow, error) {
 		f := famOf(ip)
 		fs = append(fs, flow(plan.PodTunnelEgress, plan.PriorityNormal, toNode, f.eth(),
 			openflow.CtState(openflow.CtRpl|openflow.CtTrk, openflow.CtRpl|openflow.CtTrk), plan.ReturnByTunnel.Match(), f.dst(ip)))
+	}
+	// No pod sends VXLAN to the node: it would come out of this node's
+	// uplink as this node's tunnel traffic.
+	guarded := map[netip.Addr]bool{}
+	for _, ip := range append([]netip.Addr{r.TunnelIP}, r.NodeIPs...) {
+		if !guarded[ip] {
+			guarded[ip] = true
+			fs = append(fs, underlayGuard(ip))
+		}
 	}
 	return fs, nil
 }

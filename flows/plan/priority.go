@@ -5,6 +5,10 @@ import "fmt"
 // Priority is a flow priority.
 type Priority uint16
 
+// VXLANPort is the UDP destination port of the VXLAN underlay between the
+// nodes (vxlan0's, Open vSwitch's default).
+const VXLANPort = 4789
+
 // Priorities shared by br0's tables. A table's own section in
 // docs/pipeline.md says which it uses for what.
 const (
