@@ -338,6 +338,11 @@ func (a *Agent) setupOVS(ctx context.Context) error {
 	}
 	a.log.WithFields(logrus.Fields{"vxlan0": ports.Tunnel, "patch": ports.PodPatch, "mp0": ports.Mgmt,
 		"uplink": ports.Uplink, "gateway-patch": ports.GatewayPatch}).Info("bridges ready")
+	if put, err := switchWhileEmpty(ctx, a.cfg.MgmtSocket(a.cfg.GatewayBridge), a.log.WithField("bridge", a.cfg.GatewayBridge)); err != nil {
+		return err
+	} else if put {
+		a.log.Info("the gateway bridge has no flows: it switches as a plain bridge until its pipeline is installed")
+	}
 	found, err := hostnet.ReadL3Config(a.cfg.GatewayBridge)
 	if err != nil {
 		return fmt.Errorf("controller: %w", err)

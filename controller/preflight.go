@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -109,6 +110,20 @@ func (a *Agent) preflight(ctx context.Context) error {
 	}
 	if err := a.loadKubeconfig(); err != nil {
 		return err
+	}
+	// A node whose gateway bridge holds the uplink already but no flow
+	// (it rebooted with Open vSwitch's database on disk, or ovs-vswitchd
+	// restarted while no agent ran) is off its network, and may not reach
+	// the API server: the bridge switches again first. That changes no
+	// address and no setting of the node; it gives back what a bridge
+	// without its agent had taken.
+	if _, err := os.Stat(filepath.Join(a.cfg.OVSRundir, a.cfg.GatewayBridge+".mgmt")); err == nil {
+		log := a.log.WithField("bridge", a.cfg.GatewayBridge)
+		if put, err := switchWhileEmpty(ctx, a.cfg.MgmtSocket(a.cfg.GatewayBridge), log); err != nil {
+			log.WithError(err).Warn("cannot read the gateway bridge's flows")
+		} else if put {
+			log.Info("the gateway bridge has no flows: it switches as a plain bridge until its pipeline is installed")
+		}
 	}
 	return a.waitAPI(ctx, a.checkAPI, apiRetryFirst)
 }

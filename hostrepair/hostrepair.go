@@ -85,9 +85,14 @@ type Failure struct {
 	Err error
 }
 
-// String reads "node-address: failing for 12s (5 attempts): <error>".
+// String reads "node-address: failing for 12s (5 attempts): <error>", on
+// one line (joined errors are separated by "; ").
 func (f Failure) String() string {
-	return fmt.Sprintf("%s: failing for %s (%d attempts): %v", f.What, f.For.Round(time.Second), f.Attempts, f.Err)
+	msg := "<nil>"
+	if f.Err != nil {
+		msg = strings.ReplaceAll(f.Err.Error(), "\n", "; ")
+	}
+	return fmt.Sprintf("%s: failing for %s (%d attempts): %s", f.What, f.For.Round(time.Second), f.Attempts, msg)
 }
 
 // New returns a Tracker.

@@ -76,7 +76,7 @@ func TestEpisodes(t *testing.T) {
 	}
 	// t=1s: an address cannot be put back (IPv6 disabled on the bridge).
 	clock.Step(700 * time.Millisecond)
-	denied := errors.New("permission denied")
+	denied := errors.Join(errors.New("permission denied"), errors.New("no route to host"))
 	tr.Observe("node-address", 0, denied)
 	if len(tr.Failing()) != 0 || warnings() != 0 {
 		t.Fatal("failing before the grace")
@@ -90,7 +90,7 @@ func TestEpisodes(t *testing.T) {
 	if len(fs) != 1 || fs[0].What != "node-address" || fs[0].Attempts != 7 || fs[0].For != 30*time.Second || !errors.Is(fs[0].Err, denied) {
 		t.Fatalf("failing = %+v", fs)
 	}
-	if s := tr.Summary(); !strings.Contains(s, "node-address: failing for 30s (7 attempts): permission denied") {
+	if s := tr.Summary(); !strings.Contains(s, "node-address: failing for 30s (7 attempts): permission denied; no route to host") {
 		t.Errorf("summary = %q", s)
 	}
 	if warnings() != 1 || gauge("node-address") != 1 || counter("node-address", "failed") != 7 {

@@ -175,6 +175,14 @@ func checkBeforeTaking(t *testing.T, e *env, m *testbed.Member, before *testbed.
 				t.Errorf("breth0 lacks %s:\n%s", a, l3)
 			}
 		}
+		// The flow breth0 switched with while the agent read the cluster
+		// (it had none) is the pipeline's now: every flow has its owner's
+		// cookie.
+		for _, l := range dumpFlows(t, m, "breth0") {
+			if !strings.Contains(l, "cookie=") {
+				t.Errorf("breth0 holds a flow nobody owns: %s", l)
+			}
+		}
 	})
 }
 
