@@ -214,6 +214,9 @@ func (n *NodeNet) Run(ctx context.Context) {
 			retry = time.After(backoff.Failed())
 		}
 	}
+	// Again now: what changed since Sync, and a retry scheduled if it is
+	// not complete.
+	host()
 	for {
 		select {
 		case <-ctx.Done():
