@@ -76,6 +76,30 @@ func gatewayL3(m *testbed.Member) (string, error) {
 // addresses are IPv4 link-local, and kept).
 func ipv6LinkLocal(ip net.IP) bool { return ip.To4() == nil && ip.IsLinkLocalUnicast() }
 
+// stableGatewayL3 waits until breth0 holds the same for 300 ms (an
+// earlier test's deletions may still be being repaired) and returns it.
+func stableGatewayL3(t *testing.T, m *testbed.Member) string {
+	t.Helper()
+	var last string
+	eventually(t, 20*time.Second, "breth0 of "+m.Name+" settled", func(ctx context.Context) error {
+		a, err := gatewayL3(m)
+		if err != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(300 * time.Millisecond):
+		}
+		b, err := gatewayL3(m)
+		if err != nil || a != b {
+			return fmt.Errorf("changed within 300 ms: %v", err)
+		}
+		last = b
+		return nil
+	})
+	return last
+}
+
 // agentHealth gets path (/readyz, /healthz) from node m's agent.
 func agentHealth(ctx context.Context, m *testbed.Member, path string) (int, string, error) {
 	tr := &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -145,10 +169,7 @@ func TestHealNodeAddresses(t *testing.T) {
 	ns := createNamespace(t, e, "e2e-heal-addrs")
 	on, off := crossNodePods(t, netPods(t, e, ns), m.Name)
 	eventually(t, 30*time.Second, "traffic between the nodes' pods", func(ctx context.Context) error { return bothWays(ctx, on, off) })
-	before, err := gatewayL3(m)
-	if err != nil {
-		t.Fatal(err)
-	}
+	before := stableGatewayL3(t, m)
 	v4, v6 := memberIP(t, m, false), memberIP(t, m, true)
 	for _, want := range []string{"addr " + v4.String() + "/24", "addr " + v6.String() + "/64", "route default via 172.30.0.1", "route default via fd00:172:30::1",
 		"addr 169.254.169.2/29", "route 10.96.0.0/16 via 169.254.169.4", "neigh 169.254.169.4 "} {
@@ -165,20 +186,25 @@ func TestHealNodeAddresses(t *testing.T) {
 		repairedBefore[what] = seriesValue(metrics, `nodeflow_host_repairs_total{result="repaired",what="`+what+`"}`)
 	}
 
+	// Routes and neighbours first: the last IPv4 address of breth0 takes
+	// every IPv4 route and neighbour of breth0 with it, and a deletion the
+	// kernel did already fails (-force goes on past it).
 	batch := strings.Join([]string{
+		"neigh del 169.254.169.4 dev breth0",
+		"route del 10.96.0.0/16 dev breth0",
 		"route del default via 172.30.0.1 dev breth0",
 		"route del default via fd00:172:30::1 dev breth0",
 		"addr del " + v4.String() + "/24 dev breth0",
 		"addr del " + v6.String() + "/64 dev breth0",
 		"addr del 169.254.169.2/29 dev breth0",
-		"route del 10.96.0.0/16 dev breth0",
-		"neigh del 169.254.169.4 dev breth0",
 	}, "\n") + "\n"
-	cmd := exec.Command("ip", "-n", m.Netns, "-batch", "-")
+	cmd := exec.Command("ip", "-n", m.Netns, "-force", "-batch", "-")
 	cmd.Stdin = strings.NewReader(batch)
+	logStart := fileSize(filepath.Join(m.Dir, "agent.log"))
+	t.Cleanup(func() { agentLogOnFailure(t, m, logStart) })
 	start := time.Now()
 	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("delete: %v: %s", err, out)
+		t.Logf("ip -batch: %v: %s", err, out)
 	}
 	deleted := time.Since(start)
 	var back time.Duration
@@ -242,12 +268,15 @@ func TestHealRepairFailing(t *testing.T) {
 	}
 	ctx := context.Background()
 	eventually(t, 30*time.Second, "agent ready", func(ctx context.Context) error { return agentReady(ctx, m) })
-	before, err := gatewayL3(m)
-	if err != nil {
-		t.Fatal(err)
+	before := stableGatewayL3(t, m)
+	for _, want := range []string{"addr 169.254.169.2/29", "addr fd69::2/125", "neigh 169.254.169.4 ", "route default via fd00:172:30::1"} {
+		if !strings.Contains(before, want) {
+			t.Fatalf("breth0 of %s lacks %q before the test:\n%s", m.Name, want, before)
+		}
 	}
 	logPath := filepath.Join(m.Dir, "agent.log")
 	logStart := fileSize(logPath)
+	t.Cleanup(func() { agentLogOnFailure(t, m, logStart) })
 	metrics, err := agentMetrics(m)
 	if err != nil {
 		t.Fatal(err)
@@ -326,6 +355,24 @@ func TestHealRepairFailing(t *testing.T) {
 	if failing != 1 || recovered != 1 {
 		t.Errorf("the agent logged the node-address episode %d times and its end %d times, want once each", failing, recovered)
 	}
+}
+
+// agentLogOnFailure logs, when t failed, what node m's agent logged about
+// the host's configuration since offset.
+func agentLogOnFailure(t *testing.T, m *testbed.Member, offset int64) {
+	if !t.Failed() {
+		return
+	}
+	var keep []string
+	for _, l := range strings.Split(readFrom(t, filepath.Join(m.Dir, "agent.log"), offset), "\n") {
+		for _, w := range []string{"host side", "repair", "restored", "netlink", "subscri", "level=error", "level=warn"} {
+			if strings.Contains(l, w) {
+				keep = append(keep, l)
+				break
+			}
+		}
+	}
+	t.Logf("%s's agent on the host's configuration:\n%s", m.Name, strings.Join(keep, "\n"))
 }
 
 func fileSize(path string) int64 {

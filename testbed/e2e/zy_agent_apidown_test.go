@@ -176,12 +176,19 @@ func checkBeforeTaking(t *testing.T, e *env, m *testbed.Member, before *testbed.
 			}
 		}
 		// The flow breth0 switched with while the agent read the cluster
-		// (it had none) is the pipeline's now: every flow has its owner's
-		// cookie.
-		for _, l := range dumpFlows(t, m, "breth0") {
-			if !strings.Contains(l, "cookie=") {
-				t.Errorf("breth0 holds a flow nobody owns: %s", l)
+		// (it had none) is the pipeline's now, with the pipeline's cookie.
+		out := ofctl(t, m, "dump-flows", "breth0", "table=0")
+		found := false
+		for _, l := range strings.Split(out, "\n") {
+			if strings.Contains(l, "priority=0 actions=NORMAL") {
+				found = true
+				if strings.Contains(l, "cookie=0x0,") {
+					t.Errorf("breth0's first flow is nobody's: %s", l)
+				}
 			}
+		}
+		if !found {
+			t.Errorf("breth0 has no table-0 NORMAL miss flow:\n%s", out)
 		}
 	})
 }
