@@ -38,7 +38,7 @@ func Apply(ctx context.Context, p Plan, db *ovsdb.Client, log logrus.FieldLogger
 
 func apply(ctx context.Context, s Step, db *ovsdb.Client, log logrus.FieldLogger) error {
 	switch s.Kind {
-	case RemoveCNIConf, RemoveSocket, RemoveCNIBin, RemoveStateFile:
+	case RemoveCNIConf, RemoveSocket, RemoveCNIBin, RemoveStateFile, RemoveNodeL3:
 		if err := os.Remove(s.Path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("cleanup: %s: %w", s, err)
 		}
@@ -128,6 +128,7 @@ var removed = map[Kind]string{
 	RemoveSocket:    "removed the introspection socket",
 	RemoveCNIBin:    "removed the CNI plugin",
 	RemoveStateFile: "removed the record of the uplink's sysctls",
+	RemoveNodeL3:    "removed the record of the node's addresses",
 	RemoveIPAM:      "removed the IPAM store",
 }
 

@@ -7,7 +7,8 @@
 // bridges in OVSDB and their external_ids, the node's addresses and routes
 // on the gateway bridge and on the uplink, the uplink's sysctls and TX
 // checksum offload and the record the agent kept of them
-// (hostnet.UplinkStateFile), nodeflow's
+// (hostnet.UplinkStateFile), the agent's record of the node's addresses
+// (hostnet.NodeL3File), nodeflow's
 // nftables tables, the CNI configuration file, the introspection socket,
 // the CNI plugin's IPAM store and binary, the virtual-network attachments'
 // veths and namespaces. Make turns Options and Facts into
@@ -33,7 +34,8 @@
 //     the virtual-network attachments' veths and namespaces;
 //  5. nodeflow's nftables tables, the introspection socket, the IPAM store
 //     and the CNI plugin (when no pod holds an address any more, or with
-//     Purge), and last the record of the uplink.
+//     Purge), the record of the node's addresses, and last the record of
+//     the uplink.
 //
 // Running it again, or on a node where the agent never ran, finds nothing
 // to do. Run refuses to start while an agent answers on the node or holds

@@ -55,6 +55,11 @@ func Inspect(ctx context.Context, o Options, log logrus.FieldLogger) (Facts, *ov
 	if err := inspectSysctls(o, &f); err != nil {
 		return fail(err)
 	}
+	if path := hostnet.NodeL3Path(o.CNIDataDir); path != "" {
+		if _, err := os.Stat(path); err == nil {
+			f.NodeL3File = path
+		}
+	}
 	if f.NFTables, err = inspectNFTables(); err != nil {
 		return fail(err)
 	}

@@ -150,6 +150,9 @@ type Facts struct {
 	// checksum offload, State its content; "" and nil when there is none.
 	StateFile string
 	State     *hostnet.UplinkState
+	// NodeL3File is the agent's record of the node's addresses it keeps
+	// on the gateway bridge (hostnet.NodeL3File); "" when there is none.
+	NodeL3File string
 	// NFTables are nodeflow's nftables tables present (hostnat.Tables).
 	NFTables []NFTable
 	// CNIConf are the agent's CNI configuration file, and its temporary
@@ -189,6 +192,7 @@ const (
 	RemoveIPAM      Kind = "remove IPAM store"
 	RemoveCNIBin    Kind = "remove CNI plugin"
 	RemoveStateFile Kind = "remove uplink record"
+	RemoveNodeL3    Kind = "remove node address record"
 )
 
 // Step is one change to the node.
@@ -385,6 +389,13 @@ func Make(o Options, f Facts) Plan {
 			p.Steps = append(p.Steps, Step{Kind: RemoveCNIBin, Path: o.CNIBin})
 		} else {
 			note("CNI plugin %s left: pods on this node still need it to be torn down (or --purge)", o.CNIBin)
+		}
+	}
+	if f.NodeL3File != "" {
+		if gatewayKept {
+			note("the uplink stays in bridge %s: %s, the node's addresses the agent keeps there, is left", o.GatewayBridge, f.NodeL3File)
+		} else {
+			p.Steps = append(p.Steps, Step{Kind: RemoveNodeL3, Path: f.NodeL3File})
 		}
 	}
 	if f.State != nil && !gatewayKept && len(f.Sysctls) == len(hostnet.QuietSysctls) && !txKept {

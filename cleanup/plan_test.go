@@ -72,6 +72,7 @@ func agentNode() Facts {
 		Sysctls:       quiet,
 		TxChecksum:    ptr(false),
 		StateFile:     "/var/lib/cni/networks/" + hostnet.UplinkStateFile,
+		NodeL3File:    "/var/lib/cni/networks/" + hostnet.NodeL3File,
 		State: &hostnet.UplinkState{Uplink: "eth0", Sysctls: map[string]string{"arp_ignore": "0", "arp_announce": "1", "disable_ipv6": "0"},
 			TxChecksum: ptr(true)},
 		NFTables: []NFTable{{"ip", "nodeflow"}, {"ip", "nodeflow-hostports"}, {"ip6", "nodeflow"}},
@@ -114,6 +115,7 @@ func TestPlanAgentNode(t *testing.T) {
 		"remove introspection socket /run/nodeflow/nodeflow.sock",
 		"remove IPAM store /var/lib/cni/networks/nodeflow",
 		"remove CNI plugin /opt/cni/bin/nodeflow",
+		"remove node address record /var/lib/cni/networks/" + hostnet.NodeL3File,
 		"remove uplink record /var/lib/cni/networks/" + hostnet.UplinkStateFile,
 	}
 	if got := stepStrings(p); !slices.Equal(got, want) {
@@ -288,14 +290,15 @@ func TestPlanBridgeOwners(t *testing.T) {
 	got := stepStrings(p)
 	for _, s := range got {
 		if strings.Contains(s, "breth0") || strings.Contains(s, "brold") || strings.HasPrefix(s, "give ") || strings.HasPrefix(s, "restore ") || strings.HasPrefix(s, "turn") ||
-			strings.HasPrefix(s, "remove uplink record") {
+			strings.HasPrefix(s, "remove uplink record") || strings.HasPrefix(s, "remove node address record") {
 			t.Errorf("step %q with an operator's gateway bridge", s)
 		}
 	}
 	if !slices.Contains(got, "delete bridge br0") {
 		t.Errorf("steps %q: br0 (the CNI plugin's) not deleted", got)
 	}
-	for _, want := range []string{"bridge breth0 was not created by nodeflow", "brold was created by nodeflow", "sysctls and TX checksum offload"} {
+	for _, want := range []string{"bridge breth0 was not created by nodeflow", "brold was created by nodeflow", "sysctls and TX checksum offload",
+		hostnet.NodeL3File + ", the node's addresses the agent keeps there, is left"} {
 		if !slices.ContainsFunc(p.Notes, func(n string) bool { return strings.Contains(n, want) }) {
 			t.Errorf("notes %q lack %q", p.Notes, want)
 		}

@@ -1,12 +1,16 @@
 // Package controller is the node agent, read top to bottom in this file:
-// it creates br0 and breth0 over OVSDB and moves the node's addresses to
-// breth0, learns this node's facts (feature.Node), then wires every
+// it checks, before it changes anything on the node, that its
+// configuration fits the node and that the API server answers, knows this
+// node and lets the agent do what it must (preflight.go); it learns this
+// node's facts (feature.Node) from its Node object, creates br0 and breth0
+// over OVSDB and moves the node's addresses to breth0, then wires every
 // feature (package feature) the same way: Init, informers started and
 // synced, Sync, the reconcilers of both bridges started with one atomic
 // start-up bundle each, and Run. Packet-ins are dispatched by category to
 // the feature that declared it. The agent itself keeps the facts current
 // (the host's addresses), repairs what an operator deletes (bridges,
-// ports), and serves health, metrics and introspection.
+// ports, the node's own addresses and routes), and serves health, metrics
+// and introspection.
 package controller
 
 import (
@@ -35,7 +39,6 @@ import (
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/record"
 
 	"nodeflow/cni"
@@ -46,6 +49,7 @@ import (
 	"nodeflow/flows/plan"
 	"nodeflow/flows/reconcile"
 	"nodeflow/hostnet"
+	"nodeflow/hostrepair"
 	"nodeflow/kubeclient"
 	"nodeflow/memlimit"
 	"nodeflow/nsid"
@@ -94,9 +98,14 @@ type Agent struct {
 	gatewayMAC net.HardwareAddr
 
 	secondary hostAddrSet
-	// gwL3 is the node's own addresses and routes on the gateway bridge,
-	// kept to restore them when the bridge is recreated (heal.go).
-	gwL3 hostnet.L3Config
+	// l3 keeps the node's own addresses and routes on the gateway bridge
+	// (nodeaddrs.go); repairs is the account of every repair of the
+	// node's own configuration, shown on /readyz while one keeps failing.
+	l3      *nodeL3Keeper
+	repairs *hostrepair.Tracker
+	// l3Record is the record of the node's addresses read before the
+	// start-up touched anything (checkHost); nil when there was none.
+	l3Record *hostnet.NodeL3
 
 	// heal asks the agent to check and repair its bridges and ports.
 	heal chan struct{}
@@ -130,6 +139,11 @@ func New(cfg Config, log logrus.FieldLogger) (*Agent, error) {
 		heal: make(chan struct{}, 1), reconciled: make(chan struct{}),
 	}
 	a.dispatcher = feature.NewDispatcher(a.metrics.Registry, a.log)
+	a.repairs = hostrepair.New(hostrepair.Options{Log: a.log,
+		What: append([]string{hostnet.RepairNodeAddress, hostnet.RepairNodeRoute}, hostnet.HostParts...)})
+	if err := a.metrics.Registry.Register(a.repairs); err != nil {
+		return nil, fmt.Errorf("controller: metrics: %w", err)
+	}
 	return a, nil
 }
 
@@ -177,27 +191,35 @@ func (a *Agent) Run(ctx context.Context) error {
 	if a.cfg.HealthAddr != "" {
 		go a.serveHealth(ctx)
 	}
-	// 1. The bridges, their ports, and the uplink's addresses on breth0.
 	// When each step of the start-up ended, from the process's start: the
 	// log line that says both bridges are reconciled gives them.
 	steps := logrus.Fields{}
 	step := func(name string) { steps[name] = time.Since(start).Round(time.Millisecond).String() }
-	if err := a.setupOVS(ctx); err != nil {
+	// 1. Before anything on the node changes: the kubeconfig, the API,
+	// this node's object and the agent's permissions (preflight.go).
+	if err := a.preflight(ctx); err != nil {
 		return err
 	}
-	defer a.db.Close()
-	step("ovsdb")
-	// 2. The API and this node's facts.
+	step("api")
+	// 2. The API clients, and this node's facts from its object.
 	if err := a.setupKube(ctx); err != nil {
 		return err
 	}
 	if err := a.waitLocalNode(ctx); err != nil {
 		return err
 	}
-	a.refreshHostAddrs()
 	step("node")
+	// 3. The bridges, their ports, and the uplink's addresses on breth0,
+	// kept there from now on.
+	if err := a.setupOVS(ctx); err != nil {
+		return err
+	}
+	defer a.db.Close()
+	go a.l3.run(ctx)
+	a.refreshHostAddrs()
+	step("ovsdb")
 
-	// 3. The features. Their desired state is complete before either
+	// 4. The features. Their desired state is complete before either
 	// reconciler starts: its start-up pass deletes whatever the store does
 	// not want, so an empty store would empty the bridges for a moment.
 	budget := a.newBudget()
@@ -255,7 +277,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	a.startReleaser(ctx)
 
-	// 4. The reconcilers, then the features' own loops.
+	// 5. The reconcilers, then the features' own loops.
 	if err := a.startReconcilers(ctx); err != nil {
 		return err
 	}
@@ -328,13 +350,28 @@ func (a *Agent) setupOVS(ctx context.Context) error {
 	}
 	a.log.WithFields(logrus.Fields{"vxlan0": ports.Tunnel, "patch": ports.PodPatch, "mp0": ports.Mgmt,
 		"uplink": ports.Uplink, "gateway-patch": ports.GatewayPatch}).Info("bridges ready")
-	if err := hostnet.MoveUplinkConfig(a.log, a.cfg.Uplink, a.cfg.GatewayBridge); err != nil {
+	if put, err := switchWhileEmpty(ctx, a.cfg.MgmtSocket(a.cfg.GatewayBridge), a.log.WithField("bridge", a.cfg.GatewayBridge)); err != nil {
 		return err
+	} else if put {
+		a.log.Info("the gateway bridge has no flows: it switches as a plain bridge until its pipeline is installed")
 	}
-	a.keepGatewayL3()
-	ips, err := hostnet.NodeIPs(a.cfg.Uplink, a.cfg.GatewayBridge, a.cfg.Masquerade)
+	found, err := hostnet.ReadL3Config(a.cfg.GatewayBridge)
+	if err != nil {
+		return fmt.Errorf("controller: %w", err)
+	}
+	moved, err := hostnet.MoveUplinkConfig(a.log, a.cfg.Uplink, a.cfg.GatewayBridge)
 	if err != nil {
 		return err
+	}
+	kept := a.keepNodeL3(a.l3Record, found, moved)
+	a.l3 = newNodeL3Keeper(a.cfg.GatewayBridge, kept, a.log, a.repairs)
+	// What somebody deleted while no agent ran comes back now.
+	a.l3.check()
+	ips := kept.IPs()
+	if len(ips) == 0 {
+		if ips, err = hostnet.NodeIPs(a.cfg.Uplink, a.cfg.GatewayBridge, a.cfg.Masquerade); err != nil {
+			return err
+		}
 	}
 	gw, err := netlink.LinkByName(a.cfg.GatewayBridge)
 	if err != nil {
@@ -437,32 +474,17 @@ func waitLink(ctx context.Context, name string) error {
 	}
 }
 
-// setupKube connects to the API server and prepares the shared informer
-// factories (the whole cluster, and this node's pods) and the event
-// recorder; the Node informer starts at once, for this node's facts.
+// setupKube prepares the shared informer factories (the whole cluster, and
+// this node's pods) and the event recorder on the API client preflight
+// made; the Node informer starts at once, for this node's facts.
 func (a *Agent) setupKube(ctx context.Context) error {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	if a.cfg.Kubeconfig != "" {
-		rules.ExplicitPath = a.cfg.Kubeconfig
+	kc, rc := a.kube, a.rest
+	if kc == nil {
+		if err := a.loadKubeconfig(); err != nil {
+			return err
+		}
+		kc, rc = a.kube, a.rest
 	}
-	rc, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
-	if err != nil {
-		return fmt.Errorf("controller: kubeconfig: %w", err)
-	}
-	rc.UserAgent = "nodeflow-agent/" + a.cfg.NodeName
-	rc.QPS, rc.Burst = a.cfg.KubeAPIQPS, a.cfg.KubeAPIBurst
-	if rc.QPS <= 0 {
-		rc.QPS = DefaultKubeAPIQPS
-	}
-	if rc.Burst <= 0 {
-		rc.Burst = DefaultKubeAPIBurst
-	}
-	kc, err := kubeclient.NewTyped(rc)
-	if err != nil {
-		return fmt.Errorf("controller: kubernetes client: %w", err)
-	}
-	a.kube = kc
-	a.rest = rc
 	a.informers = informers.NewSharedInformerFactory(kc, 10*time.Minute)
 	a.localPods = informers.NewSharedInformerFactoryWithOptions(kc, 10*time.Minute, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 		o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", a.cfg.NodeName).String()
@@ -654,26 +676,42 @@ func (a *Agent) loop(ctx context.Context) error {
 	}
 }
 
+// healthz answers the liveness probe: well while the main loop (or a
+// start-up wait) is alive. A restart mends a stuck process and nothing
+// else, so nothing else fails it.
+func (a *Agent) healthz(w http.ResponseWriter, _ *http.Request) {
+	if age := time.Since(time.Unix(0, a.lastLoop.Load())); age > 2*a.cfg.HostCheckInterval+30*time.Second {
+		http.Error(w, "main loop stuck for "+age.String(), http.StatusServiceUnavailable)
+		return
+	}
+	fmt.Fprintln(w, "ok")
+}
+
+// readyz answers the readiness probe: ready once both bridges are
+// reconciled, and while no repair of the node's own configuration keeps
+// failing. That one is a readiness matter: the node may be off the
+// network, which a restart would not mend (so /healthz stays well), but a
+// rollout must not go on past it, and `kubectl get pods` shows it.
+func (a *Agent) readyz(w http.ResponseWriter, _ *http.Request) {
+	if !a.isReconciled() {
+		why := "bridges not reconciled yet"
+		if msg, _ := a.waitingFor.Load().(string); msg != "" {
+			why = msg
+		}
+		http.Error(w, why, http.StatusServiceUnavailable)
+		return
+	}
+	if why := a.repairs.Summary(); why != "" {
+		http.Error(w, why, http.StatusServiceUnavailable)
+		return
+	}
+	fmt.Fprintln(w, "ok")
+}
+
 func (a *Agent) serveHealth(ctx context.Context) {
 	mux := http.NewServeMux()
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-		if age := time.Since(time.Unix(0, a.lastLoop.Load())); age > 2*a.cfg.HostCheckInterval+30*time.Second {
-			http.Error(w, "main loop stuck for "+age.String(), http.StatusServiceUnavailable)
-			return
-		}
-		fmt.Fprintln(w, "ok")
-	})
-	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !a.isReconciled() {
-			why := "bridges not reconciled yet"
-			if msg, _ := a.waitingFor.Load().(string); msg != "" {
-				why = msg
-			}
-			http.Error(w, why, http.StatusServiceUnavailable)
-			return
-		}
-		fmt.Fprintln(w, "ok")
-	})
+	mux.HandleFunc("/healthz", a.healthz)
+	mux.HandleFunc("/readyz", a.readyz)
 	mux.Handle("/metrics", promhttp.HandlerFor(a.metrics.Registry, promhttp.HandlerOpts{}))
 	// Profiles, on the same (loopback by default) address.
 	mux.HandleFunc("/debug/pprof/", pprof.Index)

@@ -5,10 +5,16 @@ import (
 	"fmt"
 	"net"
 	"slices"
+	"time"
 
+	"github.com/sirupsen/logrus"
 	"github.com/vishvananda/netlink"
 
 	"nodeflow/feature"
+	"nodeflow/flows/gateway"
+	"nodeflow/flows/plan"
+	"nodeflow/openflow"
+	"nodeflow/openflow/ofconn"
 	"nodeflow/ovsdb"
 )
 
@@ -88,4 +94,45 @@ func PinGatewayMAC(ctx context.Context, db *ovsdb.Client, c Config) (net.Hardwar
 		return nil, fmt.Errorf("controller: pin %s's MAC %s: %w", c.GatewayBridge, mac, err)
 	}
 	return mac, nil
+}
+
+// switchWhileEmpty gives the gateway bridge, when it holds no flow at all
+// (just created, or after ovs-vswitchd lost its flows), the one flow its
+// pipeline ends in: table 0's miss flow, NORMAL. A bridge in fail-mode
+// secure without a flow forwards nothing: once the node's addresses move
+// onto it, the node would be off its network, the API server included,
+// whose objects the agent still has to list before its start-up bundle
+// installs the pipeline (which keeps that flow and replaces nothing else,
+// there being nothing else). Until then breth0 switches as a plain bridge
+// between the uplink and the host, and br0, still without flows, drops
+// what reaches it. A bridge with flows (the agent restarted) is left
+// alone. It reports whether it installed the flow.
+func switchWhileEmpty(ctx context.Context, socket string, log logrus.FieldLogger) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	c, err := ofconn.Dial(ctx, socket, ofconn.Options{Logger: log})
+	if err != nil {
+		return false, fmt.Errorf("controller: gateway bridge's flows: %w", err)
+	}
+	defer c.Close()
+	rep, err := c.MultipartReply(ctx, openflow.NewFlowStatsRequest())
+	if err != nil {
+		return false, fmt.Errorf("controller: gateway bridge's flows: %w", err)
+	}
+	stats, err := rep.FlowStats()
+	if err != nil {
+		return false, fmt.Errorf("controller: gateway bridge's flows: %w", err)
+	}
+	if len(stats) > 0 {
+		return false, nil
+	}
+	for _, f := range gateway.PipelineFlows(plan.Gateway) {
+		if f.Table == 0 {
+			if err := c.Apply(ctx, f.AddMod()); err != nil {
+				return false, fmt.Errorf("controller: gateway bridge's first flow: %w", err)
+			}
+			return true, nil
+		}
+	}
+	return false, nil
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 
 	"nodeflow/feature"
-	"nodeflow/hostnet"
 	"nodeflow/ovsdb"
 )
 
@@ -13,9 +12,10 @@ import (
 // OVSDB's Interface table, and when an interface it owns or a pod's port
 // disappears it recreates the bridges and ports (EnsureBridges is
 // idempotent), re-adds the pods' ports from the CNI plugin's records
-// (healports.go), and takes the new ofports into the node's facts, so the
-// features rebuild the flows that name them. The reconcilers reconnect to
-// a recreated bridge at once (Redial) and replay every flow.
+// (healports.go), gives a recreated gateway bridge the node's addresses and
+// routes back (nodeaddrs.go), and takes the new ofports into the node's
+// facts, so the features rebuild the flows that name them. The reconcilers
+// reconnect to a recreated bridge at once (Redial) and replay every flow.
 
 // watchOwnPorts asks for a repair whenever an interface the agent created
 // is deleted or loses its ofport.
@@ -49,7 +49,8 @@ func (a *Agent) repair(ctx context.Context) {
 		a.log.WithError(err).Warn("cannot repair the bridges; retrying at the next check")
 		return
 	}
-	a.keepGatewayL3()
+	// A recreated gateway bridge gets the node's addresses back.
+	a.l3.check()
 	if old := a.Node().Ports; old != ports {
 		a.log.WithField("old", old).WithField("new", ports).Warn("bridges or ports were recreated; rebuilding their flows")
 		a.redial()
@@ -74,27 +75,4 @@ func ownInterface(i *ovsdb.Interface) bool {
 		}
 	}
 	return true
-}
-
-// keepGatewayL3 keeps the copy of the node's addresses and routes on the
-// gateway bridge current, and gives them back to a recreated bridge (a new
-// interface index): `ovs-vsctl del-br breth0` takes the node IP with it.
-func (a *Agent) keepGatewayL3() {
-	cur, err := hostnet.ReadL3Config(a.cfg.GatewayBridge)
-	if err != nil {
-		a.log.WithError(err).Warn("cannot read the gateway bridge's addresses")
-		return
-	}
-	if cur.Index == a.gwL3.Index || len(a.gwL3.Addrs) == 0 {
-		if len(cur.Addrs) > 0 {
-			a.gwL3 = cur // follow the operator's own changes
-		}
-		return
-	}
-	restored, err := hostnet.RestoreL3Config(a.log, a.cfg.GatewayBridge, a.gwL3)
-	if err != nil {
-		a.log.WithError(err).Warn("cannot restore the node's addresses on the recreated gateway bridge; retrying at the next check")
-		return
-	}
-	a.gwL3 = restored
 }

@@ -17,6 +17,7 @@ import (
 	"nodeflow/conntrack"
 	"nodeflow/flows/plan"
 	"nodeflow/flows/reconcile"
+	"nodeflow/hostrepair"
 	"nodeflow/openflow"
 )
 
@@ -37,6 +38,44 @@ type Feature interface {
 	// Run runs the feature until ctx ends; it is called once both bridges
 	// are connected.
 	Run(ctx context.Context)
+}
+
+// APIUser is implemented by features that read or write API objects
+// beyond what the agent itself watches (Nodes, Pods, Namespaces, the
+// namespace-id locks) and writes (Events). Before the agent touches the
+// node's network it checks, with a SelfSubjectAccessReview each, that its
+// identity may do what they list: a missing permission then stops it while
+// the node is as it was, and says which, instead of an informer that never
+// syncs while the node's addresses already sit on a bridge without flows.
+type APIUser interface {
+	// APIAccess lists the permissions. It is called before Init.
+	APIAccess() []APIAccess
+}
+
+// APIAccess is one permission: Verb on Resource (of Group, "" for the core
+// group; Subresource if any) in Namespace ("" for every namespace, or a
+// cluster-scoped resource), on the object Name ("" for any).
+type APIAccess struct {
+	Verb, Group, Resource, Subresource, Namespace, Name string
+}
+
+// String reads "list pods", "watch egressfirewalls.k8s.ovn.org", "patch
+// nodes/node1".
+func (p APIAccess) String() string {
+	s := p.Verb + " " + p.Resource
+	if p.Group != "" {
+		s += "." + p.Group
+	}
+	if p.Subresource != "" {
+		s += "/" + p.Subresource
+	}
+	if p.Name != "" {
+		s += " " + p.Name
+	}
+	if p.Namespace != "" {
+		s += " in namespace " + p.Namespace
+	}
+	return s
 }
 
 // PacketInHandler is implemented by features that take packet-ins.
@@ -123,6 +162,11 @@ type Host interface {
 	// Send sends messages (packet-outs, conntrack flushes, flow deletes of
 	// learned flows) on bridge b's connection; it fails before Run.
 	Send(ctx context.Context, b plan.Bridge, msgs ...openflow.Message) error
+	// Repairs is where the feature reports each check of the host
+	// configuration it keeps (addresses, routes, neighbours, sysctls):
+	// counted, a failure logged once per episode, and shown by the agent's
+	// /readyz while it keeps failing.
+	Repairs() *hostrepair.Tracker
 	// OnBridgeReady registers f to be called with the bridge each time its
 	// switch holds the agent's flows after a connection: after the
 	// start-up pass, and after the pass that follows every reconnection

@@ -1,7 +1,6 @@
 package hostnet
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -46,7 +45,7 @@ func toAddr(ip net.IP) netip.Addr {
 
 // globalAddrs returns the global-scope addresses of link (no link-local).
 func globalAddrs(link netlink.Link) ([]netlink.Addr, error) {
-	addrs, err := netlink.AddrList(link, netlink.FAMILY_ALL)
+	addrs, err := retryDump(func() ([]netlink.Addr, error) { return netlink.AddrList(link, netlink.FAMILY_ALL) })
 	if err != nil {
 		return nil, fmt.Errorf("hostnet: list addresses of %s: %w", link.Attrs().Name, err)
 	}
@@ -101,7 +100,7 @@ func NodeIPs(uplink, bridge string, masq conntrack.Plan) ([]netip.Prefix, error)
 func configRoutes(link netlink.Link) ([]netlink.Route, error) {
 	var routes []netlink.Route
 	for _, fam := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
-		rs, err := netlink.RouteList(link, fam)
+		rs, err := retryDump(func() ([]netlink.Route, error) { return netlink.RouteList(link, fam) })
 		if err != nil {
 			return nil, fmt.Errorf("hostnet: list routes of %s: %w", link.Attrs().Name, err)
 		}
@@ -118,10 +117,9 @@ func configRoutes(link netlink.Link) ([]netlink.Route, error) {
 	return routes, nil
 }
 
-// L3Config is the node's own layer-3 configuration on the gateway bridge:
-// the global addresses and the routes through it that the kernel did not
-// derive from them. The agent keeps a copy, so that a gateway bridge that
-// was deleted and recreated gets the node's addresses back.
+// L3Config is an interface's own layer-3 configuration: the global
+// addresses and the routes through it that the kernel did not derive from
+// them. What the agent keeps of the gateway bridge's is a NodeL3.
 type L3Config struct {
 	// Index is the interface's index when the copy was taken.
 	Index int
@@ -148,73 +146,39 @@ func ReadL3Config(dev string) (L3Config, error) {
 	return L3Config{Index: link.Attrs().Index, MAC: slices.Clone(link.Attrs().HardwareAddr), Addrs: addrs, Routes: routes}, nil
 }
 
-// RestoreL3Config sets dev up and gives it c's addresses and routes back
-// (those it lacks; nothing else is touched), and returns dev's config as it
-// is afterwards.
-func RestoreL3Config(log logrus.FieldLogger, dev string, c L3Config) (L3Config, error) {
-	link, err := netlink.LinkByName(dev)
-	if err != nil {
-		return c, fmt.Errorf("hostnet: %s: %w", dev, err)
-	}
-	if len(c.MAC) == 6 && !bytes.Equal(link.Attrs().HardwareAddr, c.MAC) {
-		if err := netlink.LinkSetHardwareAddr(link, c.MAC); err != nil {
-			return c, fmt.Errorf("hostnet: restore %s's MAC %s: %w", dev, c.MAC, err)
-		}
-	}
-	if err := netlink.LinkSetUp(link); err != nil {
-		return c, fmt.Errorf("hostnet: set %s up: %w", dev, err)
-	}
-	for _, a := range c.Addrs {
-		na := &netlink.Addr{IPNet: a.IPNet}
-		if a.IP.To4() == nil {
-			na.Flags = unix.IFA_F_NODAD
-		} else if na.Broadcast = a.Broadcast; na.Broadcast == nil {
-			na.Broadcast = net.IPv4zero // as it was: none (netlink would make one up)
-		}
-		if err := netlink.AddrReplace(link, na); err != nil {
-			return c, fmt.Errorf("hostnet: restore %s on %s: %w", a.IPNet, dev, err)
-		}
-	}
-	for _, r := range c.Routes {
-		r.LinkIndex, r.ILinkIndex = link.Attrs().Index, 0
-		if err := netlink.RouteReplace(&r); err != nil {
-			return c, fmt.Errorf("hostnet: restore route %s on %s: %w", r, dev, err)
-		}
-	}
-	log.WithFields(logrus.Fields{"interface": dev, "addresses": len(c.Addrs), "routes": len(c.Routes)}).Warn("restored the node's addresses and routes")
-	return ReadL3Config(dev)
-}
-
 // MoveUplinkConfig moves the global addresses of uplink, and the routes
 // through it that the kernel did not derive from an address (default and
-// static routes), to bridge, and sets bridge up. It is idempotent: once the
-// uplink holds no global address there is nothing left to move. Addresses
-// are added to the bridge before they leave the uplink.
-func MoveUplinkConfig(log logrus.FieldLogger, uplink, bridge string) error {
+// static routes), to bridge, and sets bridge up. It returns what it moved,
+// as it was on the uplink. It is idempotent: once the uplink holds no
+// global address there is nothing left to move. Addresses are added to the
+// bridge before they leave the uplink.
+func MoveUplinkConfig(log logrus.FieldLogger, uplink, bridge string) (L3Config, error) {
+	var moved L3Config
 	ul, err := netlink.LinkByName(uplink)
 	if err != nil {
-		return fmt.Errorf("hostnet: uplink %s: %w", uplink, err)
+		return moved, fmt.Errorf("hostnet: uplink %s: %w", uplink, err)
 	}
 	br, err := netlink.LinkByName(bridge)
 	if err != nil {
-		return fmt.Errorf("hostnet: bridge port %s: %w", bridge, err)
+		return moved, fmt.Errorf("hostnet: bridge port %s: %w", bridge, err)
 	}
 	if err := netlink.LinkSetUp(br); err != nil {
-		return fmt.Errorf("hostnet: set %s up: %w", bridge, err)
+		return moved, fmt.Errorf("hostnet: set %s up: %w", bridge, err)
 	}
 	addrs, err := globalAddrs(ul)
 	if err != nil {
-		return err
+		return moved, err
 	}
 	if len(addrs) == 0 {
-		return nil
+		return moved, nil
 	}
 	// Routes through the uplink that the kernel did not derive from an
 	// address (default routes, static routes), to recreate on the bridge.
 	routes, err := configRoutes(ul)
 	if err != nil {
-		return err
+		return moved, err
 	}
+	moved = L3Config{Index: br.Attrs().Index, MAC: slices.Clone(br.Attrs().HardwareAddr), Addrs: addrs, Routes: routes}
 	for _, a := range addrs {
 		na := &netlink.Addr{IPNet: a.IPNet}
 		if a.IP.To4() == nil {
@@ -223,12 +187,12 @@ func MoveUplinkConfig(log logrus.FieldLogger, uplink, bridge string) error {
 			na.Broadcast = net.IPv4zero // as on the uplink: none (netlink would make one up)
 		}
 		if err := netlink.AddrReplace(br, na); err != nil {
-			return fmt.Errorf("hostnet: add %s to %s: %w", a.IPNet, bridge, err)
+			return moved, fmt.Errorf("hostnet: add %s to %s: %w", a.IPNet, bridge, err)
 		}
 	}
 	for _, a := range addrs {
 		if err := netlink.AddrDel(ul, &a); err != nil && !errors.Is(err, unix.EADDRNOTAVAIL) {
-			return fmt.Errorf("hostnet: remove %s from %s: %w", a.IPNet, uplink, err)
+			return moved, fmt.Errorf("hostnet: remove %s from %s: %w", a.IPNet, uplink, err)
 		}
 		log.WithFields(logrus.Fields{"address": a.IPNet.String(), "from": uplink, "to": bridge}).Info("moved node address")
 	}
@@ -236,11 +200,11 @@ func MoveUplinkConfig(log logrus.FieldLogger, uplink, bridge string) error {
 		r.LinkIndex = br.Attrs().Index
 		r.ILinkIndex = 0
 		if err := netlink.RouteReplace(&r); err != nil {
-			return fmt.Errorf("hostnet: move route %s to %s: %w", r, bridge, err)
+			return moved, fmt.Errorf("hostnet: move route %s to %s: %w", r, bridge, err)
 		}
 		log.WithFields(logrus.Fields{"route": r.String(), "to": bridge}).Info("moved route")
 	}
-	return nil
+	return moved, nil
 }
 
 // HostPlan is the host side the agent keeps true.
@@ -267,23 +231,115 @@ type HostPlan struct {
 	MTU int
 }
 
+// The parts of the node's own configuration the agent keeps, as its
+// repairs (package hostrepair) name them.
+const (
+	// RepairNodeAddress: the node's addresses on the gateway bridge (and
+	// the bridge up); RepairNodeRoute: its routes there (NodeL3).
+	RepairNodeAddress = "node-address"
+	RepairNodeRoute   = "node-route"
+	// The host side of the masquerade plan (EnsureHost): its addresses on
+	// the gateway bridge, the permanent neighbours for the router and the
+	// next hop, and the routes through them (the service networks', the
+	// router's with the node IP as source).
+	RepairMasqueradeAddress   = "masquerade-address"
+	RepairMasqueradeNeighbour = "masquerade-neighbour"
+	RepairMasqueradeRoute     = "masquerade-route"
+	// The management port: its MAC, MTU, state, addresses, sysctls and
+	// neighbours; and the routes to the cluster networks through it.
+	RepairMgmtPort     = "mgmt-port"
+	RepairClusterRoute = "cluster-route"
+)
+
+// HostParts are the parts EnsureHost keeps, in its order.
+var HostParts = []string{RepairMasqueradeAddress, RepairMasqueradeNeighbour, RepairMasqueradeRoute, RepairMgmtPort, RepairClusterRoute}
+
+// HostPart is what EnsureHost did to one part of the host side.
+type HostPart struct {
+	// What is one of HostParts.
+	What string
+	// Changes counts what it had to (re)install.
+	Changes int
+	// Err is why it could not install the rest.
+	Err error
+}
+
+// HostReport is one EnsureHost, part by part (every part of HostParts,
+// in that order).
+type HostReport []HostPart
+
+// Changes counts the changes of every part.
+func (r HostReport) Changes() int {
+	n := 0
+	for _, p := range r {
+		n += p.Changes
+	}
+	return n
+}
+
+// Err joins the parts' errors.
+func (r HostReport) Err() error {
+	var errs []error
+	for _, p := range r {
+		if p.Err != nil {
+			errs = append(errs, p.Err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// add counts one step of part what.
+func (r HostReport) add(what string, n int, err error) {
+	for i := range r {
+		if r[i].What == what {
+			r[i].Changes += n
+			r[i].Err = errors.Join(r[i].Err, err)
+			return
+		}
+	}
+	panic("hostnet: unknown host part " + what)
+}
+
+// to returns add for part what, to take a step's two results.
+func (r HostReport) to(what string) func(int, error) {
+	return func(n int, err error) { r.add(what, n, err) }
+}
+
 // EnsureHost makes the host side match p: on breth0 the masquerade host
 // addresses (IPv6 nodad and deprecated), the service routes via the dummy
 // next hop (mtu 1400), the route to the router masquerade address with the
 // node IP as source, and permanent neighbours for the router masquerade
 // address and the next hop; on mp0 its MAC, MTU and addresses, and the
-// routes to the cluster networks. It changes only what differs and returns
-// how many changes it made.
-func EnsureHost(p HostPlan) (int, error) {
-	changes := 0
+// routes to the cluster networks. It changes only what differs, goes on
+// past a failure (one address that cannot be added does not keep the
+// routes of the other family away), and reports what it did part by part.
+func EnsureHost(p HostPlan) HostReport {
+	r := make(HostReport, len(HostParts))
+	for i, w := range HostParts {
+		r[i].What = w
+	}
 	gw, err := netlink.LinkByName(p.Gateway)
 	if err != nil {
-		return 0, fmt.Errorf("hostnet: host: %s: %w", p.Gateway, err)
+		err = fmt.Errorf("hostnet: host: %s: %w", p.Gateway, err)
+		for _, w := range []string{RepairMasqueradeAddress, RepairMasqueradeNeighbour, RepairMasqueradeRoute} {
+			r.add(w, 0, err)
+		}
+	} else {
+		ensureMasquerade(p, gw, r)
 	}
 	mp, err := netlink.LinkByName(p.Mgmt)
 	if err != nil {
-		return 0, fmt.Errorf("hostnet: host: %s: %w", p.Mgmt, err)
+		err = fmt.Errorf("hostnet: host: %s: %w", p.Mgmt, err)
+		r.add(RepairMgmtPort, 0, err)
+		r.add(RepairClusterRoute, 0, err)
+	} else {
+		ensureMgmt(p, mp, r)
 	}
+	return r
+}
+
+// ensureMasquerade is EnsureHost's part on the gateway bridge gw.
+func ensureMasquerade(p HostPlan, gw netlink.Link, r HostReport) {
 	for _, m := range []conntrack.Masquerade{p.Masquerade.V4, p.Masquerade.V6} {
 		if !m.Subnet.IsValid() {
 			continue
@@ -303,65 +359,50 @@ func EnsureHost(p HostPlan) (int, error) {
 			addr.PreferedLft = 0
 			addr.ValidLft = 0xffffffff
 		}
-		n, err := ensureAddr(gw, addr, m.Is6())
-		if err != nil {
-			return changes, err
-		}
-		changes += n
+		r.to(RepairMasqueradeAddress)(ensureAddr(gw, addr, m.Is6()))
 		for _, ip := range []netip.Addr{m.Router, m.NextHop} {
-			n, err := ensureNeigh(gw, ip, conntrack.MAC(ip), false)
-			if err != nil {
-				return changes, err
-			}
-			changes += n
+			r.to(RepairMasqueradeNeighbour)(ensureNeigh(gw, ip, conntrack.MAC(ip), false))
 		}
 		for _, svc := range p.ServiceCIDRs {
 			if svc.Addr().Is6() != m.Is6() {
 				continue
 			}
-			n, err := ensureRoute(&netlink.Route{LinkIndex: gw.Attrs().Index, Dst: ipNet(svc), Gw: m.NextHop.AsSlice(), MTU: ServiceRouteMTU})
-			if err != nil {
-				return changes, err
-			}
-			changes += n
+			r.to(RepairMasqueradeRoute)(ensureRoute(&netlink.Route{LinkIndex: gw.Attrs().Index, Dst: ipNet(svc), Gw: m.NextHop.AsSlice(), MTU: ServiceRouteMTU}))
 		}
-		n, err = ensureRoute(&netlink.Route{LinkIndex: gw.Attrs().Index, Dst: ipNet(hostPrefix(m.Router)), Src: nodeIP.AsSlice(),
-			Scope: netlink.SCOPE_LINK, MTU: ServiceRouteMTU})
-		if err != nil {
-			return changes, err
-		}
-		changes += n
+		r.to(RepairMasqueradeRoute)(ensureRoute(&netlink.Route{LinkIndex: gw.Attrs().Index, Dst: ipNet(hostPrefix(m.Router)), Src: nodeIP.AsSlice(),
+			Scope: netlink.SCOPE_LINK, MTU: ServiceRouteMTU}))
 	}
+}
 
-	// mp0.
+// ensureMgmt is EnsureHost's part on the management port mp.
+func ensureMgmt(p HostPlan, mp netlink.Link, r HostReport) {
 	if len(p.MgmtMAC) == 6 && mp.Attrs().HardwareAddr.String() != p.MgmtMAC.String() {
 		if err := netlink.LinkSetHardwareAddr(mp, p.MgmtMAC); err != nil {
-			return changes, fmt.Errorf("hostnet: host: set %s mac: %w", p.Mgmt, err)
+			r.add(RepairMgmtPort, 0, fmt.Errorf("hostnet: host: set %s mac: %w", p.Mgmt, err))
+		} else {
+			r.add(RepairMgmtPort, 1, nil)
 		}
-		changes++
 	}
 	if p.MTU > 0 && mp.Attrs().MTU != p.MTU {
 		if err := netlink.LinkSetMTU(mp, p.MTU); err != nil {
-			return changes, fmt.Errorf("hostnet: host: set %s mtu: %w", p.Mgmt, err)
+			r.add(RepairMgmtPort, 0, fmt.Errorf("hostnet: host: set %s mtu: %w", p.Mgmt, err))
+		} else {
+			r.add(RepairMgmtPort, 1, nil)
 		}
-		changes++
 	}
 	if mp.Attrs().Flags&net.FlagUp == 0 {
 		if err := netlink.LinkSetUp(mp); err != nil {
-			return changes, fmt.Errorf("hostnet: host: set %s up: %w", p.Mgmt, err)
+			r.add(RepairMgmtPort, 0, fmt.Errorf("hostnet: host: set %s up: %w", p.Mgmt, err))
+		} else {
+			r.add(RepairMgmtPort, 1, nil)
 		}
-		changes++
 	}
 	for _, pc := range p.PodCIDRs {
 		addr := &netlink.Addr{IPNet: ipNet(netip.PrefixFrom(node.MgmtIP(pc), pc.Bits()))}
 		if pc.Addr().Is6() {
 			addr.Flags = unix.IFA_F_NODAD
 		}
-		n, err := ensureAddr(mp, addr, false)
-		if err != nil {
-			return changes, err
-		}
-		changes += n
+		r.to(RepairMgmtPort)(ensureAddr(mp, addr, false))
 		router := node.RouterIP(pc)
 		if pc.Addr().Is6() {
 			// br0 answers the pods' neighbour solicitations for the
@@ -376,33 +417,20 @@ func EnsureHost(p HostPlan) (int, error) {
 			} {
 				n, err := ensureSysctl(sc.path, sc.value)
 				if err != nil {
-					return changes, fmt.Errorf("hostnet: host: %w", err)
+					err = fmt.Errorf("hostnet: host: %w", err)
 				}
-				changes += n
+				r.add(RepairMgmtPort, n, err)
 			}
-			n, err := ensureNeigh(mp, router, nil, true)
-			if err != nil {
-				return changes, err
-			}
-			changes += n
+			r.to(RepairMgmtPort)(ensureNeigh(mp, router, nil, true))
 		}
-		n, err = ensureNeigh(mp, router, p.RouterMAC, false)
-		if err != nil {
-			return changes, err
-		}
-		changes += n
+		r.to(RepairMgmtPort)(ensureNeigh(mp, router, p.RouterMAC, false))
 		for _, cc := range p.ClusterCIDRs {
 			if cc.Addr().Is6() != pc.Addr().Is6() || cc == pc {
 				continue
 			}
-			n, err := ensureRoute(&netlink.Route{LinkIndex: mp.Attrs().Index, Dst: ipNet(cc), Gw: router.AsSlice(), MTU: p.MTU})
-			if err != nil {
-				return changes, err
-			}
-			changes += n
+			r.to(RepairClusterRoute)(ensureRoute(&netlink.Route{LinkIndex: mp.Attrs().Index, Dst: ipNet(cc), Gw: router.AsSlice(), MTU: p.MTU}))
 		}
 	}
-	return changes, nil
 }
 
 // ensureSysctl sets the setting at path under ProcSysNet to value unless it
@@ -419,7 +447,7 @@ func ensureSysctl(path, value string) (int, error) {
 }
 
 func ensureAddr(link netlink.Link, want *netlink.Addr, deprecated bool) (int, error) {
-	have, err := netlink.AddrList(link, netlink.FAMILY_ALL)
+	have, err := retryDump(func() ([]netlink.Addr, error) { return netlink.AddrList(link, netlink.FAMILY_ALL) })
 	if err != nil {
 		return 0, fmt.Errorf("hostnet: host: list addresses of %s: %w", link.Attrs().Name, err)
 	}
@@ -440,12 +468,12 @@ func ensureNeigh(link netlink.Link, ip netip.Addr, mac net.HardwareAddr, proxy b
 		n.Flags = netlink.NTF_PROXY
 		n.State = 0
 	}
-	have, err := netlink.NeighList(link.Attrs().Index, family(ip))
+	have, err := retryDump(func() ([]netlink.Neigh, error) { return netlink.NeighList(link.Attrs().Index, family(ip)) })
 	if err != nil {
 		return 0, fmt.Errorf("hostnet: host: list neighbours of %s: %w", link.Attrs().Name, err)
 	}
 	if proxy {
-		have, err = netlink.NeighProxyList(link.Attrs().Index, family(ip))
+		have, err = retryDump(func() ([]netlink.Neigh, error) { return netlink.NeighProxyList(link.Attrs().Index, family(ip)) })
 		if err != nil {
 			return 0, fmt.Errorf("hostnet: host: list proxy neighbours of %s: %w", link.Attrs().Name, err)
 		}
@@ -466,8 +494,9 @@ func ensureRoute(want *netlink.Route) (int, error) {
 	if want.Dst.IP.To4() == nil {
 		fam = netlink.FAMILY_V6
 	}
-	have, err := netlink.RouteListFiltered(fam, &netlink.Route{Dst: want.Dst, Table: unix.RT_TABLE_MAIN},
-		netlink.RT_FILTER_DST|netlink.RT_FILTER_TABLE)
+	have, err := retryDump(func() ([]netlink.Route, error) {
+		return netlink.RouteListFiltered(fam, &netlink.Route{Dst: want.Dst, Table: unix.RT_TABLE_MAIN}, netlink.RT_FILTER_DST|netlink.RT_FILTER_TABLE)
+	})
 	if err != nil {
 		return 0, fmt.Errorf("hostnet: host: list routes to %s: %w", want.Dst, err)
 	}

@@ -90,8 +90,13 @@ func TestHostSideIdempotent(t *testing.T) {
 		log := logrus.New()
 		log.SetOutput(os.Stderr)
 		for i := 0; i < 2; i++ {
-			if err := MoveUplinkConfig(log, "eth0", "breth0"); err != nil {
+			moved, err := MoveUplinkConfig(log, "eth0", "breth0")
+			if err != nil {
 				t.Fatalf("run %d: %v", i, err)
+			}
+			// What the first run moved, the second finds gone.
+			if want := map[int]int{0: 2, 1: 0}[i]; len(moved.Addrs) != want || (i == 0 && len(moved.Routes) != 1) {
+				t.Errorf("run %d moved %d addresses and %d routes, want %d and 1", i, len(moved.Addrs), len(moved.Routes), want)
 			}
 		}
 		ips, err := NodeIPs("eth0", "breth0", conntrack.DefaultPlan())
@@ -121,12 +126,12 @@ func TestHostSideIdempotent(t *testing.T) {
 			RouterMAC:    conntrack.MAC(netip.MustParseAddr("10.244.0.1")),
 			MTU:          1400,
 		}
-		n, err := EnsureHost(p)
-		if err != nil || n == 0 {
-			t.Fatalf("first EnsureHost: %d changes, %v", n, err)
+		rep := EnsureHost(p)
+		if rep.Err() != nil || rep.Changes() == 0 {
+			t.Fatalf("first EnsureHost: %d changes, %v", rep.Changes(), rep.Err())
 		}
-		if n, err := EnsureHost(p); err != nil || n != 0 {
-			t.Fatalf("second EnsureHost: %d changes, %v; want none", n, err)
+		if rep := EnsureHost(p); rep.Err() != nil || rep.Changes() != 0 {
+			t.Fatalf("second EnsureHost: %d changes, %v; want none", rep.Changes(), rep.Err())
 		}
 		// What the host-to-services design asks for.
 		gw, _ := netlink.LinkByName("breth0")
@@ -200,8 +205,9 @@ func TestHostSideIdempotent(t *testing.T) {
 		if err := netlink.RouteDel(&svc[0]); err != nil {
 			t.Fatal(err)
 		}
-		if n, err := EnsureHost(p); err != nil || n != 1 {
-			t.Errorf("after deleting the service route: %d changes, %v; want 1", n, err)
+		rep = EnsureHost(p)
+		if rep.Err() != nil || rep.Changes() != 1 || rep[2].What != RepairMasqueradeRoute || rep[2].Changes != 1 {
+			t.Errorf("after deleting the service route: %+v; want one masquerade-route change", rep)
 		}
 	})
 }

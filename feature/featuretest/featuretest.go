@@ -26,6 +26,7 @@ import (
 	"nodeflow/feature"
 	"nodeflow/flows/plan"
 	"nodeflow/flows/reconcile"
+	"nodeflow/hostrepair"
 	"nodeflow/openflow"
 )
 
@@ -44,6 +45,8 @@ type Host struct {
 	Installed map[plan.Bridge][]openflow.Flow
 	// ReadErr makes ReadFlows fail.
 	ReadErr error
+	// Tracker is what Repairs returns; its metrics are in Reg.
+	Tracker *hostrepair.Tracker
 
 	mu      sync.Mutex
 	node    feature.Node
@@ -99,6 +102,8 @@ func New(node feature.Node, objects ...runtime.Object) *Host {
 	}
 	h.factory = informers.NewSharedInformerFactory(client, 0)
 	h.local = informers.NewSharedInformerFactory(client, 0)
+	h.Tracker = hostrepair.New(hostrepair.Options{Log: log})
+	h.Reg.MustRegister(h.Tracker)
 	return h
 }
 
@@ -114,6 +119,9 @@ func (h *Host) Start(ctx context.Context) {
 }
 
 // OnBridgeReady implements feature.Host.
+// Repairs implements feature.Host.
+func (h *Host) Repairs() *hostrepair.Tracker { return h.Tracker }
+
 func (h *Host) OnBridgeReady(f func(b plan.Bridge)) {
 	h.mu.Lock()
 	defer h.mu.Unlock()

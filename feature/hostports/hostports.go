@@ -93,6 +93,12 @@ func (f *HostPorts) Name() string { return "hostports" }
 // Owns implements feature.Feature.
 func (f *HostPorts) Owns() []plan.Feature { return []plan.Feature{plan.FeatureHostPort} }
 
+// APIAccess implements feature.APIUser: this node's pods, and events on
+// them.
+func (f *HostPorts) APIAccess() []feature.APIAccess {
+	return []feature.APIAccess{{Verb: "list", Resource: "pods"}, {Verb: "watch", Resource: "pods"}, {Verb: "create", Resource: "events"}}
+}
+
 // Init implements feature.Feature.
 func (f *HostPorts) Init(h feature.Host) error {
 	f.h, f.log = h, h.Log()

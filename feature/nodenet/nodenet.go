@@ -25,7 +25,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sirupsen/logrus"
-	"github.com/vishvananda/netlink"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/cache"
 
@@ -38,6 +37,7 @@ import (
 	"nodeflow/flows/punt"
 	"nodeflow/flows/reconcile"
 	"nodeflow/hostnet"
+	"nodeflow/hostrepair"
 	"nodeflow/openflow"
 	"nodeflow/ovsdb"
 )
@@ -101,6 +101,9 @@ type NodeNet struct {
 	hops     []node.NextHop
 	probed   map[netip.Addr]time.Time
 	remoteIP []netip.Addr
+	// hostDone is set once the host side was complete: what is put back
+	// after that counts as repaired.
+	hostDone bool
 
 	mu       sync.Mutex
 	reported map[string]string // remote node -> last problem reported
@@ -150,6 +153,11 @@ func (n *NodeNet) Name() string { return "nodenet" }
 // Owns implements feature.Feature.
 func (n *NodeNet) Owns() []plan.Feature {
 	return []plan.Feature{plan.FeatureNode, plan.FeaturePod, plan.FeatureGateway}
+}
+
+// APIAccess implements feature.APIUser: every Node.
+func (n *NodeNet) APIAccess() []feature.APIAccess {
+	return []feature.APIAccess{{Verb: "list", Resource: "nodes"}, {Verb: "watch", Resource: "nodes"}}
 }
 
 // Init implements feature.Feature: it watches every Node (their pod
@@ -203,9 +211,7 @@ func (n *NodeNet) Init(h feature.Host) error {
 // and every flow.
 func (n *NodeNet) Sync(ctx context.Context) error {
 	n.writeCNI()
-	if err := n.ensureHost(); err != nil {
-		n.log.WithError(err).Warn("host side not fully configured yet; will retry")
-	}
+	n.ensureHost()
 	n.syncNode()
 	n.syncRemotes()
 	n.syncPods()
@@ -228,6 +234,21 @@ func (n *NodeNet) Run(ctx context.Context) {
 	}
 	t := time.NewTicker(n.opts.HostCheckInterval)
 	defer t.Stop()
+	// A host side that could not be fully configured is checked again
+	// soon (hostrepair.Backoff), not only at the next event or tick.
+	var retry <-chan time.Time
+	var backoff hostrepair.Backoff
+	host := func() {
+		retry = nil
+		if n.ensureHost() {
+			backoff.Reset()
+		} else {
+			retry = time.After(backoff.Failed())
+		}
+	}
+	// Again now: what changed since Sync, and a retry scheduled if it is
+	// not complete.
+	host()
 	for {
 		select {
 		case <-ctx.Done():
@@ -245,15 +266,13 @@ func (n *NodeNet) Run(ctx context.Context) {
 		case <-n.hopsDirty:
 			n.syncHops()
 		case <-n.hostDirty:
-			if err := n.ensureHost(); err != nil {
-				n.log.WithError(err).Warn("host side")
-			}
+			host()
 			n.syncHops()
+		case <-retry:
+			host()
 		case <-t.C:
 			n.writeCNI()
-			if err := n.ensureHost(); err != nil {
-				n.log.WithError(err).Warn("host side")
-			}
+			host()
 			n.syncHops()
 		}
 	}
@@ -550,70 +569,65 @@ func (n *NodeNet) writeCNI() {
 	}
 }
 
-func (n *NodeNet) ensureHost() error {
+// ensureHost configures the host side (hostnet.EnsureHost) and reports
+// each part to the agent's repairs: what it put back after the first
+// complete configuration counts as repaired. It reports whether every
+// part is in place.
+func (n *NodeNet) ensureHost() bool {
 	nd := n.h.Node()
-	c, err := hostnet.EnsureHost(hostnet.HostPlan{
+	rep := hostnet.EnsureHost(hostnet.HostPlan{
 		Gateway: nd.GatewayBridge, Mgmt: n.opts.MgmtPortName, NodeIPs: nd.Addrs(), ServiceCIDRs: nd.ServiceCIDRs,
 		ClusterCIDRs: nd.ClusterCIDRs, PodCIDRs: nd.PodCIDRs, Masquerade: nd.Masquerade,
 		MgmtMAC: nd.MgmtMAC, RouterMAC: nd.RouterMAC, MTU: nd.MTU,
 	})
-	if c > 0 {
+	if c := rep.Changes(); c > 0 {
 		n.hostChanges.Add(float64(c))
 		n.log.WithField("changes", c).Info("host side configured")
 	}
+	err := rep.Err()
 	if err != nil {
 		n.hostErrors.Inc()
+		n.log.WithError(err).Debug("host side not fully configured; retrying")
 	}
-	return err
+	for _, p := range rep {
+		repaired := p.Changes
+		if !n.hostDone {
+			repaired = 0 // the first configuration, not a repair
+		}
+		n.h.Repairs().Observe(p.What, repaired, p.Err)
+	}
+	n.hostDone = n.hostDone || err == nil
+	return err == nil
 }
 
 // watchNetlink re-checks the host side on link, address and route events,
-// and the next hops on neighbour events.
+// and on the deletion of a permanent neighbour or any change of the
+// masquerade neighbours; other neighbour events change next-hop MACs in
+// the flows.
 func (n *NodeNet) watchNetlink(ctx context.Context) {
-	done := make(chan struct{})
-	go func() { <-ctx.Done(); close(done) }()
-	links := make(chan netlink.LinkUpdate, 64)
-	addrs := make(chan netlink.AddrUpdate, 64)
-	routes := make(chan netlink.RouteUpdate, 64)
-	neighs := make(chan netlink.NeighUpdate, 64)
-	if err := netlink.LinkSubscribe(links, done); err != nil {
-		n.log.WithError(err).Warn("netlink link events")
-	}
-	if err := netlink.AddrSubscribe(addrs, done); err != nil {
-		n.log.WithError(err).Warn("netlink address events")
-	}
-	if err := netlink.RouteSubscribe(routes, done); err != nil {
-		n.log.WithError(err).Warn("netlink route events")
-	}
-	if err := netlink.NeighSubscribe(neighs, done); err != nil {
-		n.log.WithError(err).Warn("netlink neighbour events")
-	}
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-links:
+	err := hostnet.Watch(ctx, n.log, hostnet.LinkEvents|hostnet.AddrEvents|hostnet.RouteEvents|hostnet.NeighEvents, func(ev hostnet.Event) {
+		switch {
+		case ev.Kind == hostnet.Resync:
 			poke(n.hostDirty)
-		case <-addrs:
+			poke(n.hopsDirty)
+		case ev.Kind != hostnet.NeighEvents:
 			poke(n.hostDirty)
-		case <-routes:
+		case ev.Deleted && ev.Permanent, n.isMasquerade(ev.IP):
 			poke(n.hostDirty)
-		case u := <-neighs:
-			// The host's permanent entry for the service next hop is host
-			// side, which only a host check restores; other neighbours
-			// change next-hop MACs in the flows.
-			if ip, ok := netip.AddrFromSlice(u.IP); ok && n.isServiceNextHop(ip.Unmap()) {
-				poke(n.hostDirty)
-			} else {
-				poke(n.hopsDirty)
-			}
+			poke(n.hopsDirty)
+		default:
+			poke(n.hopsDirty)
 		}
+	})
+	if err != nil {
+		n.log.WithError(err).Warn("no netlink events: the host side is checked every " + n.opts.HostCheckInterval.String() + " only")
 	}
 }
 
-// isServiceNextHop reports whether ip is the dummy next hop of the host's
-// service routes (169.254.169.4, fd69::4).
-func (n *NodeNet) isServiceNextHop(ip netip.Addr) bool {
+// isMasquerade reports whether ip is the router masquerade address or the
+// dummy next hop of the host's service routes (169.254.169.1 and .4, fd69::1
+// and ::4), whose permanent neighbours the host side keeps.
+func (n *NodeNet) isMasquerade(ip netip.Addr) bool {
 	m, ok := n.h.Node().Masquerade.For(ip)
-	return ok && m.NextHop == ip
+	return ok && (m.NextHop == ip || m.Router == ip)
 }

@@ -32,9 +32,10 @@ import (
 // permanent neighbours, the nftables ruleset, the uplink's sysctls, the
 // bridges, the CNI configuration files. A second run finds nothing to do.
 // Before all that, cleanup refuses to run beside a running agent, found by
-// its socket and by its OVSDB lock. The node
-// serves no test after this one; zz_down_test.go follows and takes the
-// testbed down.
+// its socket and by its OVSDB lock. Last, on the node as it was before
+// nodeflow, agents that cannot use their kubeconfig leave it so, and the
+// agent that can takes it again (checkBeforeTaking). The node serves no
+// test after this one; zz_down_test.go follows and takes the testbed down.
 func TestZZCleanup(t *testing.T) {
 	e := up(t)
 	requireAgent(t, e)
@@ -175,6 +176,10 @@ func TestZZCleanup(t *testing.T) {
 	if err != nil || !strings.Contains(out, "nothing to do") {
 		t.Errorf("second cleanup: %v, want nothing to do:\n%s", err, out)
 	}
+
+	// The node as it was before nodeflow: an agent that cannot use its
+	// kubeconfig leaves it so, and the agent that can takes it again.
+	t.Run("agent-checks-before-taking-the-node", func(t *testing.T) { checkBeforeTaking(t, e, m, before) })
 }
 
 // sysctlKey is the snapshot's key of the uplink's sysctl name.
