@@ -22,53 +22,31 @@ import (
 // their flows, as nodeflow_egress_firewall_dns_replies_total{result="untrusted"}.
 
 // runCounters reads the counters until ctx ends, over one connection
-// that it keeps (and that reconnects by itself).
+// that it keeps (and dials again after a failed read).
 func (f *Firewall) runCounters(ctx context.Context) {
 	last := map[denyKey]uint64{}
 	lastDNS := map[denyKey]uint64{}
-	t := time.NewTicker(f.opts.CounterInterval)
-	defer t.Stop()
-	var c *ofconn.Conn
-	defer func() {
-		if c != nil {
-			c.Close()
-		}
-	}()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		if c == nil {
-			var err error
-			if c, err = f.dialCounters(ctx); err != nil {
-				f.m.counterReads.WithLabelValues("error").Inc()
-				f.log.WithError(err).Debug("cannot connect to read table 50's counters")
-				continue
-			}
-		}
-		stats, err := f.readStats(ctx, c)
-		if err != nil {
+	ofconn.Poller{
+		Addr:     func() string { return f.opts.MgmtSocket(f.h.Node().PodBridge) },
+		Options:  ofconn.Options{Logger: f.log},
+		Interval: f.opts.CounterInterval,
+		DialFailed: func(err error) {
 			f.m.counterReads.WithLabelValues("error").Inc()
-			f.log.WithError(err).Debug("cannot read table 50's counters")
-			continue
-		}
-		f.m.counterReads.WithLabelValues("ok").Inc()
-		f.addDenied(stats, last)
-		f.addUntrustedDNS(stats, lastDNS)
-	}
-}
-
-// dialCounters opens the connection the counters are read over.
-func (f *Firewall) dialCounters(ctx context.Context) (*ofconn.Conn, error) {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	c, err := ofconn.Dial(ctx, f.opts.MgmtSocket(f.h.Node().PodBridge), ofconn.Options{Logger: f.log})
-	if err != nil {
-		return nil, fmt.Errorf("egressfirewall: counters: %w", err)
-	}
-	return c, nil
+			f.log.WithError(fmt.Errorf("egressfirewall: counters: %w", err)).Debug("cannot connect to read table 50's counters")
+		},
+		Read: func(ctx context.Context, c *ofconn.Conn) error {
+			stats, err := f.readStats(ctx, c)
+			if err != nil {
+				f.m.counterReads.WithLabelValues("error").Inc()
+				f.log.WithError(err).Debug("cannot read table 50's counters")
+				return err
+			}
+			f.m.counterReads.WithLabelValues("ok").Inc()
+			f.addDenied(stats, last)
+			f.addUntrustedDNS(stats, lastDNS)
+			return nil
+		},
+	}.Run(ctx)
 }
 
 // denyKey identifies one deny flow across reads.

@@ -61,51 +61,30 @@ type counterKey struct {
 // it keeps.
 func (f *Feature) runCounters(ctx context.Context) {
 	last := map[counterKey]uint64{}
-	t := time.NewTicker(f.opts.CounterInterval)
-	defer t.Stop()
-	var c *ofconn.Conn
-	defer func() {
-		if c != nil {
-			c.Close()
-		}
-	}()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		if c == nil {
-			dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-			var err error
-			c, err = ofconn.Dial(dctx, f.opts.MgmtSocket(f.h.Node().PodBridge), ofconn.Options{Logger: f.log})
-			cancel()
-			if err != nil {
-				c = nil
-				f.counters.reads.WithLabelValues("error").Inc()
-				f.log.WithError(err).Debug("cannot connect to read the policy tables' counters")
-				continue
-			}
-		}
-		var stats []openflow.FlowStats
-		var err error
-		for _, tb := range []plan.TableID{plan.PodEgressPolicy, plan.PodIngressPolicy} {
-			var s []openflow.FlowStats
-			if s, err = readStats(ctx, c, tb); err != nil {
-				break
-			}
-			stats = append(stats, s...)
-		}
-		if err != nil {
+	ofconn.Poller{
+		Addr:     func() string { return f.opts.MgmtSocket(f.h.Node().PodBridge) },
+		Options:  ofconn.Options{Logger: f.log},
+		Interval: f.opts.CounterInterval,
+		DialFailed: func(err error) {
 			f.counters.reads.WithLabelValues("error").Inc()
-			f.log.WithError(err).Debug("cannot read the policy tables' counters")
-			c.Close()
-			c = nil
-			continue
-		}
-		f.counters.reads.WithLabelValues("ok").Inc()
-		f.addCounts(stats, last)
-	}
+			f.log.WithError(err).Debug("cannot connect to read the policy tables' counters")
+		},
+		Read: func(ctx context.Context, c *ofconn.Conn) error {
+			var stats []openflow.FlowStats
+			for _, tb := range []plan.TableID{plan.PodEgressPolicy, plan.PodIngressPolicy} {
+				s, err := readStats(ctx, c, tb)
+				if err != nil {
+					f.counters.reads.WithLabelValues("error").Inc()
+					f.log.WithError(err).Debug("cannot read the policy tables' counters")
+					return err
+				}
+				stats = append(stats, s...)
+			}
+			f.counters.reads.WithLabelValues("ok").Inc()
+			f.addCounts(stats, last)
+			return nil
+		},
+	}.Run(ctx)
 }
 
 func readStats(ctx context.Context, c *ofconn.Conn, t plan.TableID) ([]openflow.FlowStats, error) {

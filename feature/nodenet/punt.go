@@ -203,45 +203,28 @@ type meterCount struct {
 // packet-in meter's new drops to its series.
 func (n *NodeNet) runMeterStats(ctx context.Context) {
 	last := map[uint32]meterCount{}
-	t := time.NewTicker(n.opts.MeterStatsInterval)
-	defer t.Stop()
-	var c *ofconn.Conn
-	defer func() {
-		if c != nil {
-			c.Close()
-		}
-	}()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		if c == nil {
-			dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-			var err error
-			c, err = ofconn.Dial(dctx, n.opts.MgmtSocket(n.h.Node().PodBridge), ofconn.Options{Logger: n.log})
+	ofconn.Poller{
+		Addr:     func() string { return n.opts.MgmtSocket(n.h.Node().PodBridge) },
+		Options:  ofconn.Options{Logger: n.log},
+		Interval: n.opts.MeterStatsInterval,
+		DialFailed: func(err error) {
+			n.meters.reads.WithLabelValues("error").Inc()
+			n.log.WithError(err).Debug("cannot connect to read the meters")
+		},
+		Read: func(ctx context.Context, c *ofconn.Conn) error {
+			rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			stats, err := readMeterStats(rctx, c)
 			cancel()
 			if err != nil {
-				c = nil
 				n.meters.reads.WithLabelValues("error").Inc()
-				n.log.WithError(err).Debug("cannot connect to read the meters")
-				continue
+				n.log.WithError(err).Debug("cannot read the meters")
+				return err
 			}
-		}
-		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		stats, err := readMeterStats(rctx, c)
-		cancel()
-		if err != nil {
-			n.meters.reads.WithLabelValues("error").Inc()
-			n.log.WithError(err).Debug("cannot read the meters")
-			c.Close()
-			c = nil
-			continue
-		}
-		n.meters.reads.WithLabelValues("ok").Inc()
-		n.addMeterDrops(stats, last)
-	}
+			n.meters.reads.WithLabelValues("ok").Inc()
+			n.addMeterDrops(stats, last)
+			return nil
+		},
+	}.Run(ctx)
 }
 
 func readMeterStats(ctx context.Context, c *ofconn.Conn) ([]openflow.MeterStats, error) {
