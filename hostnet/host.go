@@ -1,7 +1,6 @@
 package hostnet
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -558,12 +557,7 @@ const UplinkStateFile = "nodeflow-uplink-sysctls.json"
 
 // UplinkStatePath is UplinkStateFile in the CNI data directory dataDir; ""
 // when dataDir is "".
-func UplinkStatePath(dataDir string) string {
-	if dataDir == "" {
-		return ""
-	}
-	return filepath.Join(dataDir, UplinkStateFile)
-}
+func UplinkStatePath(dataDir string) string { return dataDirFile(dataDir, UplinkStateFile) }
 
 // UplinkState is the content of UplinkStateFile.
 type UplinkState struct {
@@ -623,19 +617,8 @@ func RecordUplinkSysctls(log logrus.FieldLogger, path, uplink string) (bool, err
 	if txErr != nil {
 		log.WithError(txErr).WithField("interface", uplink).Warn("cannot read the uplink's TX checksum offload: not recorded; nodeflow cleanup will leave it as it finds it")
 	}
-	b, err := json.MarshalIndent(st, "", "  ")
-	if err != nil {
+	if err := writeRecord("uplink state", path, st); err != nil {
 		return false, err
-	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return false, fmt.Errorf("hostnet: uplink state %s: %w", path, err)
-	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
-		return false, fmt.Errorf("hostnet: uplink state %s: %w", path, err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return false, fmt.Errorf("hostnet: uplink state %s: %w", path, err)
 	}
 	return true, nil
 }

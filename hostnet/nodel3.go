@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"slices"
 	"time"
 
@@ -39,12 +38,7 @@ const NodeL3File = "nodeflow-node-addresses.json"
 
 // NodeL3Path is NodeL3File in the CNI data directory dataDir; "" when
 // dataDir is "".
-func NodeL3Path(dataDir string) string {
-	if dataDir == "" {
-		return ""
-	}
-	return filepath.Join(dataDir, NodeL3File)
-}
+func NodeL3Path(dataDir string) string { return dataDirFile(dataDir, NodeL3File) }
 
 // NodeL3 is the node's own layer-3 configuration that the agent keeps on
 // the gateway bridge: the addresses and routes it moved there from the
@@ -529,19 +523,5 @@ func SaveNodeL3(path string, k NodeL3) error {
 	if path == "" {
 		return nil
 	}
-	b, err := json.MarshalIndent(k, "", "  ")
-	if err != nil {
-		return err
-	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return fmt.Errorf("hostnet: node address record %s: %w", path, err)
-	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
-		return fmt.Errorf("hostnet: node address record %s: %w", path, err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("hostnet: node address record %s: %w", path, err)
-	}
-	return nil
+	return writeRecord("node address record", path, k)
 }
