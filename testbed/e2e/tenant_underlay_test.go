@@ -100,7 +100,7 @@ func TestTenantVXLANInjection(t *testing.T) {
 		t.Fatal(err)
 	}
 	hdr := make([]byte, 8)
-	hdr[0] = 0x08                                 // flags: the VNI is valid
+	hdr[0] = 0x08                                // flags: the VNI is valid
 	binary.BigEndian.PutUint32(hdr[4:], 0x42<<8) // VNI 0x42
 	vxlan, err := nsutil.Dial(ctx, attacker.netns, "udp", net.JoinHostPort(node1IP.String(), strconv.Itoa(plan.VXLANPort)), 2*time.Second)
 	if err != nil {
@@ -141,4 +141,3 @@ func TestTenantVXLANInjection(t *testing.T) {
 		}
 	}
 }
-
