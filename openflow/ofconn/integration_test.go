@@ -24,11 +24,7 @@ import (
 func testBridge(t testing.TB, extra ...string) (*ovs.Sandbox, string) {
 	t.Helper()
 	sb := ovstest.New(t, ovs.Options{})
-	args := []string{"add-br", "br0", "--", "set", "bridge", "br0", "datapath_type=netdev",
-		"protocols=OpenFlow13,OpenFlow15", "fail_mode=secure"}
-	if _, err := sb.Vsctl(append(args, extra...)...); err != nil {
-		t.Fatal(err)
-	}
+	ovstest.AddBridge(t, sb, "br0", extra...)
 	return sb, "unix:" + sb.MgmtSock("br0")
 }
 

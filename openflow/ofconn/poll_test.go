@@ -82,10 +82,7 @@ func TestPollerRedials(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("no dial error reported while the bridge is missing")
 	}
-	if _, err := sb.Vsctl("add-br", "br0", "--", "set", "bridge", "br0", "datapath_type=netdev",
-		"protocols=OpenFlow13,OpenFlow15", "fail_mode=secure"); err != nil {
-		t.Fatal(err)
-	}
+	ovstest.AddBridge(t, sb, "br0")
 
 	first := nextRead(t, reads)
 	if err := first.c.Barrier(testCtx(t)); err != nil {

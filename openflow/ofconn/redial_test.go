@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"nodeflow/testbed/ovs/ovstest"
 )
 
 // TestRedialAfterBridgeRecreated deletes the bridge under a live Conn
@@ -24,10 +26,7 @@ func TestRedialAfterBridgeRecreated(t *testing.T) {
 		}
 		return nil
 	})
-	if _, err := sb.Vsctl("add-br", "br0", "--", "set", "bridge", "br0", "datapath_type=netdev",
-		"protocols=OpenFlow13,OpenFlow15", "fail_mode=secure"); err != nil {
-		t.Fatal(err)
-	}
+	ovstest.AddBridge(t, sb, "br0")
 	start := time.Now()
 	// Redial until it takes: the first attempts may come before
 	// ovs-vswitchd has opened the new management socket.

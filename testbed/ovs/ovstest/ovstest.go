@@ -54,3 +54,16 @@ func New(t testing.TB, opts ovs.Options) *ovs.Sandbox {
 	})
 	return sb
 }
+
+// AddBridge adds bridge name to sb as nodeflow's tests want it: the
+// userspace datapath, OpenFlow 1.3 and 1.5, and secure fail mode (no flows
+// of its own). extra are more ovs-vsctl arguments for the same call, such
+// as "--", "add-port", ....
+func AddBridge(t testing.TB, sb *ovs.Sandbox, name string, extra ...string) {
+	t.Helper()
+	args := []string{"add-br", name, "--", "set", "bridge", name, "datapath_type=netdev",
+		"protocols=OpenFlow13,OpenFlow15", "fail_mode=secure"}
+	if _, err := sb.Vsctl(append(args, extra...)...); err != nil {
+		t.Fatalf("add bridge %s: %v", name, err)
+	}
+}
