@@ -12,8 +12,6 @@ import (
 	"nodeflow/flows/gateway"
 	"nodeflow/flows/plan"
 	"nodeflow/openflow"
-	"nodeflow/testbed/ovs"
-	"nodeflow/testbed/ovs/ovstest"
 )
 
 // TestOVSFragments sends real fragmented UDP through table 50 and 55 in a
@@ -27,15 +25,7 @@ import (
 // stack: its later fragments, which carry no port, never pass by a rule
 // that only checks addresses.
 func TestOVSFragments(t *testing.T) {
-	sb := ovstest.New(t, ovs.Options{})
-	if _, err := sb.Vsctl("add-br", "br0", "--", "set", "bridge", "br0", "datapath_type=netdev",
-		"protocols=OpenFlow13,OpenFlow15", "fail_mode=secure"); err != nil {
-		t.Fatal(err)
-	}
-	c, s := flowtest.NewPod(t, sb, 0, 1), flowtest.NewPod(t, sb, 1, 2)
-	flowtest.Neighbours(t, c, s)
-	flowtest.Neighbours(t, s, c)
-	srv := flowtest.ServeUDP(t, s, 5000, 5001)
+	sb, c, s, srv := flowtest.NewPodPair(t, 5000, 5001)
 	const nsID = 0x321
 
 	// Around tables 50 and 55: c is a pod of namespace nsID, s comes in

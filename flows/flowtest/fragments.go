@@ -21,6 +21,7 @@ import (
 	"nodeflow/cni"
 	"nodeflow/testbed/nsutil"
 	"nodeflow/testbed/ovs"
+	"nodeflow/testbed/ovs/ovstest"
 )
 
 // Real packets through a sandbox's userspace datapath, for the tests of
@@ -94,6 +95,20 @@ func Neighbours(t *testing.T, p, peer Pod) {
 	t.Helper()
 	ipCmd(t, "-n", p.Netns, "neigh", "replace", peer.V4.String(), "lladdr", peer.MAC.String(), "dev", "eth0", "nud", "permanent")
 	ipCmd(t, "-n", p.Netns, "neigh", "replace", peer.V6.String(), "lladdr", peer.MAC.String(), "dev", "eth0", "nud", "permanent")
+}
+
+// NewPodPair starts a sandbox with br0 (ovstest.AddBridge) and two pods
+// on it, each with the other's addresses as static neighbours: a client
+// c (pod 0, port 1) and a server s (pod 1, port 2) that echoes UDP on
+// ports.
+func NewPodPair(t *testing.T, ports ...int) (sb *ovs.Sandbox, c, s Pod, srv *UDPServer) {
+	t.Helper()
+	sb = ovstest.New(t, ovs.Options{})
+	ovstest.AddBridge(t, sb, "br0")
+	c, s = NewPod(t, sb, 0, 1), NewPod(t, sb, 1, 2)
+	Neighbours(t, c, s)
+	Neighbours(t, s, c)
+	return sb, c, s, ServeUDP(t, s, ports...)
 }
 
 // UDPServer counts, per port, the datagrams a pod's UDP sockets read,
@@ -170,24 +185,28 @@ func SendDatagram(t *testing.T, p Pod, dst netip.Addr, port, size int, timeout t
 	return bytes.Equal(buf[:n], msg)
 }
 
-// ReasmRequests returns how many fragments a network namespace's IP
-// stack received for reassembly (IPv4 or IPv6): a fragment that gets
+// ReasmRequests returns how many IP fragments (IPv4 or IPv6) a network
+// namespace's stack has received for reassembly: a fragment that gets
 // through counts there, whatever becomes of it.
 func ReasmRequests(t *testing.T, netns string, v6 bool) int {
 	t.Helper()
-	file := "/proc/net/snmp"
+	file, key := "/proc/net/snmp", "ReasmReqds"
 	if v6 {
-		file = "/proc/net/snmp6"
+		file, key = "/proc/net/snmp6", "Ip6ReasmReqds"
 	}
 	out, err := exec.Command("ip", "netns", "exec", netns, "cat", file).Output()
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("read %s in %s: %v", file, netns, err)
 	}
 	if v6 {
-		m := regexp.MustCompile(`(?m)^Ip6ReasmReqds\s+(\d+)$`).FindSubmatch(out)
+		m := regexp.MustCompile(`(?m)^` + key + `\s+(\d+)$`).FindSubmatch(out)
+		if m == nil {
+			t.Fatalf("%s in %s: no %s", file, netns, key)
+		}
 		n, _ := strconv.Atoi(string(m[1]))
 		return n
 	}
+	// Two "Ip:" lines: the names, then the values.
 	var names, values []string
 	for _, l := range strings.Split(string(out), "\n") {
 		if f := strings.Fields(l); len(f) > 0 && f[0] == "Ip:" {
@@ -198,13 +217,13 @@ func ReasmRequests(t *testing.T, netns string, v6 bool) int {
 			}
 		}
 	}
-	for i, n := range names {
-		if n == "ReasmReqds" {
-			v, _ := strconv.Atoi(values[i])
-			return v
+	for i, name := range names {
+		if name == key && i < len(values) {
+			n, _ := strconv.Atoi(values[i])
+			return n
 		}
 	}
-	t.Fatalf("no ReasmReqds in %s", out)
+	t.Fatalf("%s in %s: no Ip: %s", file, netns, key)
 	return 0
 }
 
@@ -328,12 +347,24 @@ func HeldFragments(t *testing.T, sb *ovs.Sandbox) int {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := regexp.MustCompile(`num frag: (\d+)`).FindStringSubmatch(out)
-	if m == nil {
-		t.Fatalf("ipf-get-status: %s", out)
+	n, err := ParseHeldFragments(out)
+	if err != nil {
+		t.Fatal(err)
 	}
-	n, _ := strconv.Atoi(m[1])
 	return n
+}
+
+var heldRE = regexp.MustCompile(`num frag: (\d+)`)
+
+// ParseHeldFragments returns how many fragments a userspace datapath
+// holds for reassembly, from the output of `ovs-appctl
+// dpctl/ipf-get-status`.
+func ParseHeldFragments(status string) (int, error) {
+	m := heldRE.FindStringSubmatch(status)
+	if m == nil {
+		return 0, fmt.Errorf("ipf-get-status: no fragment count in %q", status)
+	}
+	return strconv.Atoi(m[1])
 }
 
 var (

@@ -12,8 +12,6 @@ import (
 	"nodeflow/flows/gateway"
 	"nodeflow/flows/plan"
 	"nodeflow/openflow"
-	"nodeflow/testbed/ovs"
-	"nodeflow/testbed/ovs/ovstest"
 )
 
 // TestOVSFragments sends real fragmented UDP through the policy tables in
@@ -27,15 +25,7 @@ import (
 // fragment. And the allowed datagram's fragments recirculate three times
 // (table 25, and each table's meeting).
 func TestOVSFragments(t *testing.T) {
-	sb := ovstest.New(t, ovs.Options{})
-	if _, err := sb.Vsctl("add-br", "br0", "--", "set", "bridge", "br0", "datapath_type=netdev",
-		"protocols=OpenFlow13,OpenFlow15", "fail_mode=secure"); err != nil {
-		t.Fatal(err)
-	}
-	c, s := flowtest.NewPod(t, sb, 0, 1), flowtest.NewPod(t, sb, 1, 2)
-	flowtest.Neighbours(t, c, s)
-	flowtest.Neighbours(t, s, c)
-	srv := flowtest.ServeUDP(t, s, 5000, 5001, 5002)
+	sb, c, s, srv := flowtest.NewPodPair(t, 5000, 5001, 5002)
 
 	cfg := Config{PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.9.0.0/24"), netip.MustParsePrefix("fd09::/64")},
 		Masquerade: conntrack.DefaultPlan()}

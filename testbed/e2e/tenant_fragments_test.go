@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"os/exec"
 	"regexp"
 	"strconv"
 	"strings"
@@ -26,6 +25,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	fw "nodeflow/egressfw"
+	"nodeflow/flows/flowtest"
 	"nodeflow/testbed"
 	"nodeflow/testbed/nsutil"
 	"nodeflow/testbed/workload"
@@ -108,48 +108,6 @@ func datagram(ctx context.Context, netns string, dst netip.Addr, port, size int,
 	return buf[:n], local, nil
 }
 
-// reasmRequests returns how many IP fragments (IPv4 or IPv6) the
-// network namespace's stack has received for reassembly: a fragment that
-// gets through to a pod or a host counts there, whatever becomes of it.
-func reasmRequests(t *testing.T, netns string, v6 bool) int {
-	t.Helper()
-	file, key := "/proc/net/snmp", "ReasmReqds"
-	if v6 {
-		file, key = "/proc/net/snmp6", "Ip6ReasmReqds"
-	}
-	out, err := exec.Command("ip", "netns", "exec", netns, "cat", file).Output()
-	if err != nil {
-		t.Fatalf("read %s in %s: %v", file, netns, err)
-	}
-	if v6 {
-		m := regexp.MustCompile(`(?m)^` + key + `\s+(\d+)$`).FindSubmatch(out)
-		if m == nil {
-			t.Fatalf("%s in %s: no %s", file, netns, key)
-		}
-		n, _ := strconv.Atoi(string(m[1]))
-		return n
-	}
-	// Two "Ip:" lines: the names, then the values.
-	var names, values []string
-	for _, l := range strings.Split(string(out), "\n") {
-		if f := strings.Fields(l); len(f) > 0 && f[0] == "Ip:" {
-			if names == nil {
-				names = f
-			} else {
-				values = f
-			}
-		}
-	}
-	for i, name := range names {
-		if name == key && i < len(values) {
-			n, _ := strconv.Atoi(values[i])
-			return n
-		}
-	}
-	t.Fatalf("%s in %s: no Ip: %s", file, netns, key)
-	return 0
-}
-
 // heldFragments returns how many fragments node m's userspace datapath
 // holds for reassembly (ovs-appctl dpctl/ipf-get-status, as an oracle).
 func heldFragments(m *testbed.Member) (int, error) {
@@ -157,11 +115,11 @@ func heldFragments(m *testbed.Member) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("ipf-get-status on %s: %v: %s", m.Name, err, out)
 	}
-	sm := regexp.MustCompile(`num frag: (\d+)`).FindStringSubmatch(out)
-	if sm == nil {
-		return 0, fmt.Errorf("ipf-get-status on %s: %s", m.Name, out)
+	n, err := flowtest.ParseHeldFragments(out)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", m.Name, err)
 	}
-	return strconv.Atoi(sm[1])
+	return n, nil
 }
 
 // fragCheck is what a scenario checks: from a client pod to a server
@@ -204,7 +162,7 @@ func (c fragCheck) run(t *testing.T) {
 		return c.checkReply(reply)
 	})
 	c.mark()
-	before := reasmRequests(t, c.serverNetns, v6)
+	before := flowtest.ReasmRequests(t, c.serverNetns, v6)
 	var locals []string
 	for range 3 {
 		reply, local, err := datagram(context.Background(), c.client.netns, c.dst, c.denied, fragSize, time.Second)
@@ -213,7 +171,7 @@ func (c fragCheck) run(t *testing.T) {
 			t.Errorf("%s: denied port %d from %s: got %q, %v; want no answer", c.what, c.denied, local, reply, err)
 		}
 	}
-	if after := reasmRequests(t, c.serverNetns, v6); after != before {
+	if after := flowtest.ReasmRequests(t, c.serverNetns, v6); after != before {
 		t.Errorf("%s: the server's %s stack received %d fragments of datagrams to the denied port", c.what, family(v6), after-before)
 	}
 	if err := c.deniedSeen(locals); err != nil {
