@@ -190,40 +190,50 @@ func SendDatagram(t *testing.T, p Pod, dst netip.Addr, port, size int, timeout t
 // through counts there, whatever becomes of it.
 func ReasmRequests(t *testing.T, netns string, v6 bool) int {
 	t.Helper()
-	file, key := "/proc/net/snmp", "ReasmReqds"
-	if v6 {
-		file, key = "/proc/net/snmp6", "Ip6ReasmReqds"
+	if !v6 {
+		return SNMPCounter(t, netns, "Ip", "ReasmReqds")
 	}
+	const file = "/proc/net/snmp6"
 	out, err := exec.Command("ip", "netns", "exec", netns, "cat", file).Output()
 	if err != nil {
 		t.Fatalf("read %s in %s: %v", file, netns, err)
 	}
-	if v6 {
-		m := regexp.MustCompile(`(?m)^` + key + `\s+(\d+)$`).FindSubmatch(out)
-		if m == nil {
-			t.Fatalf("%s in %s: no %s", file, netns, key)
-		}
-		n, _ := strconv.Atoi(string(m[1]))
-		return n
+	m := regexp.MustCompile(`(?m)^Ip6ReasmReqds\s+(\d+)$`).FindSubmatch(out)
+	if m == nil {
+		t.Fatalf("%s in %s: no Ip6ReasmReqds", file, netns)
 	}
-	// Two "Ip:" lines: the names, then the values.
-	var names, values []string
+	n, _ := strconv.Atoi(string(m[1]))
+	return n
+}
+
+// SNMPCounter reads one counter of a network namespace's /proc/net/snmp:
+// proto is the prefix of its two lines, names then values (Ip, Tcp, Udp,
+// ...), name the column.
+func SNMPCounter(t *testing.T, netns, proto, name string) int {
+	t.Helper()
+	const file = "/proc/net/snmp"
+	out, err := exec.Command("ip", "netns", "exec", netns, "cat", file).Output()
+	if err != nil {
+		t.Fatalf("read %s in %s: %v", file, netns, err)
+	}
+	var head []string
 	for _, l := range strings.Split(string(out), "\n") {
-		if f := strings.Fields(l); len(f) > 0 && f[0] == "Ip:" {
-			if names == nil {
-				names = f
-			} else {
-				values = f
+		if !strings.HasPrefix(l, proto+": ") {
+			continue
+		}
+		f := strings.Fields(l)
+		if head == nil {
+			head = f
+			continue
+		}
+		for i, h := range head {
+			if h == name && i < len(f) {
+				n, _ := strconv.Atoi(f[i])
+				return n
 			}
 		}
 	}
-	for i, name := range names {
-		if name == key && i < len(values) {
-			n, _ := strconv.Atoi(values[i])
-			return n
-		}
-	}
-	t.Fatalf("%s in %s: no Ip: %s", file, netns, key)
+	t.Fatalf("%s in %s: no %s %s", file, netns, proto, name)
 	return 0
 }
 

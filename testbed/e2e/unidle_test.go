@@ -4,9 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
-	"os/exec"
 	"regexp"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -16,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
+	"nodeflow/flows/flowtest"
 	"nodeflow/proxy"
 	"nodeflow/testbed"
 )
@@ -90,7 +89,7 @@ func TestUnidle(t *testing.T) {
 
 	before := retransSegs(t, client.netns)
 	classifier0, security0 := podFlowPackets(t, m, client.ip(false))
-	sent0 := snmpCounter(t, client.netns, "Ip", "OutRequests")
+	sent0 := flowtest.SNMPCounter(t, client.netns, "Ip", "OutRequests")
 	late0 := lateUnidlePackets(t, m)
 	start := time.Now()
 	cctx, ccancel := context.WithTimeout(ctx, 40*time.Second)
@@ -119,7 +118,7 @@ func TestUnidle(t *testing.T) {
 	// cores, the client's next segments), which it re-injects too.
 	eventually(t, 10*time.Second, "the re-injected SYN counted on the client's classifier and port-security flows", func(context.Context) error {
 		classifier, security := podFlowPackets(t, m, client.ip(false))
-		sent := snmpCounter(t, client.netns, "Ip", "OutRequests") - sent0
+		sent := flowtest.SNMPCounter(t, client.netns, "Ip", "OutRequests") - sent0
 		late := lateUnidlePackets(t, m) - late0
 		if want := sent + 1 + late; security-security0 != want || classifier-classifier0 < want {
 			return fmt.Errorf("the client sent %d IPv4 packets, %d came late; table 0 counted %d, table 10 %d; want %d on table 10 and at least as many on table 0",
@@ -185,36 +184,7 @@ func scaleErr(e *env, ns, name string, n int32) error {
 // namespace (/proc/net/snmp is per namespace).
 func retransSegs(t *testing.T, netns string) int {
 	t.Helper()
-	return snmpCounter(t, netns, "Tcp", "RetransSegs")
-}
-
-// snmpCounter reads one counter of a network namespace's /proc/net/snmp:
-// proto is the line's prefix (Ip, Tcp, Udp, ...), name the column.
-func snmpCounter(t *testing.T, netns, proto, name string) int {
-	t.Helper()
-	out, err := exec.Command("ip", "netns", "exec", netns, "cat", "/proc/net/snmp").Output()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var head []string
-	for _, l := range strings.Split(string(out), "\n") {
-		if !strings.HasPrefix(l, proto+": ") {
-			continue
-		}
-		f := strings.Fields(l)
-		if head == nil {
-			head = f
-			continue
-		}
-		for i, h := range head {
-			if h == name && i < len(f) {
-				n, _ := strconv.Atoi(f[i])
-				return n
-			}
-		}
-	}
-	t.Fatalf("no %s %s in %s's /proc/net/snmp", proto, name, netns)
-	return 0
+	return flowtest.SNMPCounter(t, netns, "Tcp", "RetransSegs")
 }
 
 // podFlowPackets returns n_packets of a local pod's br0 classifier flow
