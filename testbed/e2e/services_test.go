@@ -31,8 +31,18 @@ import (
 // with both addresses and its br0 port.
 func deployPods(t testing.TB, e *env, ns, name string, replicas int) []netPod {
 	t.Helper()
+	dep := spreadDeployment(ns, name, replicas, v1.ContainerPort{ContainerPort: 8080}, v1.ContainerPort{ContainerPort: 5353, Protocol: v1.ProtocolUDP})
+	if _, err := e.client.AppsV1().Deployments(ns).Create(context.Background(), dep, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return runningPods(t, e, ns, name, replicas)
+}
+
+// spreadDeployment is a Deployment of replicas test-server pods labelled
+// app=name, serving ports, spread over both nodes.
+func spreadDeployment(ns, name string, replicas int, ports ...v1.ContainerPort) *appsv1.Deployment {
 	labels := map[string]string{"app": name}
-	dep := &appsv1.Deployment{
+	return &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 		Spec: appsv1.DeploymentSpec{
 			Replicas: ptr.To(int32(replicas)),
@@ -45,18 +55,11 @@ func deployPods(t testing.TB, e *env, ns, name string, replicas int) []netPod {
 						LabelSelector: &metav1.LabelSelector{MatchLabels: labels},
 					}},
 					TerminationGracePeriodSeconds: ptr.To(int64(2)),
-					Containers: []v1.Container{{
-						Name: "web", Image: "testbed/web",
-						Ports: []v1.ContainerPort{{ContainerPort: 8080}, {ContainerPort: 5353, Protocol: v1.ProtocolUDP}},
-					}},
+					Containers:                    []v1.Container{{Name: "web", Image: "testbed/web", Ports: ports}},
 				},
 			},
 		},
 	}
-	if _, err := e.client.AppsV1().Deployments(ns).Create(context.Background(), dep, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	return runningPods(t, e, ns, name, replicas)
 }
 
 // svcAddrs returns a Service's ClusterIP of each family (IPv4 first).

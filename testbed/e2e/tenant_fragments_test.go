@@ -16,7 +16,6 @@ import (
 	"testing"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	v1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -54,32 +53,9 @@ const (
 // nodes, and returns them running.
 func deployFragPods(t *testing.T, e *env, tn *tenant, name string, n int) []netPod {
 	t.Helper()
-	labels := map[string]string{"app": name}
-	dep := &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: tn.ns},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr.To(int32(n)),
-			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: v1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec: v1.PodSpec{
-					TopologySpreadConstraints: []v1.TopologySpreadConstraint{{
-						MaxSkew: 1, TopologyKey: "kubernetes.io/hostname", WhenUnsatisfiable: v1.DoNotSchedule,
-						LabelSelector: &metav1.LabelSelector{MatchLabels: labels},
-					}},
-					TerminationGracePeriodSeconds: ptr.To(int64(2)),
-					Containers: []v1.Container{{
-						Name: "web", Image: "testbed/web",
-						Ports: []v1.ContainerPort{
-							{ContainerPort: 8080},
-							{ContainerPort: fragAllowed, Protocol: v1.ProtocolUDP},
-							{ContainerPort: fragDenied, Protocol: v1.ProtocolUDP},
-						},
-					}},
-				},
-			},
-		},
-	}
+	dep := spreadDeployment(tn.ns, name, n, v1.ContainerPort{ContainerPort: 8080},
+		v1.ContainerPort{ContainerPort: fragAllowed, Protocol: v1.ProtocolUDP},
+		v1.ContainerPort{ContainerPort: fragDenied, Protocol: v1.ProtocolUDP})
 	if _, err := tn.client.AppsV1().Deployments(tn.ns).Create(context.Background(), dep, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
