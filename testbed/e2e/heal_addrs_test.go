@@ -162,10 +162,7 @@ func connectBothWays(a, b netPod) error {
 func TestHealNodeAddresses(t *testing.T) {
 	e := up(t)
 	requireAgent(t, e)
-	m, ok := e.state.Member("node1")
-	if !ok {
-		t.Fatal("no node1")
-	}
+	m := member(t, e, "node1")
 	ns := createNamespace(t, e, "e2e-heal-addrs")
 	on, off := crossNodePods(t, netPods(t, e, ns), m.Name)
 	eventually(t, 30*time.Second, "traffic between the nodes' pods", func(ctx context.Context) error { return bothWays(ctx, on, off) })
@@ -262,10 +259,7 @@ func TestHealNodeAddresses(t *testing.T) {
 func TestHealRepairFailing(t *testing.T) {
 	e := up(t)
 	requireAgent(t, e)
-	m, ok := e.state.Member("node1")
-	if !ok {
-		t.Fatal("no node1")
-	}
+	m := member(t, e, "node1")
 	ctx := context.Background()
 	eventually(t, 30*time.Second, "agent ready", func(ctx context.Context) error { return agentReady(ctx, m) })
 	before := stableGatewayL3(t, m)

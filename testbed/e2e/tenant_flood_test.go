@@ -49,10 +49,7 @@ type floodRig struct {
 // node1, and waits until B's connections are refused.
 func newFloodRig(t testing.TB, e *env, nsA, nsB string) *floodRig {
 	t.Helper()
-	m, ok := e.state.Member("node1")
-	if !ok {
-		t.Fatal("the topology lacks node1")
-	}
+	m := member(t, e, "node1")
 	r := &floodRig{e: e, node: m, a: newTenant(t, e, nsA), b: newTenant(t, e, nsB)}
 	t.Cleanup(func() {
 		for _, ns := range []string{nsA, nsB} {

@@ -221,10 +221,7 @@ func lastLines(s string, n int) string {
 func TestAgentRestartWithoutAPI(t *testing.T) {
 	e := up(t)
 	requireAgent(t, e)
-	m, ok := e.state.Member("node1")
-	if !ok {
-		t.Fatal("no node1")
-	}
+	m := member(t, e, "node1")
 	ns := createNamespace(t, e, "e2e-restart-noapi")
 	on, off := crossNodePods(t, netPods(t, e, ns), m.Name)
 	eventually(t, 30*time.Second, "traffic between the nodes' pods", func(ctx context.Context) error { return bothWays(ctx, on, off) })
