@@ -55,15 +55,7 @@ func TestDNSFlows(t *testing.T) {
 // registers, and the meter is in front of the packet-in.
 func TestOVSDNSRelease(t *testing.T) {
 	sb := ovstest.New(t, ovs.Options{Dummy: true})
-	args := []string{"add-br", "br0", "--", "set", "bridge", "br0", "datapath_type=dummy",
-		"protocols=OpenFlow13,OpenFlow15", "fail_mode=secure"}
-	for p := 1; p <= 5; p++ {
-		args = append(args, "--", "add-port", "br0", fmt.Sprintf("p%d", p),
-			"--", "set", "interface", fmt.Sprintf("p%d", p), "type=dummy", fmt.Sprintf("ofport_request=%d", p))
-	}
-	if _, err := sb.Vsctl(args...); err != nil {
-		t.Fatal(err)
-	}
+	ovstest.AddDummyBridge(t, sb, "br0", 1, 2, 3, 4, 5)
 	pod4, pod6 := netip.MustParseAddr("10.244.0.5"), netip.MustParseAddr("fd00:10:244::5")
 	fs, err := DNSFlows([]netip.Addr{pod4, pod6}, DNSSources{Resolvers: pfx("172.30.0.100/32", "fd00:172:30::100/128")})
 	if err != nil {

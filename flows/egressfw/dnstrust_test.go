@@ -177,15 +177,7 @@ func TestDNSSourcesTrusts(t *testing.T) {
 // with the flows on the metadata the switch sent.
 func TestOVSDNSTrust(t *testing.T) {
 	sb := ovstest.New(t, ovs.Options{Dummy: true})
-	args := []string{"add-br", "br0", "--", "set", "bridge", "br0", "datapath_type=dummy",
-		"protocols=OpenFlow13,OpenFlow15", "fail_mode=secure"}
-	for p := 1; p <= 8; p++ {
-		args = append(args, "--", "add-port", "br0", fmt.Sprintf("p%d", p),
-			"--", "set", "interface", fmt.Sprintf("p%d", p), "type=dummy", fmt.Sprintf("ofport_request=%d", p))
-	}
-	if _, err := sb.Vsctl(args...); err != nil {
-		t.Fatal(err)
-	}
+	ovstest.AddDummyBridge(t, sb, "br0", 1, 2, 3, 4, 5, 6, 7, 8)
 	// Ports: 1 a client pod (namespace 0x100), 2 the cluster DNS pod on
 	// this node (0x42), 3 a tenant's DNS pod (0x123), 4 the tunnel from
 	// a node with a cluster DNS pod (key 0x42), 5 the tunnel from a node

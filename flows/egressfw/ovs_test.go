@@ -38,15 +38,7 @@ var stubPipeline = []string{
 // conjunctions, IPv4 and IPv6, the host alias, and the guards.
 func TestOVSVerdicts(t *testing.T) {
 	sb := ovstest.New(t, ovs.Options{Dummy: true})
-	args := []string{"add-br", "br0", "--", "set", "bridge", "br0", "datapath_type=dummy",
-		"protocols=OpenFlow13,OpenFlow15", "fail_mode=secure"}
-	for p := 1; p <= 6; p++ {
-		args = append(args, "--", "add-port", "br0", fmt.Sprintf("p%d", p),
-			"--", "set", "interface", fmt.Sprintf("p%d", p), "type=dummy", fmt.Sprintf("ofport_request=%d", p))
-	}
-	if _, err := sb.Vsctl(args...); err != nil {
-		t.Fatal(err)
-	}
+	ovstest.AddDummyBridge(t, sb, "br0", 1, 2, 3, 4, 5, 6)
 	fs := GuardFlows()
 	for _, tc := range goldenCases() {
 		built, err := Build(testConfig(), tc.ns)

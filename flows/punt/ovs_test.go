@@ -79,14 +79,7 @@ type puntRig struct {
 func newPuntRig(t *testing.T, stage reconcile.State) *puntRig {
 	t.Helper()
 	sb := ovstest.New(t, ovs.Options{Dummy: true})
-	args := []string{"add-br", "br0", "--", "set", "bridge", "br0", "datapath_type=dummy", "protocols=OpenFlow13,OpenFlow15", "fail_mode=secure"}
-	for _, p := range []int{flooderPort, victimPort, flooderPort2, flooderPort3} {
-		args = append(args, "--", "add-port", "br0", fmt.Sprintf("p%d", p),
-			"--", "set", "interface", fmt.Sprintf("p%d", p), "type=dummy", fmt.Sprintf("ofport_request=%d", p))
-	}
-	if _, err := sb.Vsctl(args...); err != nil {
-		t.Fatal(err)
-	}
+	ovstest.AddDummyBridge(t, sb, "br0", flooderPort, victimPort, flooderPort2, flooderPort3)
 	r := &puntRig{t: t, sb: sb}
 	l := logrus.New()
 	l.SetOutput(io.Discard)

@@ -9,6 +9,7 @@ package ovstest
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"testing"
@@ -64,6 +65,22 @@ func AddBridge(t testing.TB, sb *ovs.Sandbox, name string, extra ...string) {
 	args := []string{"add-br", name, "--", "set", "bridge", name, "datapath_type=netdev",
 		"protocols=OpenFlow13,OpenFlow15", "fail_mode=secure"}
 	if _, err := sb.Vsctl(append(args, extra...)...); err != nil {
+		t.Fatalf("add bridge %s: %v", name, err)
+	}
+}
+
+// AddDummyBridge adds bridge name to sb on the dummy datapath (a sandbox
+// started with ovs.Options.Dummy), with OpenFlow 1.3 and 1.5 and secure
+// fail mode, and a dummy port "p<N>" at OpenFlow port N for each of ports.
+func AddDummyBridge(t testing.TB, sb *ovs.Sandbox, name string, ports ...int) {
+	t.Helper()
+	args := []string{"add-br", name, "--", "set", "bridge", name, "datapath_type=dummy",
+		"protocols=OpenFlow13,OpenFlow15", "fail_mode=secure"}
+	for _, p := range ports {
+		args = append(args, "--", "add-port", name, fmt.Sprintf("p%d", p),
+			"--", "set", "interface", fmt.Sprintf("p%d", p), "type=dummy", fmt.Sprintf("ofport_request=%d", p))
+	}
+	if _, err := sb.Vsctl(args...); err != nil {
 		t.Fatalf("add bridge %s: %v", name, err)
 	}
 }
