@@ -65,31 +65,44 @@ var (
 	egfwShared *egfwEnv
 )
 
+// adminDynamic is a dynamic client of the testbed's API server as its
+// admin.
+func adminDynamic(t testing.TB, e *env) dynamic.Interface {
+	t.Helper()
+	cfg, err := clientcmd.BuildConfigFromFlags("", e.state.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dyn
+}
+
+// externalHost returns the testbed's external host, its first member of
+// kind host.
+func externalHost(t testing.TB, e *env) *testbed.Member {
+	t.Helper()
+	for i := range e.state.Members {
+		if m := &e.state.Members[i]; m.Kind == "host" {
+			return m
+		}
+	}
+	t.Fatal("no external host")
+	return nil
+}
+
 // egfwSetup returns the shared set-up, creating it on first use.
 func egfwSetup(t *testing.T) *egfwEnv {
 	t.Helper()
 	e := up(t)
 	requireAgent(t, e)
 	egfwOnce.Do(func() {
-		g := &egfwEnv{e: e, udp: map[netip.Addr]bool{}}
-		cfg, err := clientcmd.BuildConfigFromFlags("", e.state.Kubeconfig)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if g.dyn, err = dynamic.NewForConfig(cfg); err != nil {
-			t.Fatal(err)
-		}
+		g := &egfwEnv{e: e, udp: map[netip.Addr]bool{}, dyn: adminDynamic(t, e), ext: externalHost(t, e)}
+		var err error
 		if g.dns, err = testbed.NewDNSClient(e.state); err != nil {
 			t.Fatal(err)
-		}
-		for i := range e.state.Members {
-			if m := &e.state.Members[i]; m.Kind == "host" {
-				g.ext = m
-				break
-			}
-		}
-		if g.ext == nil {
-			t.Fatal("no external host")
 		}
 		l, err := nsutil.Listen(g.ext.Netns, "tcp", net.JoinHostPort("::", strconv.Itoa(egfwTCP)))
 		if err != nil {

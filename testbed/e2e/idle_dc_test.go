@@ -12,8 +12,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 
 	"nodeflow/idling"
@@ -55,14 +53,7 @@ func TestIdleDeploymentConfig(t *testing.T) {
 	e := up(t)
 	requireAgent(t, e)
 	ctx := context.Background()
-	cfg, err := clientcmd.BuildConfigFromFlags("", e.state.Kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dyn, err := dynamic.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	dyn := adminDynamic(t, e)
 	if _, err := dyn.Resource(crdResource).Create(ctx, dcCRD(), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}

@@ -19,8 +19,6 @@ import (
 	v1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 
 	fw "nodeflow/egressfw"
@@ -306,25 +304,8 @@ func TestTenantFragments(t *testing.T) {
 	})
 
 	t.Run("egress firewall", func(t *testing.T) {
-		var host *testbed.Member
-		for i := range e.state.Members {
-			if m := &e.state.Members[i]; m.Kind == "host" {
-				host = m
-				break
-			}
-		}
-		if host == nil {
-			t.Fatal("no external host")
-		}
-		cfg, err := clientcmd.BuildConfigFromFlags("", e.state.Kubeconfig)
-		if err != nil {
-			t.Fatal(err)
-		}
-		dyn, err := dynamic.NewForConfig(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		g := &egfwEnv{e: e, dyn: dyn}
+		host := externalHost(t, e)
+		g := &egfwEnv{e: e, dyn: adminDynamic(t, e)}
 		defer g.deleteFirewall(t, tn.ns)
 		// The external server: each port of each address counts the
 		// datagrams it receives and answers the allowed port's with
