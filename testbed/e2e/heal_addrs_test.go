@@ -115,9 +115,11 @@ func agentHealth(ctx context.Context, m *testbed.Member, path string) (int, stri
 	return resp.StatusCode, strings.TrimSpace(string(b)), err
 }
 
-// crossNodePods returns a pod on node and one on another node.
-func crossNodePods(t *testing.T, pods []netPod, node string) (on, off netPod) {
+// crossNodePods starts test pods in a new namespace named ns and returns
+// one on node and one on another node, once they reach each other.
+func crossNodePods(t *testing.T, e *env, ns, node string) (on, off netPod) {
 	t.Helper()
+	pods := netPods(t, e, createNamespace(t, e, ns))
 	for _, p := range pods {
 		if p.node == node && on.name == "" {
 			on = p
@@ -129,6 +131,7 @@ func crossNodePods(t *testing.T, pods []netPod, node string) (on, off netPod) {
 	if on.name == "" || off.name == "" {
 		t.Fatalf("no pods on %s and elsewhere: %+v", node, pods)
 	}
+	eventually(t, 30*time.Second, "traffic between the nodes' pods", func(ctx context.Context) error { return bothWays(ctx, on, off) })
 	return on, off
 }
 
@@ -163,9 +166,7 @@ func TestHealNodeAddresses(t *testing.T) {
 	e := up(t)
 	requireAgent(t, e)
 	m := member(t, e, "node1")
-	ns := createNamespace(t, e, "e2e-heal-addrs")
-	on, off := crossNodePods(t, netPods(t, e, ns), m.Name)
-	eventually(t, 30*time.Second, "traffic between the nodes' pods", func(ctx context.Context) error { return bothWays(ctx, on, off) })
+	on, off := crossNodePods(t, e, "e2e-heal-addrs", m.Name)
 	before := stableGatewayL3(t, m)
 	v4, v6 := memberIP(t, m, false), memberIP(t, m, true)
 	for _, want := range []string{"addr " + v4.String() + "/24", "addr " + v6.String() + "/64", "route default via 172.30.0.1", "route default via fd00:172:30::1",
