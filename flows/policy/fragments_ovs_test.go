@@ -30,13 +30,7 @@ func TestOVSFragments(t *testing.T) {
 	cfg := Config{PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.9.0.0/24"), netip.MustParsePrefix("fd09::/64")},
 		Masquerade: conntrack.DefaultPlan()}
 	var fs []openflow.Flow
-	add := func(f []openflow.Flow, err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-		fs = append(fs, f...)
-	}
+	add := appender(t, &fs)
 	// The pipeline around the policy tables: every IP packet from a pod
 	// port is tracked in the service zone and goes to 45, the egress
 	// firewall passes, routing sends the pods' subnet through 65, and

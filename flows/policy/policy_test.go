@@ -153,6 +153,18 @@ func testConfig() Config {
 	}
 }
 
+// appender returns a function that appends a builder's flows to *fs, and
+// fails t on the builder's error.
+func appender(t *testing.T, fs *[]openflow.Flow) func([]openflow.Flow, error) {
+	return func(f []openflow.Flow, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		*fs = append(*fs, f...)
+	}
+}
+
 // sampleFlows is a small policy set: pod a (port 4, 10.244.0.5) isolated
 // both ways; ingress rule 1 admits 10.244.1.5 and 10.244.2.0/24 on TCP 80;
 // ingress rule 2 admits 10.244.1.5 on UDP 53 and 1000-1999; egress rule 3
@@ -162,13 +174,7 @@ func sampleFlows(t *testing.T) []openflow.Flow {
 	t.Helper()
 	c := testConfig()
 	var fs []openflow.Flow
-	add := func(f []openflow.Flow, err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-		fs = append(fs, f...)
-	}
+	add := appender(t, &fs)
 	clause := func(k Key, conjs ...Conj) {
 		t.Helper()
 		add(ClauseFlows(k, conjs))
