@@ -79,6 +79,8 @@ type Agent struct {
 	nodes      cache.SharedIndexInformer
 	namespaces feature.NamespaceIDs
 	ids        *nsid.Service
+	// idsDone is closed once the namespace id service has stopped.
+	idsDone chan struct{}
 
 	features   []feature.Feature
 	dispatcher *feature.Dispatcher
@@ -306,6 +308,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		close(a.reconciled)
 		a.log.WithFields(steps).WithField("startup", time.Since(start).String()).Info("both bridges reconciled")
 	}()
+	defer a.waitNamespaceIDs()
 	return a.loop(ctx)
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"k8s.io/client-go/rest"
 
@@ -42,7 +43,9 @@ func (a *Agent) setupNamespaceIDs(rc *rest.Config) error {
 // runNamespaceIDs runs the id service and waits until its table is
 // complete and this node takes part in releases.
 func (a *Agent) runNamespaceIDs(ctx context.Context) error {
+	a.idsDone = make(chan struct{})
 	go func() {
+		defer close(a.idsDone)
 		if err := a.ids.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
 			a.log.WithError(err).Error("namespace id service stopped")
 		}
@@ -70,4 +73,24 @@ func (a *Agent) namespaceIDsInUse() map[uint32]bool {
 		plan.NamespaceID.ValuesIn(f, func(v uint64) { used[uint32(v)] = true })
 	})
 	return used
+}
+
+// idsReleaseTimeout bounds how long a stopping agent waits for the
+// namespace id service to give up the allocator's Lease.
+const idsReleaseTimeout = 5 * time.Second
+
+// waitNamespaceIDs waits, once ctx has ended, for the namespace id service
+// to stop: a leading allocator gives its Lease up on the way out, so that
+// the agent that replaces it (a restart, a rolling update) allocates at
+// once instead of waiting out the Lease, while namespaces created
+// meanwhile have no id and their pods no flows.
+func (a *Agent) waitNamespaceIDs() {
+	if a.idsDone == nil {
+		return
+	}
+	select {
+	case <-a.idsDone:
+	case <-time.After(idsReleaseTimeout):
+		a.log.Warn("the namespace id service did not stop in time; its Lease expires by itself")
+	}
 }
