@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -135,6 +136,9 @@ type dnsTrust struct {
 	mu     sync.Mutex
 	cur    efflows.DNSSources
 	issues map[types.NamespacedName]string // what was last logged about each Service
+	// synced is set once the informers' caches hold what they listed:
+	// before, a Service not there yet is not reported as missing.
+	synced atomic.Bool
 }
 
 // trustInformers watch one cluster DNS Service and its EndpointSlices, in
@@ -199,6 +203,7 @@ func (t *dnsTrust) start(ctx context.Context) error {
 	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
 		return fmt.Errorf("egressfirewall: cluster DNS informers did not sync: %w", ctx.Err())
 	}
+	t.synced.Store(true)
 	t.update()
 	return nil
 }
@@ -243,6 +248,9 @@ func (t *dnsTrust) update() {
 	t.cur = next
 	var logs []func()
 	for _, i := range t.infs {
+		if !t.synced.Load() {
+			break // nothing to report from half-filled caches
+		}
 		if issues[i.key] != t.issues[i.key] {
 			k, issue := i.key, issues[i.key]
 			logs = append(logs, func() {
@@ -254,7 +262,9 @@ func (t *dnsTrust) update() {
 			})
 		}
 	}
-	t.issues = issues
+	if t.synced.Load() {
+		t.issues = issues
+	}
 	t.mu.Unlock()
 	for _, l := range logs {
 		l()
