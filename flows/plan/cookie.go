@@ -61,7 +61,7 @@ type FeatureInfo struct {
 var features = []FeatureInfo{
 	{FeatureMeta, "Meta", "meta", "the reconciler's version note"},
 	{FeaturePipeline, "Pipeline", "pipeline", "the explicit priority-0 flow of every table"},
-	{FeatureGateway, "Gateway", "gateway", "breth0's default flows: the seed's masquerade, commit and return flows"},
+	{FeatureGateway, "Gateway", "gateway", "breth0's default flows: the shared gateway's masquerade, commit and return flows"},
 	{FeatureNode, "Node", "node", "br0's node-wide flows and the routes and tunnels to other nodes"},
 	{FeaturePod, "Pod", "pod", "one local pod: port security, ARP, delivery"},
 	{FeatureService, "Service", "service", "one service port: its select group and br0 flows"},
