@@ -22,8 +22,8 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/yaml"
 
-	"nodeflow/agentconfig"
-	"nodeflow/ociimage"
+	"nodeflow/agent/config"
+	"nodeflow/internal/ociimage"
 )
 
 // objects decodes every manifest but the CRDs (the testbed's API server
@@ -156,7 +156,7 @@ func TestWorkloads(t *testing.T) {
 				t.Fatalf("agent: ConfigMap %s is not among the manifests", vol.ConfigMap.Name)
 			}
 			key := strings.TrimPrefix(path, m.MountPath+"/")
-			if _, err := agentconfig.Parse([]byte(cm.Data[key])); err != nil {
+			if _, err := config.Parse([]byte(cm.Data[key])); err != nil {
 				t.Errorf("agent: %s in ConfigMap %s: %v", key, cm.Name, err)
 			}
 			found = true
@@ -206,10 +206,10 @@ func TestKindMatchesManifests(t *testing.T) {
 	if !n.DisableDefaultCNI || n.KubeProxyMode != "none" {
 		t.Errorf("kind-config.yaml: disableDefaultCNI %v, kubeProxyMode %q: want true and none", n.DisableDefaultCNI, n.KubeProxyMode)
 	}
-	var cfg *agentconfig.AgentConfiguration
+	var cfg *config.AgentConfiguration
 	for _, o := range objects(t) {
 		if cm, ok := o.(*v1.ConfigMap); ok && cm.Name == "nodeflow-agent-config" {
-			if cfg, err = agentconfig.Parse([]byte(cm.Data["config.yaml"])); err != nil {
+			if cfg, err = config.Parse([]byte(cm.Data["config.yaml"])); err != nil {
 				t.Fatal(err)
 			}
 		}

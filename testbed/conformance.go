@@ -4,7 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"nodeflow/conntrack"
+	"nodeflow/datapath/conntrack"
 	"os"
 	"os/exec"
 	"path/filepath"

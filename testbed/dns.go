@@ -17,7 +17,7 @@ import (
 	"strings"
 	"time"
 
-	"nodeflow/dnsnames/dnstest"
+	"nodeflow/internal/testutil/dnstest"
 	"nodeflow/testbed/nsutil"
 	"nodeflow/testbed/topology"
 )

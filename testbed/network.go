@@ -9,7 +9,7 @@ import (
 	"os/exec"
 	"strings"
 
-	"nodeflow/cni"
+	"nodeflow/host/cni"
 	"nodeflow/testbed/nsutil"
 	"nodeflow/testbed/topology"
 )

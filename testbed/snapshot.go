@@ -19,7 +19,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
-	"nodeflow/cni"
+	"nodeflow/host/cni"
 	"nodeflow/testbed/nsutil"
 )
 

@@ -15,7 +15,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/urfave/cli/v2"
 
-	"nodeflow/ociimage"
+	"nodeflow/internal/ociimage"
 )
 
 func main() {

@@ -17,22 +17,22 @@ import (
 	"github.com/sirupsen/logrus"
 	"github.com/urfave/cli/v2"
 
-	"nodeflow/agentconfig"
-	"nodeflow/cni"
-	"nodeflow/conntrack"
-	"nodeflow/controller"
-	"nodeflow/feature/egressfirewall"
-	"nodeflow/feature/hostports"
-	"nodeflow/feature/netpolicy"
-	"nodeflow/feature/nodenet"
-	"nodeflow/feature/services"
-	"nodeflow/feature/unidle"
-	"nodeflow/feature/vnetagent"
-	"nodeflow/flows/reconcile"
-	"nodeflow/hostnet"
-	"nodeflow/memlimit"
-	"nodeflow/openflow"
-	"nodeflow/proxy"
+	"nodeflow/agent/config"
+	"nodeflow/host/cni"
+	"nodeflow/datapath/conntrack"
+	"nodeflow/agent"
+	"nodeflow/agent/features/egressfirewallfeature"
+	"nodeflow/agent/features/hostportfeature"
+	"nodeflow/agent/features/networkpolicyfeature"
+	"nodeflow/agent/features/nodefeature"
+	"nodeflow/agent/features/servicefeature"
+	"nodeflow/agent/features/idlingfeature"
+	"nodeflow/agent/features/vnetfeature"
+	"nodeflow/datapath/reconcile"
+	"nodeflow/host/netstack"
+	"nodeflow/lib/memlimit"
+	"nodeflow/lib/openflow"
+	"nodeflow/model/service"
 )
 
 func init() {
@@ -46,7 +46,7 @@ func agentCommand() *cli.Command {
 		Usage: "run the node agent: own br0 and breth0, configure the host side, keep the flows",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "config", EnvVars: []string{"NODEFLOW_CONFIG"},
-				Usage: "read the settings from `FILE`, an " + agentconfig.Kind + " (" + agentconfig.APIVersion + "); flags and their environment variables win over it"},
+				Usage: "read the settings from `FILE`, an " + config.Kind + " (" + config.APIVersion + "); flags and their environment variables win over it"},
 			&cli.StringFlag{Name: "kubeconfig", EnvVars: []string{"KUBECONFIG"}, Usage: "kubeconfig `PATH` (default: in-cluster)"},
 			&cli.StringFlag{Name: "node-name", EnvVars: []string{"NODEFLOW_NODE_NAME", "NODE_NAME"}, Usage: "this node's name (default: the hostname)"},
 			&cli.StringFlag{Name: "ovs-rundir", Value: "/var/run/openvswitch", EnvVars: []string{"NODEFLOW_OVS_RUNDIR", "OVS_RUNDIR"}, Usage: "`DIR` of db.sock and the bridges' .mgmt sockets"},
@@ -74,11 +74,11 @@ func agentCommand() *cli.Command {
 				Usage: "run the service proxy (in place of kube-proxy): Services and EndpointSlices load-balanced on br0"},
 			&cli.BoolFlag{Name: "unidle", Value: true, EnvVars: []string{"NODEFLOW_UNIDLE"},
 				Usage: "catch the first packets of idled services, ask for pods (NeedPods events) and re-inject the packets once they exist"},
-			&cli.StringFlag{Name: "proxy-healthz-addr", Value: services.DefaultHealthzAddr, EnvVars: []string{"NODEFLOW_PROXY_HEALTHZ_ADDR"},
+			&cli.StringFlag{Name: "proxy-healthz-addr", Value: servicefeature.DefaultHealthzAddr, EnvVars: []string{"NODEFLOW_PROXY_HEALTHZ_ADDR"},
 				Usage: "`ADDR` of kube-proxy's /healthz and /livez, which load balancers probe (empty disables)"},
-			&cli.StringFlag{Name: "proxy-metrics-addr", Value: services.DefaultMetricsAddr, EnvVars: []string{"NODEFLOW_PROXY_METRICS_ADDR"},
+			&cli.StringFlag{Name: "proxy-metrics-addr", Value: servicefeature.DefaultMetricsAddr, EnvVars: []string{"NODEFLOW_PROXY_METRICS_ADDR"},
 				Usage: "`ADDR` of kube-proxy's /proxyMode and /metrics (empty disables)"},
-			&cli.DurationFlag{Name: "unidle-hold-time", Value: unidle.DefaultHoldTime, EnvVars: []string{"NODEFLOW_UNIDLE_HOLD_TIME"},
+			&cli.DurationFlag{Name: "unidle-hold-time", Value: idlingfeature.DefaultHoldTime, EnvVars: []string{"NODEFLOW_UNIDLE_HOLD_TIME"},
 				Usage: "how long a packet to an idled service is held before it is rejected"},
 			&cli.BoolFlag{Name: "egress-firewall", Value: true, EnvVars: []string{"NODEFLOW_EGRESS_FIREWALL"},
 				Usage: "enforce EgressFirewall (k8s.ovn.org/v1) and EgressNetworkPolicy (network.openshift.io/v1) on br0"},
@@ -86,12 +86,12 @@ func agentCommand() *cli.Command {
 				Usage: "serve the hostPorts of this node's pods (on br0, breth0 and, for the host's own connections, nftables)"},
 			&cli.BoolFlag{Name: "network-policy", Value: true, EnvVars: []string{"NODEFLOW_NETWORK_POLICY"},
 				Usage: "enforce NetworkPolicy (networking.k8s.io/v1) on br0: tables 45 and 65"},
-			&cli.Float64Flag{Name: "kube-api-qps", Value: controller.DefaultKubeAPIQPS, EnvVars: []string{"NODEFLOW_KUBE_API_QPS"}, Usage: "client-side rate limit of API requests per second"},
-			&cli.IntFlag{Name: "kube-api-burst", Value: controller.DefaultKubeAPIBurst, EnvVars: []string{"NODEFLOW_KUBE_API_BURST"}, Usage: "client-side burst of API requests"},
+			&cli.Float64Flag{Name: "kube-api-qps", Value: agent.DefaultKubeAPIQPS, EnvVars: []string{"NODEFLOW_KUBE_API_QPS"}, Usage: "client-side rate limit of API requests per second"},
+			&cli.IntFlag{Name: "kube-api-burst", Value: agent.DefaultKubeAPIBurst, EnvVars: []string{"NODEFLOW_KUBE_API_BURST"}, Usage: "client-side burst of API requests"},
 			&cli.BoolFlag{Name: "virtual-networks", Value: true, EnvVars: []string{"NODEFLOW_VIRTUAL_NETWORKS"},
 				Usage: "run the virtual networks' connection agent (vnet.nodeflow.io): an interface per NetworkAttachment of this node, and their VNIs on br0; it waits for the CRDs when they are not installed"},
 			&cli.StringFlag{Name: "resolv-conf", Value: "/etc/resolv.conf", EnvVars: []string{"NODEFLOW_RESOLV_CONF"}, Usage: "resolver configuration `FILE` whose nameservers the egress firewall asks for dnsNames"},
-			&cli.StringFlag{Name: "proc-sys-net", Value: hostnet.ProcSysNet, EnvVars: []string{"NODEFLOW_PROC_SYS_NET"},
+			&cli.StringFlag{Name: "proc-sys-net", Value: netstack.ProcSysNet, EnvVars: []string{"NODEFLOW_PROC_SYS_NET"},
 				Usage: "`DIR` where the host's /proc/sys/net is mounted writable (a container without privileges has /proc/sys read-only)"},
 			&cli.DurationFlag{Name: "host-check-interval", Value: 30 * time.Second, EnvVars: []string{"NODEFLOW_HOST_CHECK_INTERVAL"}, Usage: "how often the host side is re-checked"},
 			&cli.StringSliceFlag{Name: "external-ip-allowed-cidr", EnvVars: []string{"NODEFLOW_EXTERNAL_IP_ALLOWED_CIDRS"},
@@ -106,7 +106,7 @@ func agentCommand() *cli.Command {
 				Usage: "`CIDR`s of the node addresses NodePorts answer on, or \"primary\" (the default): the node IPs, as kube-proxy's --nodeport-addresses"},
 			&cli.StringFlag{Name: "packet-in-meters", Value: "per-source", EnvVars: []string{"NODEFLOW_PACKET_IN_METERS"}, Hidden: true,
 				Usage: "per-source, or shared: one meter per packet-in category for the whole node, the previous design, for the benchmark that compares them"},
-			&cli.StringSliceFlag{Name: "cluster-dns-service", Value: cli.NewStringSlice(egressfirewall.DefaultClusterDNSService.String()), EnvVars: []string{"NODEFLOW_CLUSTER_DNS_SERVICES"},
+			&cli.StringSliceFlag{Name: "cluster-dns-service", Value: cli.NewStringSlice(egressfirewallfeature.DefaultClusterDNSService.String()), EnvVars: []string{"NODEFLOW_CLUSTER_DNS_SERVICES"},
 				Usage: "`NAMESPACE/NAME` of a cluster DNS Service whose answers to pods the egress firewall learns dnsName addresses from (through its ClusterIPs and its endpoints, answered by a pod of its namespace); repeat or comma-separate; an empty value trusts none"},
 			&cli.StringSliceFlag{Name: "trusted-dns", EnvVars: []string{"NODEFLOW_TRUSTED_DNS"},
 				Usage: "`ADDRESS` or prefix of a resolver outside the pod and service networks (a node-local DNS cache's 169.254.20.10, say) whose answers that reach pods from the host or the gateway the egress firewall learns from, besides --resolv-conf's nameservers"},
@@ -153,8 +153,8 @@ func runAgent(c *cli.Context) error {
 	if err := applyConfigFile(c); err != nil {
 		return fmt.Errorf("agent: %w", err)
 	}
-	hostnet.ProcSysNet = c.String("proc-sys-net")
-	cfg := controller.Config{
+	netstack.ProcSysNet = c.String("proc-sys-net")
+	cfg := agent.Config{
 		Kubeconfig: c.String("kubeconfig"), KubeAPIQPS: float32(c.Float64("kube-api-qps")), KubeAPIBurst: c.Int("kube-api-burst"), NodeName: c.String("node-name"), Version: version, OVSRundir: c.String("ovs-rundir"),
 		PodBridge: c.String("pod-bridge"), GatewayBridge: c.String("gateway-bridge"), Uplink: c.String("uplink"),
 		DatapathType: datapathType(c.String("datapath-type")), MTU: c.Int("mtu"), HealthAddr: c.String("health-addr"),
@@ -201,15 +201,15 @@ func runAgent(c *cli.Context) error {
 	if cfg.Masquerade, err = conntrack.NewPlan(v4, v6); err != nil {
 		return fmt.Errorf("agent: %w", err)
 	}
-	clusterDNS, err := egressfirewall.ParseClusterDNSServices(c.StringSlice("cluster-dns-service"))
+	clusterDNS, err := egressfirewallfeature.ParseClusterDNSServices(c.StringSlice("cluster-dns-service"))
 	if err != nil {
 		return fmt.Errorf("agent: --cluster-dns-service: %w", err)
 	}
-	trustedDNS, err := egressfirewall.ParseTrustedDNS(c.StringSlice("trusted-dns"))
+	trustedDNS, err := egressfirewallfeature.ParseTrustedDNS(c.StringSlice("trusted-dns"))
 	if err != nil {
 		return fmt.Errorf("agent: --trusted-dns: %w", err)
 	}
-	if err := egressfirewall.CheckTrustedDNS(trustedDNS, cfg.ClusterCIDRs, cfg.ServiceCIDRs); err != nil {
+	if err := egressfirewallfeature.CheckTrustedDNS(trustedDNS, cfg.ClusterCIDRs, cfg.ServiceCIDRs); err != nil {
 		return fmt.Errorf("agent: --trusted-dns: %w", err)
 	}
 	if n, what := memlimit.Apply(); n > 0 {
@@ -222,7 +222,7 @@ func runAgent(c *cli.Context) error {
 	}
 	startupDone, gcNote := memlimit.Startup(c.Int("gc-percent"), int64(c.Int("gc-startup-floor"))<<20)
 	logrus.Debug(gcNote)
-	a, err := controller.New(cfg, logrus.StandardLogger())
+	a, err := agent.New(cfg, logrus.StandardLogger())
 	if err != nil {
 		return err
 	}
@@ -240,45 +240,45 @@ func runAgent(c *cli.Context) error {
 	default:
 		return fmt.Errorf("agent: --packet-in-meters: %q is not per-source or shared", m)
 	}
-	a.Use(nodenet.New(nodenet.Options{
+	a.Use(nodefeature.New(nodefeature.Options{
 		CNIConfDir: cfg.CNIConfDir, CNIDataDir: cfg.CNIDataDir, OVSDB: cfg.DBSocket(), DatapathType: cfg.DatapathType,
-		MgmtPortName: controller.MgmtPortName, HostCheckInterval: cfg.HostCheckInterval, Interfaces: a.Interfaces,
+		MgmtPortName: agent.MgmtPortName, HostCheckInterval: cfg.HostCheckInterval, Interfaces: a.Interfaces,
 		SharedPacketInMeters: sharedMeters, MgmtSocket: cfg.MgmtSocket,
 	}))
 	if c.Bool("services") {
-		opts := services.Options{HealthzAddr: c.String("proxy-healthz-addr"), MetricsAddr: c.String("proxy-metrics-addr"),
-			ExternalIPs: proxy.CIDRPolicy{Allowed: policies[0], Rejected: policies[1]},
-			IngressIPs:  proxy.CIDRPolicy{Allowed: policies[2], Rejected: policies[3]}}
-		var svcProxy *services.Proxy
-		var idle *unidle.Unidler
+		opts := servicefeature.Options{HealthzAddr: c.String("proxy-healthz-addr"), MetricsAddr: c.String("proxy-metrics-addr"),
+			ExternalIPs: service.CIDRPolicy{Allowed: policies[0], Rejected: policies[1]},
+			IngressIPs:  service.CIDRPolicy{Allowed: policies[2], Rejected: policies[3]}}
+		var svcProxy *servicefeature.Proxy
+		var idle *idlingfeature.Unidler
 		if c.Bool("unidle") {
 			// The unidling feature takes the idled ports over; what it held
 			// past its hold time is rejected as the proxy rejects.
-			idle = unidle.New(unidle.Options{HoldTime: c.Duration("unidle-hold-time"),
+			idle = idlingfeature.New(idlingfeature.Options{HoldTime: c.Duration("unidle-hold-time"),
 				Reject: func(p *openflow.PacketIn) bool { return svcProxy.Reject(p) }})
 			opts.Idle = idle
 		}
-		svcProxy = services.New(opts)
+		svcProxy = servicefeature.New(opts)
 		a.Use(svcProxy)
 		if idle != nil {
 			a.Use(idle)
 		}
 	} else {
 		// No service proxy: no DNAT of the host's traffic to services.
-		services.RemoveHostNAT(logrus.StandardLogger())
+		servicefeature.RemoveHostNAT(logrus.StandardLogger())
 	}
 	if c.Bool("host-ports") {
-		a.Use(hostports.New(hostports.Options{ReservedPorts: reservedPorts(c.String("health-addr"), c.String("proxy-healthz-addr"), c.String("proxy-metrics-addr"))}))
+		a.Use(hostportfeature.New(hostportfeature.Options{ReservedPorts: reservedPorts(c.String("health-addr"), c.String("proxy-healthz-addr"), c.String("proxy-metrics-addr"))}))
 	}
 	if c.Bool("network-policy") {
-		a.Use(netpolicy.New(netpolicy.Options{Interfaces: a.Interfaces, MgmtSocket: cfg.MgmtSocket}))
+		a.Use(networkpolicyfeature.New(networkpolicyfeature.Options{Interfaces: a.Interfaces, MgmtSocket: cfg.MgmtSocket}))
 	}
 	if c.Bool("egress-firewall") {
-		a.Use(egressfirewall.New(egressfirewall.Options{MgmtSocket: cfg.MgmtSocket, ResolvConf: c.String("resolv-conf"),
+		a.Use(egressfirewallfeature.New(egressfirewallfeature.Options{MgmtSocket: cfg.MgmtSocket, ResolvConf: c.String("resolv-conf"),
 			ClusterDNSServices: clusterDNS, TrustedDNS: trustedDNS}))
 	}
 	if c.Bool("virtual-networks") {
-		a.Use(vnetagent.New(vnetagent.Options{OVSDB: a.OVSDB, ProcSysNet: hostnet.ProcSysNet}))
+		a.Use(vnetfeature.New(vnetfeature.Options{OVSDB: a.OVSDB, ProcSysNet: netstack.ProcSysNet}))
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -289,7 +289,7 @@ func runAgent(c *cli.Context) error {
 // API and the ports of the agent's listeners (addrs, "host:port"; empty
 // ones are off).
 func reservedPorts(addrs ...string) []uint16 {
-	out := []uint16{hostports.KubeletPort}
+	out := []uint16{hostportfeature.KubeletPort}
 	for _, a := range addrs {
 		_, port, err := net.SplitHostPort(a)
 		if err != nil {
@@ -309,7 +309,7 @@ func applyConfigFile(c *cli.Context) error {
 	if path == "" {
 		return nil
 	}
-	ac, err := agentconfig.Load(path)
+	ac, err := config.Load(path)
 	if err != nil {
 		return err
 	}

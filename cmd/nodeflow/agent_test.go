@@ -10,8 +10,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"nodeflow/agentconfig"
-	"nodeflow/feature/egressfirewall"
+	"nodeflow/agent/config"
+	"nodeflow/agent/features/egressfirewallfeature"
 )
 
 // Every field of the configuration file sets a flag the agent has.
@@ -25,7 +25,7 @@ func TestConfigFileFlagsExist(t *testing.T) {
 	on, s := true, "x"
 	mtu := 1400
 	qps := 50.0
-	c := agentconfig.AgentConfiguration{Kubeconfig: &s, NodeName: &s, OVSRundir: &s, PodBridge: &s, GatewayBridge: &s, Uplink: &s,
+	c := config.AgentConfiguration{Kubeconfig: &s, NodeName: &s, OVSRundir: &s, PodBridge: &s, GatewayBridge: &s, Uplink: &s,
 		DatapathType: &s, ClusterCIDRs: []string{s}, ServiceCIDRs: []string{s}, MasqueradeSubnetV4: &s, MasqueradeSubnetV6: &s, MTU: &mtu,
 		HealthAddr: &s, Socket: &s, CNIConfDir: &s, CNIDataDir: &s, Services: &on, Unidle: &on, UnidleHoldTime: &s, EgressFirewall: &on,
 		ResolvConf: &s, HostCheckInterval: &s, VirtualNetworks: &on, KubeAPIQPS: &qps, KubeAPIBurst: &mtu,
@@ -60,7 +60,7 @@ func TestConfigFilePrecedence(t *testing.T) {
 		}
 		got["mtu"] = strconv.Itoa(c.Int("mtu"))
 		got["service-cidr"] = strings.Join(c.StringSlice("service-cidr"), ",")
-		svcs, err := egressfirewall.ParseClusterDNSServices(c.StringSlice("cluster-dns-service"))
+		svcs, err := egressfirewallfeature.ParseClusterDNSServices(c.StringSlice("cluster-dns-service"))
 		if err != nil {
 			return err
 		}

@@ -3,13 +3,13 @@ package main
 import (
 	"testing"
 
-	"nodeflow/agentconfig"
+	"nodeflow/agent/config"
 )
 
 // The configuration file's namespaceBudget sets a flag the agent has.
 func TestNamespaceBudgetFlag(t *testing.T) {
 	n := 5000
-	st := (&agentconfig.AgentConfiguration{NamespaceBudget: &n}).Settings()
+	st := (&config.AgentConfiguration{NamespaceBudget: &n}).Settings()
 	if len(st) != 1 {
 		t.Fatalf("settings %+v", st)
 	}

@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
-	"nodeflow/feature/vnetagent"
+	"nodeflow/agent/features/vnetfeature"
 	"os"
 	"os/signal"
 	"syscall"
@@ -13,9 +13,9 @@ import (
 	"github.com/sirupsen/logrus"
 	"github.com/urfave/cli/v2"
 
-	"nodeflow/cleanup"
-	"nodeflow/controller"
-	"nodeflow/hostnet"
+	"nodeflow/agent/cleanup"
+	"nodeflow/agent"
+	"nodeflow/host/netstack"
 )
 
 func init() {
@@ -86,12 +86,12 @@ func runCleanup(c *cli.Context) error {
 	if err := applyConfigFile(c); err != nil {
 		return fmt.Errorf("cleanup: %w", err)
 	}
-	hostnet.ProcSysNet = c.String("proc-sys-net")
+	netstack.ProcSysNet = c.String("proc-sys-net")
 	socket, dataDir := agentPaths(c.String("ovs-rundir"), c.String("socket"), c.String("cni-conf-dir"), c.String("cni-data-dir"))
 	o := cleanup.Options{
 		OVSRundir: c.String("ovs-rundir"), PodBridge: c.String("pod-bridge"), GatewayBridge: c.String("gateway-bridge"),
 		Uplink: c.String("uplink"), CNIConfDir: c.String("cni-conf-dir"), CNIDataDir: dataDir, CNIBin: c.String("cni-bin"),
-		Socket: socket, HealthAddr: c.String("health-addr"), AgentLock: controller.AgentLock, NetnsDir: vnetagent.DefaultNetnsDir,
+		Socket: socket, HealthAddr: c.String("health-addr"), AgentLock: agent.AgentLock, NetnsDir: vnetfeature.DefaultNetnsDir,
 		Purge: c.Bool("purge"), Force: c.Bool("force"), DryRun: c.Bool("dry-run"),
 	}
 	for _, flag := range []string{"masquerade-subnet-v4", "masquerade-subnet-v6"} {

@@ -8,7 +8,7 @@ import (
 	"github.com/sirupsen/logrus"
 	"github.com/urfave/cli/v2"
 
-	"nodeflow/cni"
+	"nodeflow/host/cni"
 )
 
 func init() {

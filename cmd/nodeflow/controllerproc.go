@@ -23,9 +23,9 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"nodeflow/kubeclient"
-	"nodeflow/leader"
-	"nodeflow/memlimit"
+	"nodeflow/internal/kubeclient"
+	"nodeflow/cluster/leader"
+	"nodeflow/lib/memlimit"
 )
 
 // The plumbing the cluster controllers (`nodeflow unidler`, `nodeflow

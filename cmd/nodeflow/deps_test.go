@@ -12,7 +12,7 @@ var heavyPackages = map[string]string{
 	// every cycle: 5.2 MiB resident in every agent (docs/benchmarks.md).
 	// The packet package reads and builds the agent's frames; tests may
 	// use gopacket as their oracle.
-	"github.com/gopacket/gopacket/layers": "5.2 MiB resident from its enum tables; use nodeflow/packet",
+	"github.com/gopacket/gopacket/layers": "5.2 MiB resident from its enum tables; use nodeflow/lib/packet",
 }
 
 // TestBinaryLeavesOutHeavyPackages: the agent's binary links none of

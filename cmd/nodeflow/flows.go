@@ -13,7 +13,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"nodeflow/flows/reconcile"
+	"nodeflow/datapath/reconcile"
 )
 
 func init() {

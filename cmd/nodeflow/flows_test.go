@@ -14,10 +14,10 @@ import (
 	"github.com/sirupsen/logrus"
 	"github.com/urfave/cli/v2"
 
-	"nodeflow/flows/plan"
-	"nodeflow/flows/reconcile"
-	"nodeflow/openflow"
-	"nodeflow/openflow/ofconn"
+	"nodeflow/datapath/plan"
+	"nodeflow/datapath/reconcile"
+	"nodeflow/lib/openflow"
+	"nodeflow/lib/openflow/ofconn"
 	"nodeflow/testbed/ovs"
 	"nodeflow/testbed/ovs/ovstest"
 )

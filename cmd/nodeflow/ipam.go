@@ -7,8 +7,8 @@ import (
 	"github.com/sirupsen/logrus"
 	"github.com/urfave/cli/v2"
 
-	"nodeflow/leader"
-	"nodeflow/vnet/ipam"
+	"nodeflow/cluster/leader"
+	"nodeflow/cluster/vnetipam"
 )
 
 func init() {
@@ -29,10 +29,10 @@ func ipamCommand() *cli.Command {
 			&cli.BoolFlag{Name: "leader-elect", Value: true, EnvVars: []string{"NODEFLOW_LEADER_ELECT"}, Usage: "work only while holding the leader Lease, so that several replicas can run"},
 			&cli.StringFlag{Name: "lease-namespace", EnvVars: []string{"NODEFLOW_LEASE_NAMESPACE", "POD_NAMESPACE"},
 				Usage: "`NAMESPACE` of the leader Lease (default: the pod's, or the kubeconfig context's)"},
-			&cli.StringFlag{Name: "lease-name", Value: ipam.DefaultLeaseName, Usage: "`NAME` of the leader Lease"},
+			&cli.StringFlag{Name: "lease-name", Value: vnetipam.DefaultLeaseName, Usage: "`NAME` of the leader Lease"},
 			&cli.StringFlag{Name: "identity", EnvVars: []string{"NODEFLOW_IDENTITY", "POD_NAME"}, Usage: "this replica's `ID` in the Lease (default: hostname_random)"},
-			&cli.IntFlag{Name: "workers", Value: ipam.DefaultWorkers, Usage: "attachments and Subnets synced at once"},
-			&cli.DurationFlag{Name: "resync", Value: ipam.DefaultResync, Usage: "how often every attachment is checked again from the caches"},
+			&cli.IntFlag{Name: "workers", Value: vnetipam.DefaultWorkers, Usage: "attachments and Subnets synced at once"},
+			&cli.DurationFlag{Name: "resync", Value: vnetipam.DefaultResync, Usage: "how often every attachment is checked again from the caches"},
 			&cli.Float64Flag{Name: "kube-api-qps", Value: 200, Usage: "client-side rate limit of API requests per second"},
 			&cli.IntFlag{Name: "kube-api-burst", Value: 400, Usage: "client-side burst of API requests"},
 		},
@@ -56,7 +56,7 @@ func runIPAM(c *cli.Context) error {
 	defer proc.stop()
 	ctx, log, reg := proc.ctx, proc.log, proc.reg
 
-	ctrl, err := ipam.New(ipam.Options{Dynamic: dyn, Kube: kc, Registerer: reg, Log: logrus.StandardLogger(),
+	ctrl, err := vnetipam.New(vnetipam.Options{Dynamic: dyn, Kube: kc, Registerer: reg, Log: logrus.StandardLogger(),
 		Workers: c.Int("workers"), Resync: c.Duration("resync")})
 	if err != nil {
 		return err
@@ -69,6 +69,6 @@ func runIPAM(c *cli.Context) error {
 		return fmt.Errorf("ipam: %w", err)
 	}
 	return runElected(ctx, func(ctx context.Context, e leader.Election, run func(context.Context)) error {
-		return ipam.RunLeader(ctx, kc, e, log, run)
+		return vnetipam.RunLeader(ctx, kc, e, log, run)
 	}, e, ctrl.Run)
 }

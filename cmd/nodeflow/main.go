@@ -13,7 +13,7 @@ import (
 	"github.com/sirupsen/logrus"
 	"github.com/urfave/cli/v2"
 
-	"nodeflow/kubeclient"
+	"nodeflow/internal/kubeclient"
 )
 
 // version and commit are set at build time with -ldflags "-X

@@ -7,8 +7,8 @@ import (
 	"github.com/sirupsen/logrus"
 	"github.com/urfave/cli/v2"
 
-	"nodeflow/leader"
-	"nodeflow/unidler"
+	"nodeflow/cluster/leader"
+	"nodeflow/cluster/idlingcontroller"
 )
 
 func init() {
@@ -30,10 +30,10 @@ func unidlerCommand() *cli.Command {
 			&cli.BoolFlag{Name: "leader-elect", Value: true, EnvVars: []string{"NODEFLOW_LEADER_ELECT"}, Usage: "work only while holding the leader Lease, so that several replicas can run"},
 			&cli.StringFlag{Name: "lease-namespace", EnvVars: []string{"NODEFLOW_LEASE_NAMESPACE", "POD_NAMESPACE"},
 				Usage: "`NAMESPACE` of the leader Lease (default: the pod's, or the kubeconfig context's)"},
-			&cli.StringFlag{Name: "lease-name", Value: unidler.DefaultLeaseName, Usage: "`NAME` of the leader Lease"},
+			&cli.StringFlag{Name: "lease-name", Value: idlingcontroller.DefaultLeaseName, Usage: "`NAME` of the leader Lease"},
 			&cli.StringFlag{Name: "identity", EnvVars: []string{"NODEFLOW_IDENTITY", "POD_NAME"}, Usage: "this replica's `ID` in the Lease (default: hostname_random)"},
-			&cli.IntFlag{Name: "workers", Value: unidler.DefaultWorkers, Usage: "Services woken up at once"},
-			&cli.DurationFlag{Name: "ready-timeout", Value: unidler.DefaultReadyTimeout,
+			&cli.IntFlag{Name: "workers", Value: idlingcontroller.DefaultWorkers, Usage: "Services woken up at once"},
+			&cli.DurationFlag{Name: "ready-timeout", Value: idlingcontroller.DefaultReadyTimeout,
 				Usage: "how long to wait for a ready endpoint of a woken Service before removing its idling annotations anyway"},
 		},
 		Action: runUnidler,
@@ -55,7 +55,7 @@ func runUnidler(c *cli.Context) error {
 	defer proc.stop()
 	ctx, log, reg := proc.ctx, proc.log, proc.reg
 
-	ctrl := unidler.New(unidler.Options{Client: kc, Discovered: discovered, Registerer: reg, Log: logrus.StandardLogger(),
+	ctrl := idlingcontroller.New(idlingcontroller.Options{Client: kc, Discovered: discovered, Registerer: reg, Log: logrus.StandardLogger(),
 		Workers: c.Int("workers"), ReadyTimeout: c.Duration("ready-timeout")})
 	if !c.Bool("leader-elect") {
 		return ctrl.Run(ctx)
@@ -65,6 +65,6 @@ func runUnidler(c *cli.Context) error {
 		return fmt.Errorf("unidler: %w", err)
 	}
 	return runElected(ctx, func(ctx context.Context, e leader.Election, run func(context.Context)) error {
-		return unidler.RunLeader(ctx, kc, e, log, run)
+		return idlingcontroller.RunLeader(ctx, kc, e, log, run)
 	}, e, ctrl.Run)
 }

@@ -9,8 +9,8 @@ import (
 	"github.com/sirupsen/logrus"
 	"github.com/urfave/cli/v2"
 
-	vnetapi "nodeflow/vnet/api"
-	"nodeflow/vnet/bench"
+	"nodeflow/model/vnet"
+	"nodeflow/internal/vnetbench"
 )
 
 func init() {
@@ -32,7 +32,7 @@ func vnetBenchCommand() *cli.Command {
 			&cli.StringFlag{Name: "kubeconfig", EnvVars: []string{"KUBECONFIG"}, Usage: "kubeconfig `PATH` (default: ~/.kube/config, or in-cluster)"},
 			&cli.IntFlag{Name: "attachments", Aliases: []string{"n"}, Value: 1000, Usage: "how many attachments"},
 			&cli.IntFlag{Name: "vnis", Value: 100, Usage: "how many virtual networks they are spread over"},
-			&cli.UintFlag{Name: "first-vni", Value: uint(vnetapi.MinVNI + 0x1000), Usage: "the first VNI"},
+			&cli.UintFlag{Name: "first-vni", Value: uint(vnet.MinVNI + 0x1000), Usage: "the first VNI"},
 			&cli.StringFlag{Name: "subnet", Value: "10.240.0.0/16", Usage: "the `CIDR` of every VNI's Subnet"},
 			&cli.StringSliceFlag{Name: "node", Usage: "a node to put attachments on (repeat; default: every Node)"},
 			&cli.IntFlag{Name: "fake-nodes", Usage: "add this many Node objects with no kubelet or agent, whose attachments are only assigned"},
@@ -59,7 +59,7 @@ func runVNetBench(c *cli.Context) error {
 	kc, dyn := api.kube, api.dyn
 	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	res, err := bench.Run(ctx, bench.Options{
+	res, err := vnetbench.Run(ctx, vnetbench.Options{
 		Dynamic: dyn, Kube: kc, Namespace: c.String("namespace"),
 		Attachments: c.Int("attachments"), VNIs: c.Int("vnis"), FirstVNI: uint32(c.Uint("first-vni")), SubnetCIDR: c.String("subnet"),
 		Nodes: c.StringSlice("node"), FakeNodes: c.Int("fake-nodes"), NoAgents: c.Bool("no-agents"), Concurrency: c.Int("concurrency"),

@@ -23,11 +23,11 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
-	fw "nodeflow/egressfw"
-	efflows "nodeflow/flows/egressfw"
-	"nodeflow/flows/plan"
-	"nodeflow/openflow"
-	"nodeflow/openflow/ofconn"
+	"nodeflow/model/egressfirewall"
+	"nodeflow/datapath/egressfirewallflows"
+	"nodeflow/datapath/plan"
+	"nodeflow/lib/openflow"
+	"nodeflow/lib/openflow/ofconn"
 	"nodeflow/testbed"
 	"nodeflow/testbed/ovs"
 	"nodeflow/testbed/ovs/ovstest"
@@ -43,17 +43,17 @@ func benchRuleAddr(i int) netip.Addr {
 
 // benchRules returns n rules: n-1 Allow rules to one /32 each, every
 // fourth one limited to TCP 443, and a deny-all.
-func benchRules(n int) []fw.EgressFirewallRule {
-	out := make([]fw.EgressFirewallRule, 0, n)
+func benchRules(n int) []egressfirewall.EgressFirewallRule {
+	out := make([]egressfirewall.EgressFirewallRule, 0, n)
 	for i := range n - 1 {
-		r := fw.EgressFirewallRule{Type: fw.RuleAllow, To: fw.EgressFirewallDestination{CIDRSelector: benchRuleAddr(i).String() + "/32"}}
+		r := egressfirewall.EgressFirewallRule{Type: egressfirewall.RuleAllow, To: egressfirewall.EgressFirewallDestination{CIDRSelector: benchRuleAddr(i).String() + "/32"}}
 		if i%4 == 0 {
 			port := int32(443)
-			r.Ports = []fw.EgressFirewallPort{{Protocol: "TCP", Port: &port}}
+			r.Ports = []egressfirewall.EgressFirewallPort{{Protocol: "TCP", Port: &port}}
 		}
 		out = append(out, r)
 	}
-	return append(out, fw.EgressFirewallRule{Type: fw.RuleDeny, To: fw.EgressFirewallDestination{CIDRSelector: "0.0.0.0/0"}})
+	return append(out, egressfirewall.EgressFirewallRule{Type: egressfirewall.RuleDeny, To: egressfirewall.EgressFirewallDestination{CIDRSelector: "0.0.0.0/0"}})
 }
 
 // flowPoller asks a node's br0, over an OpenFlow connection of its own,
@@ -176,9 +176,9 @@ func runEgressFirewallBench(b *testing.B, e *env) map[string]float64 {
 		}
 		// The namespace's id comes first: wait until the agents know it
 		// (a Deny-all policy shows it in table 50).
-		c := dyn.Resource(fw.EgressFirewallGVR).Namespace(ns)
-		probe := &fw.EgressFirewall{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "default"},
-			Spec: fw.EgressFirewallSpec{Egress: []fw.EgressFirewallRule{{Type: fw.RuleDeny, To: fw.EgressFirewallDestination{CIDRSelector: "203.0.113.1/32"}}}}}
+		c := dyn.Resource(egressfirewall.EgressFirewallGVR).Namespace(ns)
+		probe := &egressfirewall.EgressFirewall{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "default"},
+			Spec: egressfirewall.EgressFirewallSpec{Egress: []egressfirewall.EgressFirewallRule{{Type: egressfirewall.RuleDeny, To: egressfirewall.EgressFirewallDestination{CIDRSelector: "203.0.113.1/32"}}}}}
 		if _, err := c.Create(ctx, probe.Unstructured(), metav1.CreateOptions{}); err != nil {
 			b.Fatal(err)
 		}
@@ -203,7 +203,7 @@ func runEgressFirewallBench(b *testing.B, e *env) map[string]float64 {
 			b.Fatal(err)
 		}
 		defer w.Stop()
-		obj := (&fw.EgressFirewall{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "default"}, Spec: fw.EgressFirewallSpec{Egress: benchRules(n)}}).Unstructured()
+		obj := (&egressfirewall.EgressFirewall{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "default"}, Spec: egressfirewall.EgressFirewallSpec{Egress: benchRules(n)}}).Unstructured()
 		last := benchRuleAddr(n - 3) // the last Allow without ports
 		lastPrio, _ := plan.EgressFirewallRules.Rank(n - 3)
 		start := time.Now()
@@ -262,14 +262,14 @@ func runEgressFirewallBench(b *testing.B, e *env) map[string]float64 {
 	manyNamespaces(b, kc, dyn, node1, poll, res)
 
 	// One rule changed in the 8,000-rule policy, 30 times.
-	c := dyn.Resource(fw.EgressFirewallGVR).Namespace("egfw-bench-8000")
+	c := dyn.Resource(egressfirewall.EgressFirewallGVR).Namespace("egfw-bench-8000")
 	var lat, agent, api []time.Duration
 	for i := range 30 {
 		cur, err := c.Get(ctx, "default", metav1.GetOptions{})
 		if err != nil {
 			b.Fatal(err)
 		}
-		ef, err := fw.DecodeEgressFirewall(cur)
+		ef, err := egressfirewall.DecodeEgressFirewall(cur)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -310,7 +310,7 @@ func runEgressFirewallBench(b *testing.B, e *env) map[string]float64 {
 
 	// The same flows, into a fresh switch: ovs-ofctl --bundle against
 	// nodeflow's connection.
-	built, err := efflows.Build(efflows.Config{}, efflows.Namespace{Name: "bench", ID: 0x123, ConjBlock: 1, Rules: modelRules(benchRules(8000))})
+	built, err := egressfirewallflows.Build(egressfirewallflows.Config{}, egressfirewallflows.Namespace{Name: "bench", ID: 0x123, ConjBlock: 1, Rules: modelRules(benchRules(8000))})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -378,11 +378,11 @@ func manyNamespaces(b *testing.B, kc kubernetes.Interface, dyn dynamic.Interface
 	rules := benchRules(benchRulesEach)
 	// The agent repeats the rules that hold a node IP for the address a
 	// service's host endpoint reaches table 50 as.
-	var cfg efflows.Config
+	var cfg egressfirewallflows.Config
 	for _, v6 := range []bool{false, true} {
-		cfg.HostAliases = append(cfg.HostAliases, efflows.HostAlias{Host: memberIP(b, node1, v6), Alias: netip.MustParseAddr(conntrackHostMasq(v6))})
+		cfg.HostAliases = append(cfg.HostAliases, egressfirewallflows.HostAlias{Host: memberIP(b, node1, v6), Alias: netip.MustParseAddr(conntrackHostMasq(v6))})
 	}
-	perNS, err := efflows.Build(cfg, efflows.Namespace{Name: "probe", ID: 1, ConjBlock: 1, Rules: modelRules(rules)})
+	perNS, err := egressfirewallflows.Build(cfg, egressfirewallflows.Namespace{Name: "probe", ID: 1, ConjBlock: 1, Rules: modelRules(rules)})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -413,8 +413,8 @@ func manyNamespaces(b *testing.B, kc kubernetes.Interface, dyn dynamic.Interface
 					errs <- err
 					return
 				}
-				ef := &fw.EgressFirewall{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "default"}, Spec: fw.EgressFirewallSpec{Egress: rules}}
-				if _, err := dyn.Resource(fw.EgressFirewallGVR).Namespace(ns).Create(ctx, ef.Unstructured(), metav1.CreateOptions{}); err != nil {
+				ef := &egressfirewall.EgressFirewall{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "default"}, Spec: egressfirewall.EgressFirewallSpec{Egress: rules}}
+				if _, err := dyn.Resource(egressfirewall.EgressFirewallGVR).Namespace(ns).Create(ctx, ef.Unstructured(), metav1.CreateOptions{}); err != nil {
 					errs <- err
 					return
 				}
@@ -468,15 +468,15 @@ func manyNamespaces(b *testing.B, kc kubernetes.Interface, dyn dynamic.Interface
 }
 
 // modelRules turns API rules of CIDRs into the flow builder's rules.
-func modelRules(in []fw.EgressFirewallRule) []efflows.Rule {
-	out := make([]efflows.Rule, 0, len(in))
+func modelRules(in []egressfirewall.EgressFirewallRule) []egressfirewallflows.Rule {
+	out := make([]egressfirewallflows.Rule, 0, len(in))
 	for _, r := range in {
-		pr := efflows.Rule{Action: fw.Allow, Prefixes: []netip.Prefix{netip.MustParsePrefix(r.To.CIDRSelector)}}
-		if r.Type == fw.RuleDeny {
-			pr.Action = fw.Deny
+		pr := egressfirewallflows.Rule{Action: egressfirewall.Allow, Prefixes: []netip.Prefix{netip.MustParsePrefix(r.To.CIDRSelector)}}
+		if r.Type == egressfirewall.RuleDeny {
+			pr.Action = egressfirewall.Deny
 		}
 		for _, port := range r.Ports {
-			pr.Ports = append(pr.Ports, fw.Port{Protocol: fw.TCP, Port: uint16(*port.Port)})
+			pr.Ports = append(pr.Ports, egressfirewall.Port{Protocol: egressfirewall.TCP, Port: uint16(*port.Port)})
 		}
 		out = append(out, pr)
 	}

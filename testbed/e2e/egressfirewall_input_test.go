@@ -11,7 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
-	fw "nodeflow/egressfw"
+	"nodeflow/model/egressfirewall"
 )
 
 // waitEvent waits for a Warning event on the named object with reason,
@@ -47,18 +47,18 @@ func (g *egfwEnv) waitEvent(t *testing.T, ns, kind, name, reason string, parts .
 // createRaw creates an object of either kind as given, and returns the
 // API server's error.
 func (g *egfwEnv) createRaw(u *unstructured.Unstructured) error {
-	gvr := fw.EgressFirewallGVR
-	if u.GetKind() == string(fw.KindEgressNetworkPolicy) {
-		gvr = fw.EgressNetworkPolicyGVR
+	gvr := egressfirewall.EgressFirewallGVR
+	if u.GetKind() == string(egressfirewall.KindEgressNetworkPolicy) {
+		gvr = egressfirewall.EgressNetworkPolicyGVR
 	}
 	_, err := g.dyn.Resource(gvr).Namespace(u.GetNamespace()).Create(context.Background(), u, metav1.CreateOptions{})
 	return err
 }
 
 func enpObject(ns, name string, rs ...string) *unstructured.Unstructured {
-	o := &fw.EgressNetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
+	o := &egressfirewall.EgressNetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
 	for _, r := range rules(rs...) {
-		o.Spec.Egress = append(o.Spec.Egress, fw.EgressNetworkPolicyRule{Type: r.Type, To: fw.EgressNetworkPolicyPeer{CIDRSelector: r.To.CIDRSelector, DNSName: r.To.DNSName}})
+		o.Spec.Egress = append(o.Spec.Egress, egressfirewall.EgressNetworkPolicyRule{Type: r.Type, To: egressfirewall.EgressNetworkPolicyPeer{CIDRSelector: r.To.CIDRSelector, DNSName: r.To.DNSName}})
 	}
 	return o.Unstructured()
 }
@@ -77,14 +77,14 @@ func TestEgressFirewallBadInput(t *testing.T) {
 	ctx := context.Background()
 
 	t.Run("refused by the API server", func(t *testing.T) {
-		ef := func(name string, rs []fw.EgressFirewallRule) *unstructured.Unstructured {
-			return (&fw.EgressFirewall{ObjectMeta: metav1.ObjectMeta{Namespace: g.ns, Name: name}, Spec: fw.EgressFirewallSpec{Egress: rs}}).Unstructured()
+		ef := func(name string, rs []egressfirewall.EgressFirewallRule) *unstructured.Unstructured {
+			return (&egressfirewall.EgressFirewall{ObjectMeta: metav1.ObjectMeta{Namespace: g.ns, Name: name}, Spec: egressfirewall.EgressFirewallSpec{Egress: rs}}).Unstructured()
 		}
 		two := rules("Allow 198.18.0.1/32")
 		two[0].To.DNSName = "both.example.com"
 		none := rules("Allow 198.18.0.1/32")
 		none[0].To.CIDRSelector = ""
-		many := make([]fw.EgressFirewallRule, fw.MaxEgressFirewallRules+1)
+		many := make([]egressfirewall.EgressFirewallRule, egressfirewall.MaxEgressFirewallRules+1)
 		for i := range many {
 			many[i] = rules("Deny 198.18.0.1/32")[0]
 		}
@@ -129,7 +129,7 @@ func TestEgressFirewallBadInput(t *testing.T) {
 		g.setFirewall(t, g.ns, bad)
 		g.waitStatus(t, g.ns, "EgressFirewall Rules not correctly applied: EgressFirewall "+g.ns+"/default: spec.egress[0].to.cidrSelector",
 			"EgressFirewall Rules not correctly applied")
-		ev := g.waitEvent(t, g.ns, "EgressFirewall", "default", fw.ReasonInvalid, "spec.egress[0].to.cidrSelector", "IPv4-mapped", "spec.egress[1].to.nodeSelector")
+		ev := g.waitEvent(t, g.ns, "EgressFirewall", "default", egressfirewall.ReasonInvalid, "spec.egress[0].to.cidrSelector", "IPv4-mapped", "spec.egress[1].to.nodeSelector")
 		if ev.InvolvedObject.FieldPath != "spec.egress[0].to.cidrSelector" || ev.InvolvedObject.APIVersion != "k8s.ovn.org/v1" {
 			t.Errorf("event's object %+v", ev.InvolvedObject)
 		}
@@ -157,7 +157,7 @@ func TestEgressFirewallBadInput(t *testing.T) {
 	})
 
 	t.Run("two EgressNetworkPolicies, then an EgressFirewall", func(t *testing.T) {
-		c := g.dyn.Resource(fw.EgressNetworkPolicyGVR).Namespace(g.ns)
+		c := g.dyn.Resource(egressfirewall.EgressNetworkPolicyGVR).Namespace(g.ns)
 		t.Cleanup(func() {
 			for _, n := range []string{"older", "newer"} {
 				_ = c.Delete(ctx, n, metav1.DeleteOptions{})
@@ -172,7 +172,7 @@ func TestEgressFirewallBadInput(t *testing.T) {
 		if err := g.createRaw(enpObject(g.ns, "newer", "Deny 0.0.0.0/0")); err != nil {
 			t.Fatal(err)
 		}
-		ev := g.waitEvent(t, g.ns, "EgressNetworkPolicy", "newer", fw.ReasonDuplicate, "EgressNetworkPolicy "+g.ns+"/older is older")
+		ev := g.waitEvent(t, g.ns, "EgressNetworkPolicy", "newer", egressfirewall.ReasonDuplicate, "EgressNetworkPolicy "+g.ns+"/older is older")
 		t.Logf("event: %s", ev.Message)
 		// The oldest is enforced, the other one not at all.
 		for _, p := range g.pods {
@@ -184,7 +184,7 @@ func TestEgressFirewallBadInput(t *testing.T) {
 		t.Cleanup(func() { g.deleteFirewall(t, g.ns) })
 		g.waitStatus(t, g.ns, "EgressFirewall Rules applied", "EgressFirewall Rules applied")
 		for _, n := range []string{"older", "newer"} {
-			g.waitEvent(t, g.ns, "EgressNetworkPolicy", n, fw.ReasonShadowed, "EgressFirewall "+g.ns+"/default takes precedence")
+			g.waitEvent(t, g.ns, "EgressNetworkPolicy", n, egressfirewall.ReasonShadowed, "EgressFirewall "+g.ns+"/default takes precedence")
 		}
 		g.waitTable50(t, "the EgressFirewall's rule only", func(lines []string) bool {
 			return hasFlow(lines, "priority=10999,", "nw_dst=198.18.0.22") && !hasFlow(lines, "nw_dst=198.18.0.21")

@@ -28,9 +28,9 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 
-	"nodeflow/cni"
-	fw "nodeflow/egressfw"
-	"nodeflow/flows/plan"
+	"nodeflow/host/cni"
+	"nodeflow/model/egressfirewall"
+	"nodeflow/datapath/plan"
 	"nodeflow/testbed"
 	"nodeflow/testbed/nsutil"
 )
@@ -347,11 +347,11 @@ func (g *egfwEnv) verdicts(t *testing.T, cs []check) {
 
 // rules builds EgressFirewall rules from the shorthand "Allow 10.0.0.0/8",
 // "Deny dns:x.example.com TCP/80", "Allow nodes:role=infra".
-func rules(ss ...string) []fw.EgressFirewallRule {
-	var out []fw.EgressFirewallRule
+func rules(ss ...string) []egressfirewall.EgressFirewallRule {
+	var out []egressfirewall.EgressFirewallRule
 	for _, s := range ss {
 		parts := strings.Fields(s)
-		r := fw.EgressFirewallRule{Type: fw.RuleType(parts[0])}
+		r := egressfirewall.EgressFirewallRule{Type: egressfirewall.RuleType(parts[0])}
 		switch d := parts[1]; {
 		case strings.HasPrefix(d, "dns:"):
 			r.To.DNSName = strings.TrimPrefix(d, "dns:")
@@ -366,7 +366,7 @@ func rules(ss ...string) []fw.EgressFirewallRule {
 		}
 		for _, p := range parts[2:] {
 			proto, port, _ := strings.Cut(p, "/")
-			fp := fw.EgressFirewallPort{Protocol: proto}
+			fp := egressfirewall.EgressFirewallPort{Protocol: proto}
 			if port != "" {
 				n, _ := strconv.Atoi(port)
 				fp.Port = new(int32)
@@ -381,11 +381,11 @@ func rules(ss ...string) []fw.EgressFirewallRule {
 
 // setFirewall creates or replaces the namespace's EgressFirewall
 // "default" with rules and returns the object.
-func (g *egfwEnv) setFirewall(t *testing.T, ns string, rs []fw.EgressFirewallRule) *unstructured.Unstructured {
+func (g *egfwEnv) setFirewall(t *testing.T, ns string, rs []egressfirewall.EgressFirewallRule) *unstructured.Unstructured {
 	t.Helper()
 	ctx := context.Background()
-	c := g.dyn.Resource(fw.EgressFirewallGVR).Namespace(ns)
-	obj := (&fw.EgressFirewall{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "default"}, Spec: fw.EgressFirewallSpec{Egress: rs}}).Unstructured()
+	c := g.dyn.Resource(egressfirewall.EgressFirewallGVR).Namespace(ns)
+	obj := (&egressfirewall.EgressFirewall{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "default"}, Spec: egressfirewall.EgressFirewallSpec{Egress: rs}}).Unstructured()
 	cur, err := c.Get(ctx, "default", metav1.GetOptions{})
 	if err == nil {
 		obj.SetResourceVersion(cur.GetResourceVersion())
@@ -406,7 +406,7 @@ func (g *egfwEnv) setFirewall(t *testing.T, ns string, rs []fw.EgressFirewallRul
 // deleteFirewall deletes the namespace's EgressFirewall.
 func (g *egfwEnv) deleteFirewall(t *testing.T, ns string) {
 	t.Helper()
-	err := g.dyn.Resource(fw.EgressFirewallGVR).Namespace(ns).Delete(context.Background(), "default", metav1.DeleteOptions{})
+	err := g.dyn.Resource(egressfirewall.EgressFirewallGVR).Namespace(ns).Delete(context.Background(), "default", metav1.DeleteOptions{})
 	if err != nil && !strings.Contains(err.Error(), "not found") {
 		t.Error(err)
 	}
@@ -419,7 +419,7 @@ func (g *egfwEnv) waitStatus(t *testing.T, ns, msg, rollup string) *unstructured
 	var u *unstructured.Unstructured
 	eventually(t, 30*time.Second, "EgressFirewall "+ns+"/default status", func(ctx context.Context) error {
 		var err error
-		u, err = g.dyn.Resource(fw.EgressFirewallGVR).Namespace(ns).Get(ctx, "default", metav1.GetOptions{})
+		u, err = g.dyn.Resource(egressfirewall.EgressFirewallGVR).Namespace(ns).Get(ctx, "default", metav1.GetOptions{})
 		if err != nil {
 			return err
 		}

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"nodeflow/cni"
+	"nodeflow/host/cni"
 	"nodeflow/testbed"
 )
 

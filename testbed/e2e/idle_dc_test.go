@@ -14,7 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
-	"nodeflow/idling"
+	"nodeflow/model/idling"
 )
 
 var (

@@ -26,7 +26,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 
-	"nodeflow/idling"
+	"nodeflow/model/idling"
 )
 
 // TestIdle idles a Deployment-backed and a StatefulSet-backed Service

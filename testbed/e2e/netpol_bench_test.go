@@ -14,8 +14,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"nodeflow/flows/plan"
-	"nodeflow/openflow"
+	"nodeflow/datapath/plan"
+	"nodeflow/lib/openflow"
 )
 
 // hasPolicySource reports whether br0's table 65 holds a NetworkPolicy

@@ -19,8 +19,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
-	"nodeflow/feature/netpolicy"
-	"nodeflow/netpol"
+	"nodeflow/agent/features/networkpolicyfeature"
+	"nodeflow/model/networkpolicy"
 )
 
 // npMatrix is the upstream Netpol tests' matrix, with real traffic: pods
@@ -30,12 +30,12 @@ type npMatrix struct {
 	e    *env
 	ns   []string // x, y, z
 	pods map[string]netPod
-	meta map[string]*netpol.Pod
+	meta map[string]*networkpolicy.Pod
 }
 
 func newNPMatrix(t *testing.T, e *env, prefix string) *npMatrix {
 	t.Helper()
-	m := &npMatrix{e: e, pods: map[string]netPod{}, meta: map[string]*netpol.Pod{}}
+	m := &npMatrix{e: e, pods: map[string]netPod{}, meta: map[string]*networkpolicy.Pod{}}
 	for _, n := range []string{"x", "y", "z"} {
 		ns := createNamespace(t, e, prefix+"-"+n)
 		m.ns = append(m.ns, ns)
@@ -43,7 +43,7 @@ func newNPMatrix(t *testing.T, e *env, prefix string) *npMatrix {
 			p := deployPods(t, e, ns, name, 1)[0]
 			key := ns + "/" + name
 			m.pods[key] = p
-			m.meta[key] = &netpol.Pod{Namespace: ns, Name: name, Labels: map[string]string{"app": name},
+			m.meta[key] = &networkpolicy.Pod{Namespace: ns, Name: name, Labels: map[string]string{"app": name},
 				Ports: []v1.ContainerPort{{ContainerPort: 8080}, {ContainerPort: 5353, Protocol: v1.ProtocolUDP}}}
 		}
 	}
@@ -105,12 +105,12 @@ func (m *npMatrix) probeAll() []probeResult {
 // says for nps, and fails with the differences when it does not.
 func (m *npMatrix) expect(t *testing.T, what string, nps ...*networkingv1.NetworkPolicy) {
 	t.Helper()
-	cl := &netpol.Cluster{Namespaces: map[string]map[string]string{}}
+	cl := &networkpolicy.Cluster{Namespaces: map[string]map[string]string{}}
 	for _, ns := range m.ns {
 		cl.Namespaces[ns] = map[string]string{"kubernetes.io/metadata.name": ns}
 	}
 	for _, np := range nps {
-		p, err := netpol.Compile(np)
+		p, err := networkpolicy.Compile(np)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -122,8 +122,8 @@ func (m *npMatrix) expect(t *testing.T, what string, nps ...*networkingv1.Networ
 			proto, port = v1.ProtocolUDP, 5353
 		}
 		src, dst := m.pods[r.from], m.pods[r.to]
-		return cl.Verdict(netpol.Conn{
-			Src: netpol.Endpoint{Pod: m.meta[r.from], Addr: src.ip(r.v6)}, Dst: netpol.Endpoint{Pod: m.meta[r.to], Addr: dst.ip(r.v6)},
+		return cl.Verdict(networkpolicy.Conn{
+			Src: networkpolicy.Endpoint{Pod: m.meta[r.from], Addr: src.ip(r.v6)}, Dst: networkpolicy.Endpoint{Pod: m.meta[r.to], Addr: dst.ip(r.v6)},
 			Protocol: proto, Port: port})
 	}
 	eventually(t, 60*time.Second, what, func(context.Context) error {
@@ -211,7 +211,7 @@ func TestNetworkPolicy(t *testing.T) {
 	if nsx.Annotations == nil {
 		nsx.Annotations = map[string]string{}
 	}
-	nsx.Annotations[netpolicy.LogAnnotation] = "deny"
+	nsx.Annotations[networkpolicyfeature.LogAnnotation] = "deny"
 	if _, err := e.client.CoreV1().Namespaces().Update(context.Background(), nsx, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}

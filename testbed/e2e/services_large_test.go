@@ -16,7 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
-	"nodeflow/flows/flowtest"
+	"nodeflow/internal/testutil/flowtest"
 	"nodeflow/testbed"
 )
 
@@ -57,7 +57,7 @@ func largeSlice(s int, port int32) *discovery.EndpointSlice {
 // not fit one OpenFlow message, and Open vSwitch 3.1 cannot describe it
 // back (dump-groups fails on it), hence the trace as the oracle; the
 // reconciler installs it as an add and bucket inserts in one bundle (see
-// openflow/ofconn).
+// lib/openflow/ofconn).
 func TestServicesLargeGroup(t *testing.T) {
 	e := up(t)
 	requireAgent(t, e)

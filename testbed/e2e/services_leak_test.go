@@ -18,7 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
-	"nodeflow/proxy"
+	"nodeflow/model/service"
 	"nodeflow/testbed"
 	"nodeflow/testbed/nsutil"
 )
@@ -41,7 +41,7 @@ func TestServiceLeak(t *testing.T) {
 			Ports: []v1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080), Protocol: v1.ProtocolTCP}}},
 	})
 	idled := createService(t, e, ns, &v1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: "idled", Annotations: map[string]string{proxy.IdledAtAnnotation: time.Now().UTC().Format(time.RFC3339)}},
+		ObjectMeta: metav1.ObjectMeta{Name: "idled", Annotations: map[string]string{service.IdledAtAnnotation: time.Now().UTC().Format(time.RFC3339)}},
 		Spec: v1.ServiceSpec{Selector: map[string]string{"app": "nothing"}, IPFamilyPolicy: ptrPolicy(v1.IPFamilyPolicyRequireDualStack),
 			Ports: []v1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080), Protocol: v1.ProtocolTCP}}},
 	})

@@ -29,7 +29,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
-	"nodeflow/cni"
+	"nodeflow/host/cni"
 	"nodeflow/testbed"
 	"nodeflow/testbed/nsutil"
 	"nodeflow/testbed/workload"

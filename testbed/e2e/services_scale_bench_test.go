@@ -32,8 +32,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 
-	"nodeflow/kubeclient"
-	"nodeflow/openflow"
+	"nodeflow/internal/kubeclient"
+	"nodeflow/lib/openflow"
 	"nodeflow/testbed"
 	"nodeflow/testbed/nsutil"
 )

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"nodeflow/flows/plan"
+	"nodeflow/datapath/plan"
 )
 
 // The reject fairness benchmark's sizes: connections from tenant B's pod

@@ -18,7 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
-	"nodeflow/flows/plan"
+	"nodeflow/datapath/plan"
 	"nodeflow/testbed"
 	"nodeflow/testbed/nsutil"
 )

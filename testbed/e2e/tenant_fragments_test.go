@@ -21,8 +21,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
-	fw "nodeflow/egressfw"
-	"nodeflow/flows/flowtest"
+	"nodeflow/model/egressfirewall"
+	"nodeflow/internal/testutil/flowtest"
 	"nodeflow/testbed"
 	"nodeflow/testbed/nsutil"
 	"nodeflow/testbed/workload"
@@ -369,27 +369,27 @@ func TestTenantFragments(t *testing.T) {
 				}
 			}
 		}
-		udp := func(port int32) []fw.EgressFirewallPort {
-			return []fw.EgressFirewallPort{{Protocol: "UDP", Port: ptr.To(port)}}
+		udp := func(port int32) []egressfirewall.EgressFirewallPort {
+			return []egressfirewall.EgressFirewallPort{{Protocol: "UDP", Port: ptr.To(port)}}
 		}
 		// An allow-list: the allowed port of the two addresses, then
 		// nothing else.
-		g.setFirewall(t, tn.ns, []fw.EgressFirewallRule{
-			{Type: fw.RuleAllow, To: fw.EgressFirewallDestination{CIDRSelector: dsts[0].String() + "/32"}, Ports: udp(fragExtAllowed)},
-			{Type: fw.RuleAllow, To: fw.EgressFirewallDestination{CIDRSelector: dsts[1].String() + "/128"}, Ports: udp(fragExtAllowed)},
-			{Type: fw.RuleDeny, To: fw.EgressFirewallDestination{CIDRSelector: "0.0.0.0/0"}},
-			{Type: fw.RuleDeny, To: fw.EgressFirewallDestination{CIDRSelector: "::/0"}},
+		g.setFirewall(t, tn.ns, []egressfirewall.EgressFirewallRule{
+			{Type: egressfirewall.RuleAllow, To: egressfirewall.EgressFirewallDestination{CIDRSelector: dsts[0].String() + "/32"}, Ports: udp(fragExtAllowed)},
+			{Type: egressfirewall.RuleAllow, To: egressfirewall.EgressFirewallDestination{CIDRSelector: dsts[1].String() + "/128"}, Ports: udp(fragExtAllowed)},
+			{Type: egressfirewall.RuleDeny, To: egressfirewall.EgressFirewallDestination{CIDRSelector: "0.0.0.0/0"}},
+			{Type: egressfirewall.RuleDeny, To: egressfirewall.EgressFirewallDestination{CIDRSelector: "::/0"}},
 		})
 		g.waitStatus(t, tn.ns, "EgressFirewall Rules applied", "EgressFirewall Rules applied")
 		extChecks(t, "allow-list")
 		// A deny of the one port, then everything else allowed: the
 		// denied port's later fragments, which carry no port, must not
 		// pass by the allow below.
-		g.setFirewall(t, tn.ns, []fw.EgressFirewallRule{
-			{Type: fw.RuleDeny, To: fw.EgressFirewallDestination{CIDRSelector: dsts[0].String() + "/32"}, Ports: udp(fragExtDenied)},
-			{Type: fw.RuleDeny, To: fw.EgressFirewallDestination{CIDRSelector: dsts[1].String() + "/128"}, Ports: udp(fragExtDenied)},
-			{Type: fw.RuleAllow, To: fw.EgressFirewallDestination{CIDRSelector: "0.0.0.0/0"}},
-			{Type: fw.RuleAllow, To: fw.EgressFirewallDestination{CIDRSelector: "::/0"}},
+		g.setFirewall(t, tn.ns, []egressfirewall.EgressFirewallRule{
+			{Type: egressfirewall.RuleDeny, To: egressfirewall.EgressFirewallDestination{CIDRSelector: dsts[0].String() + "/32"}, Ports: udp(fragExtDenied)},
+			{Type: egressfirewall.RuleDeny, To: egressfirewall.EgressFirewallDestination{CIDRSelector: dsts[1].String() + "/128"}, Ports: udp(fragExtDenied)},
+			{Type: egressfirewall.RuleAllow, To: egressfirewall.EgressFirewallDestination{CIDRSelector: "0.0.0.0/0"}},
+			{Type: egressfirewall.RuleAllow, To: egressfirewall.EgressFirewallDestination{CIDRSelector: "::/0"}},
 		})
 		g.waitStatus(t, tn.ns, "EgressFirewall Rules applied", "EgressFirewall Rules applied")
 		extChecks(t, "deny of a port")

@@ -17,7 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
-	"nodeflow/flows/plan"
+	"nodeflow/datapath/plan"
 	"nodeflow/testbed/nsutil"
 )
 

@@ -18,7 +18,7 @@ import (
 	discoverylisters "k8s.io/client-go/listers/discovery/v1"
 	"k8s.io/client-go/tools/cache"
 
-	"nodeflow/idling"
+	"nodeflow/model/idling"
 	"nodeflow/testbed"
 	"nodeflow/testbed/nsutil"
 )

@@ -18,11 +18,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
-	"nodeflow/feature/unidle"
-	"nodeflow/flows/plan"
-	"nodeflow/flows/punt"
-	flows "nodeflow/flows/unidle"
-	"nodeflow/openflow"
+	"nodeflow/agent/features/idlingfeature"
+	"nodeflow/datapath/plan"
+	"nodeflow/datapath/puntflows"
+	"nodeflow/datapath/idlingflows"
+	"nodeflow/lib/openflow"
 	"nodeflow/testbed"
 	"nodeflow/testbed/nsutil"
 )
@@ -115,15 +115,15 @@ func TestUnidleFlood(t *testing.T) {
 		t.Errorf("the meter dropped %d of %d datagrams, want most of them", dropped, sent)
 	}
 	// The agent held at most the port's bound, and dropped the rest.
-	if h := max(maxHeld, post.held); h > unidle.DefaultPortPackets {
-		t.Errorf("%v packets held, over the port's bound %d", h, unidle.DefaultPortPackets)
+	if h := max(maxHeld, post.held); h > idlingfeature.DefaultPortPackets {
+		t.Errorf("%v packets held, over the port's bound %d", h, idlingfeature.DefaultPortPackets)
 	}
-	if post.held < unidle.DefaultPortPackets || post.portFull == pre.portFull {
+	if post.held < idlingfeature.DefaultPortPackets || post.portFull == pre.portFull {
 		t.Errorf("%v held and %v dropped as port-full: the flood should have filled the port", post.held, post.portFull-pre.portFull)
 	}
 	// Its live heap did not grow with the flood beyond the buffers'
 	// bound.
-	if grew := postHeap - preHeap; grew > float64(unidle.DefaultTotalBytes) {
+	if grew := postHeap - preHeap; grew > float64(idlingfeature.DefaultTotalBytes) {
 		t.Errorf("the agent's heap grew by %.1f MiB during the flood", grew/(1<<20))
 	}
 	// Its other work kept going.
@@ -242,7 +242,7 @@ func meterBandPackets(t *testing.T, m *testbed.Member) int64 {
 	for _, s := range meterStatsRE.FindAllStringSubmatch(out, -1) {
 		id, _ := strconv.ParseUint(s[1], 10, 32)
 		c, _, ok := plan.SplitSourceMeter(uint32(id))
-		if uint32(id) != flows.Meter().ID && (!ok || c != plan.PacketInUnidle) {
+		if uint32(id) != idlingflows.Meter().ID && (!ok || c != plan.PacketInUnidle) {
 			continue
 		}
 		found = true
@@ -256,8 +256,8 @@ func meterBandPackets(t *testing.T, m *testbed.Member) int64 {
 }
 
 // unidleRates returns the unidle meters' rates.
-func unidleRates() punt.Rates {
-	r, _ := punt.RatesOf(plan.PacketInUnidle)
+func unidleRates() puntflows.Rates {
+	r, _ := puntflows.RatesOf(plan.PacketInUnidle)
 	return r
 }
 

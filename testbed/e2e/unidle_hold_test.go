@@ -14,7 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
-	"nodeflow/idling"
+	"nodeflow/model/idling"
 	"nodeflow/testbed"
 )
 

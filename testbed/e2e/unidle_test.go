@@ -14,8 +14,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
-	"nodeflow/flows/flowtest"
-	"nodeflow/proxy"
+	"nodeflow/internal/testutil/flowtest"
+	"nodeflow/model/service"
 	"nodeflow/testbed"
 )
 
@@ -45,7 +45,7 @@ func TestUnidle(t *testing.T) {
 	})
 
 	// Idle it: the annotation first, then zero replicas.
-	svc.Annotations = map[string]string{proxy.IdledAtAnnotation: time.Now().UTC().Format(time.RFC3339),
+	svc.Annotations = map[string]string{service.IdledAtAnnotation: time.Now().UTC().Format(time.RFC3339),
 		"idling.alpha.openshift.io/unidle-targets": `[{"kind":"Deployment","name":"sleepy","group":"apps","replicas":1}]`}
 	if _, err := e.client.CoreV1().Services(ns).Update(ctx, svc, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)

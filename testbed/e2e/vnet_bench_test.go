@@ -13,7 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"nodeflow/vnet/bench"
+	"nodeflow/internal/vnetbench"
 )
 
 // logVNetAgents logs what each node's agent holds of the virtual networks:
@@ -66,7 +66,7 @@ func BenchmarkVNetAttachments(b *testing.B) {
 		"--kube-api-qps", "5000", "--kube-api-burst", "10000")
 	d := vnetClient(b, e)
 	for i := 0; i < b.N; i++ {
-		res, err := bench.Run(context.Background(), bench.Options{
+		res, err := vnetbench.Run(context.Background(), vnetbench.Options{
 			Dynamic: d, Kube: e.client, Namespace: "vnet-bench", Attachments: n, VNIs: 100,
 			SubnetCIDR: "10.240.0.0/16", Nodes: []string{"node1", "node2"}, FakeNodes: fake,
 			NoAgents: os.Getenv("NODEFLOW_BENCH_VNET_AGENTS") == "0", Concurrency: 16, Timeout: 30 * time.Minute,

@@ -16,7 +16,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/tools/clientcmd"
 
-	vnetapi "nodeflow/vnet/api"
+	"nodeflow/model/vnet"
 )
 
 // vnetClient is a dynamic client of the testbed's API server as admin,
@@ -50,19 +50,19 @@ func vnetNamespace(t testing.TB, e *env, name string) string {
 	return name
 }
 
-// createVNet creates obj (a vnet/api object) in namespace ns.
-func createVNet[T vnetapi.Object](t testing.TB, d dynamic.Interface, ns string, obj T) *unstructured.Unstructured {
+// createVNet creates obj (a model/vnet object) in namespace ns.
+func createVNet[T vnet.Object](t testing.TB, d dynamic.Interface, ns string, obj T) *unstructured.Unstructured {
 	t.Helper()
-	u, err := vnetapi.ToUnstructured(obj)
+	u, err := vnet.ToUnstructured(obj)
 	if err != nil {
 		t.Fatal(err)
 	}
-	gvr := vnetapi.NetworkAttachmentGVR
+	gvr := vnet.NetworkAttachmentGVR
 	switch u.GetKind() {
-	case vnetapi.KindSubnet:
-		gvr = vnetapi.SubnetGVR
-	case vnetapi.KindIPLock:
-		gvr = vnetapi.IPLockGVR
+	case vnet.KindSubnet:
+		gvr = vnet.SubnetGVR
+	case vnet.KindIPLock:
+		gvr = vnet.IPLockGVR
 	}
 	out, err := d.Resource(gvr).Namespace(ns).Create(context.Background(), u, metav1.CreateOptions{})
 	if err != nil {
@@ -71,23 +71,23 @@ func createVNet[T vnetapi.Object](t testing.TB, d dynamic.Interface, ns string, 
 	return out
 }
 
-func subnet(name string, vni uint32, cidr string) *vnetapi.Subnet {
-	return &vnetapi.Subnet{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: vnetapi.SubnetSpec{VNI: vni, CIDR: cidr}}
+func subnet(name string, vni uint32, cidr string) *vnet.Subnet {
+	return &vnet.Subnet{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: vnet.SubnetSpec{VNI: vni, CIDR: cidr}}
 }
 
-func attachment(name, node, subnet string) *vnetapi.NetworkAttachment {
-	return &vnetapi.NetworkAttachment{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: vnetapi.NetworkAttachmentSpec{Node: node, Subnet: subnet}}
+func attachment(name, node, subnet string) *vnet.NetworkAttachment {
+	return &vnet.NetworkAttachment{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: vnet.NetworkAttachmentSpec{Node: node, Subnet: subnet}}
 }
 
 // attachments lists the attachments of namespace ns.
-func attachments(ctx context.Context, d dynamic.Interface, ns string) ([]*vnetapi.NetworkAttachment, error) {
-	l, err := d.Resource(vnetapi.NetworkAttachmentGVR).Namespace(ns).List(ctx, metav1.ListOptions{})
+func attachments(ctx context.Context, d dynamic.Interface, ns string) ([]*vnet.NetworkAttachment, error) {
+	l, err := d.Resource(vnet.NetworkAttachmentGVR).Namespace(ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, err
 	}
-	var out []*vnetapi.NetworkAttachment
+	var out []*vnet.NetworkAttachment
 	for i := range l.Items {
-		a, err := vnetapi.FromUnstructured[*vnetapi.NetworkAttachment](&l.Items[i])
+		a, err := vnet.FromUnstructured[*vnet.NetworkAttachment](&l.Items[i])
 		if err != nil {
 			return nil, err
 		}
@@ -97,14 +97,14 @@ func attachments(ctx context.Context, d dynamic.Interface, ns string) ([]*vnetap
 }
 
 // locks lists the IPLocks of namespace ns.
-func locks(ctx context.Context, d dynamic.Interface, ns string) ([]*vnetapi.IPLock, error) {
-	l, err := d.Resource(vnetapi.IPLockGVR).Namespace(ns).List(ctx, metav1.ListOptions{})
+func locks(ctx context.Context, d dynamic.Interface, ns string) ([]*vnet.IPLock, error) {
+	l, err := d.Resource(vnet.IPLockGVR).Namespace(ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, err
 	}
-	var out []*vnetapi.IPLock
+	var out []*vnet.IPLock
 	for i := range l.Items {
-		k, err := vnetapi.FromUnstructured[*vnetapi.IPLock](&l.Items[i])
+		k, err := vnet.FromUnstructured[*vnet.IPLock](&l.Items[i])
 		if err != nil {
 			return nil, err
 		}
@@ -126,7 +126,7 @@ func checkIPAM(ctx context.Context, d dynamic.Interface, ns string) (assigned in
 	if err != nil {
 		return 0, err
 	}
-	lockByName := map[string]*vnetapi.IPLock{}
+	lockByName := map[string]*vnet.IPLock{}
 	for _, k := range ls {
 		lockByName[k.Name] = k
 	}
@@ -144,7 +144,7 @@ func checkIPAM(ctx context.Context, d dynamic.Interface, ns string) (assigned in
 			return 0, fmt.Errorf("address %s is in the status of both %s and %s", key, other, a.Name)
 		}
 		holder[key] = a.Name
-		k := lockByName[vnetapi.LockName(a.Spec.VNI, ip)]
+		k := lockByName[vnet.LockName(a.Spec.VNI, ip)]
 		if k == nil {
 			return 0, fmt.Errorf("%s has %s with no IPLock", a.Name, key)
 		}
@@ -152,7 +152,7 @@ func checkIPAM(ctx context.Context, d dynamic.Interface, ns string) (assigned in
 		if !ok || ref.UID != a.UID || ref.Name != a.Name {
 			return 0, fmt.Errorf("%s has %s, whose IPLock is held by %+v", a.Name, key, ref)
 		}
-		if want := vnetapi.MACOf(a.Spec.VNI, ip).String(); a.Status.MAC != want {
+		if want := vnet.MACOf(a.Spec.VNI, ip).String(); a.Status.MAC != want {
 			return 0, fmt.Errorf("%s: status.mac %s, want %s", a.Name, a.Status.MAC, want)
 		}
 		assigned++
@@ -171,7 +171,7 @@ func TestVirtualNetworkIPAM(t *testing.T) {
 	d := vnetClient(t, e)
 	ns := vnetNamespace(t, e, "vnet-ipam")
 	ctx := context.Background()
-	const vni = vnetapi.MinVNI + 7
+	const vni = vnet.MinVNI + 7
 	createVNet(t, d, ns, subnet("net", vni, "10.77.0.0/26")) // 62 addresses
 	// Another VNI with the same CIDR: its addresses are its own.
 	createVNet(t, d, ns, subnet("twin", vni+1, "10.77.0.0/26"))
@@ -248,7 +248,7 @@ func TestVirtualNetworkIPAM(t *testing.T) {
 	})
 
 	// Deleting an attachment frees its lock, and the full one gets it.
-	if err := d.Resource(vnetapi.NetworkAttachmentGVR).Namespace(ns).Delete(ctx, "a00", metav1.DeleteOptions{}); err != nil {
+	if err := d.Resource(vnet.NetworkAttachmentGVR).Namespace(ns).Delete(ctx, "a00", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, 30*time.Second, "x1, x2 and x3 assigned after a00 went", func(ctx context.Context) error {

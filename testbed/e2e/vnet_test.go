@@ -11,23 +11,23 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"nodeflow/feature/vnetagent"
-	vnetapi "nodeflow/vnet/api"
+	"nodeflow/agent/features/vnetfeature"
+	"nodeflow/model/vnet"
 )
 
 // readyAttachments waits until every attachment named in want (namespace
 // ns) has its address and its interface made on its node, and returns
 // them by name.
-func readyAttachments(t *testing.T, e *env, ns string, want ...string) map[string]*vnetapi.NetworkAttachment {
+func readyAttachments(t *testing.T, e *env, ns string, want ...string) map[string]*vnet.NetworkAttachment {
 	t.Helper()
 	d := vnetClient(t, e)
-	out := map[string]*vnetapi.NetworkAttachment{}
+	out := map[string]*vnet.NetworkAttachment{}
 	eventually(t, 90*time.Second, "attachments ready", func(ctx context.Context) error {
 		atts, err := attachments(ctx, d, ns)
 		if err != nil {
 			return err
 		}
-		by := map[string]*vnetapi.NetworkAttachment{}
+		by := map[string]*vnet.NetworkAttachment{}
 		for _, a := range atts {
 			by[a.Name] = a
 		}
@@ -62,7 +62,7 @@ func forwardsTo(flows []string, vni uint32, ip string) string {
 }
 
 // attIP is an attachment's address.
-func attIP(t *testing.T, a *vnetapi.NetworkAttachment) netip.Addr {
+func attIP(t *testing.T, a *vnet.NetworkAttachment) netip.Addr {
 	t.Helper()
 	ip, err := netip.ParseAddr(a.Status.IP)
 	if err != nil {
@@ -83,7 +83,7 @@ func TestVirtualNetworks(t *testing.T) {
 	d := vnetClient(t, e)
 	ns := vnetNamespace(t, e, "vnet-e2e")
 	startController(t, e, "ipam", e.state.IPAMKubeconfig, "ipam-e2e", "--leader-elect=false")
-	const red, blue, green = vnetapi.MinVNI + 100, vnetapi.MinVNI + 101, vnetapi.MinVNI + 102
+	const red, blue, green = vnet.MinVNI + 100, vnet.MinVNI + 101, vnet.MinVNI + 102
 	createVNet(t, d, ns, subnet("red", red, "10.99.0.0/24"))
 	createVNet(t, d, ns, subnet("blue", blue, "10.99.0.0/24"))
 	createVNet(t, d, ns, subnet("green", green, "fd99:0:0:1::/64")) // IPv6: neighbour discovery
@@ -92,8 +92,8 @@ func TestVirtualNetworks(t *testing.T) {
 	// not have: an answer from one of them could only cross VNIs.
 	for i := byte(1); i <= 5; i++ {
 		ip := netip.AddrFrom4([4]byte{10, 99, 0, i})
-		createVNet(t, d, ns, &vnetapi.IPLock{ObjectMeta: metav1.ObjectMeta{Name: vnetapi.LockName(blue, ip)},
-			Spec: vnetapi.IPLockSpec{Attachment: "reserved", VNI: blue, IP: ip.String()}})
+		createVNet(t, d, ns, &vnet.IPLock{ObjectMeta: metav1.ObjectMeta{Name: vnet.LockName(blue, ip)},
+			Spec: vnet.IPLockSpec{Attachment: "reserved", VNI: blue, IP: ip.String()}})
 	}
 	for _, a := range []struct{ name, node, subnet string }{
 		{"red1", "node1", "red"}, {"red2", "node2", "red"}, {"red3", "node1", "red"},
@@ -103,7 +103,7 @@ func TestVirtualNetworks(t *testing.T) {
 		createVNet(t, d, ns, attachment(a.name, a.node, a.subnet))
 	}
 	atts := readyAttachments(t, e, ns, "red1", "red2", "red3", "blue1", "blue2", "green1", "green2")
-	netns := func(name string) string { return vnetagent.NetnsName(ns, name) }
+	netns := func(name string) string { return vnetfeature.NetnsName(ns, name) }
 	for _, n := range []string{"red1", "red2", "red3", "blue1", "blue2", "green1", "green2"} {
 		t.Logf("%s: %s on %s (%s), %s in %s", n, atts[n].Status.IP, atts[n].Spec.Node, atts[n].Status.HostIP, atts[n].Status.IfcName, netns(n))
 	}
@@ -113,7 +113,7 @@ func TestVirtualNetworks(t *testing.T) {
 		}
 	}
 	for name, a := range atts {
-		if want := vnetagent.InterfaceName(a.UID); a.Status.IfcName != want {
+		if want := vnetfeature.InterfaceName(a.UID); a.Status.IfcName != want {
 			t.Errorf("%s: ifcName %q, want %q", name, a.Status.IfcName, want)
 		}
 		m := member(t, e, a.Spec.Node)
@@ -180,12 +180,12 @@ func TestVirtualNetworks(t *testing.T) {
 
 	// Deleting red2 frees its lock and removes its interface, its network
 	// namespace and its flows on both nodes.
-	lock := vnetapi.LockName(red, attIP(t, atts["red2"]))
-	if err := d.Resource(vnetapi.NetworkAttachmentGVR).Namespace(ns).Delete(ctx, "red2", metav1.DeleteOptions{}); err != nil {
+	lock := vnet.LockName(red, attIP(t, atts["red2"]))
+	if err := d.Resource(vnet.NetworkAttachmentGVR).Namespace(ns).Delete(ctx, "red2", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, 60*time.Second, "red2's lock, interface and flows gone", func(ctx context.Context) error {
-		if _, err := d.Resource(vnetapi.IPLockGVR).Namespace(ns).Get(ctx, lock, metav1.GetOptions{}); err == nil {
+		if _, err := d.Resource(vnet.IPLockGVR).Namespace(ns).Get(ctx, lock, metav1.GetOptions{}); err == nil {
 			return fmt.Errorf("IPLock %s still there", lock)
 		}
 		if out, err := exec.Command("ip", "netns", "list").Output(); err != nil || strings.Contains(string(out), netns("red2")+" ") || strings.HasSuffix(strings.TrimSpace(string(out)), netns("red2")) {

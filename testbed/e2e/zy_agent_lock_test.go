@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"nodeflow/controller"
+	"nodeflow/agent"
 	"nodeflow/testbed"
 	"nodeflow/testbed/nsutil"
 )
@@ -59,7 +59,7 @@ func TestSecondAgentWaits(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if code != http.StatusServiceUnavailable || !strings.Contains(body, "OVSDB lock "+controller.AgentLock) {
+		if code != http.StatusServiceUnavailable || !strings.Contains(body, "OVSDB lock "+agent.AgentLock) {
 			return fmt.Errorf("readyz: %d %q", code, body)
 		}
 		return nil

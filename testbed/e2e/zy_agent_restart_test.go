@@ -17,8 +17,8 @@ import (
 	"testing"
 	"time"
 
-	"nodeflow/cni"
-	"nodeflow/feature/vnetagent"
+	"nodeflow/host/cni"
+	"nodeflow/agent/features/vnetfeature"
 	"nodeflow/testbed"
 	"nodeflow/testbed/nsutil"
 
@@ -188,7 +188,7 @@ func settled(t *testing.T, e *env) {
 				}
 			}
 			for _, name := range strings.Fields(vsctl(t, m, "list-ports", "br0")) {
-				if strings.HasPrefix(name, vnetagent.InterfacePrefix) && !ifcs[name] {
+				if strings.HasPrefix(name, vnetfeature.InterfacePrefix) && !ifcs[name] {
 					return fmt.Errorf("%s: port %s of a deleted attachment is still on br0", m.Name, name)
 				}
 			}

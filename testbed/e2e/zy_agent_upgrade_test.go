@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"nodeflow/flows/plan"
-	"nodeflow/flows/reconcile"
+	"nodeflow/datapath/plan"
+	"nodeflow/datapath/reconcile"
 	"nodeflow/testbed"
 )
 

@@ -26,7 +26,7 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 
 	"nodeflow/deploy"
-	"nodeflow/ociimage"
+	"nodeflow/internal/ociimage"
 )
 
 // podman runs the image with its own storage, so that the test touches

@@ -20,7 +20,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"nodeflow/nsid"
+	"nodeflow/cluster/namespaceid"
 	"nodeflow/testbed"
 )
 
@@ -54,7 +54,7 @@ func TestNamespaceIDs(t *testing.T) {
 	}
 	cfg.QPS, cfg.Burst = 1000, 2000
 	kc := kubernetes.NewForConfigOrDie(cfg)
-	dyn := dynamic.NewForConfigOrDie(cfg).Resource(nsid.GVR)
+	dyn := dynamic.NewForConfigOrDie(cfg).Resource(namespaceid.GVR)
 
 	// A pod, so that flows carry an id.
 	podNS := createNamespace(t, e, "e2e-nsid-pods")
@@ -91,7 +91,7 @@ func TestNamespaceIDs(t *testing.T) {
 	}
 	created := time.Since(start)
 
-	var locks map[string]nsid.Lock // by namespace
+	var locks map[string]namespaceid.Lock // by namespace
 	eventually(t, 5*time.Minute, "every namespace holds one id", func(ctx context.Context) error {
 		var err error
 		locks, err = liveLocks(ctx, kc, dyn)
@@ -187,13 +187,13 @@ func TestNamespaceIDs(t *testing.T) {
 		if err := kc.CoreV1().Namespaces().Delete(context.Background(), podNS, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		var term nsid.Lock
+		var term namespaceid.Lock
 		eventually(t, 3*time.Minute, "the lock of "+podNS+" terminating", func(ctx context.Context) error {
 			u, err := dyn.Get(ctx, lock.Name, metav1.GetOptions{})
 			if err != nil {
 				return err
 			}
-			if term, err = nsid.ParseLock(u); err != nil {
+			if term, err = namespaceid.ParseLock(u); err != nil {
 				return err
 			}
 			if !term.Terminating {
@@ -211,8 +211,8 @@ func TestNamespaceIDs(t *testing.T) {
 				if err != nil {
 					return err
 				}
-				if c, err := rvCompare(n.Annotations[nsid.ReleasedAnnotation], term.ResourceVersion); err != nil || c < 0 {
-					return fmt.Errorf("node %s: watermark %q below the lock's %s (%v)", o.Name, n.Annotations[nsid.ReleasedAnnotation], term.ResourceVersion, err)
+				if c, err := rvCompare(n.Annotations[namespaceid.ReleasedAnnotation], term.ResourceVersion); err != nil || c < 0 {
+					return fmt.Errorf("node %s: watermark %q below the lock's %s (%v)", o.Name, n.Annotations[namespaceid.ReleasedAnnotation], term.ResourceVersion, err)
 				}
 			}
 			return nil
@@ -241,7 +241,7 @@ func TestNamespaceIDs(t *testing.T) {
 // liveLocks returns the live (not terminating) locks by namespace name,
 // and fails when a namespace holds two or a lock names a namespace that
 // does not exist with that UID.
-func liveLocks(ctx context.Context, kc kubernetes.Interface, dyn dynamic.NamespaceableResourceInterface) (map[string]nsid.Lock, error) {
+func liveLocks(ctx context.Context, kc kubernetes.Interface, dyn dynamic.NamespaceableResourceInterface) (map[string]namespaceid.Lock, error) {
 	list, err := dyn.List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, err
@@ -254,10 +254,10 @@ func liveLocks(ctx context.Context, kc kubernetes.Interface, dyn dynamic.Namespa
 	for _, n := range nss.Items {
 		uids[n.Name] = n.UID
 	}
-	out := map[string]nsid.Lock{}
+	out := map[string]namespaceid.Lock{}
 	ids := map[uint32]string{}
 	for i := range list.Items {
-		l, err := nsid.ParseLock(&list.Items[i])
+		l, err := namespaceid.ParseLock(&list.Items[i])
 		if err != nil {
 			return nil, fmt.Errorf("malformed lock: %w", err)
 		}

@@ -17,7 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"nodeflow/hostnet"
+	"nodeflow/host/netstack"
 	"nodeflow/testbed"
 )
 
@@ -129,12 +129,12 @@ func TestZZCleanup(t *testing.T) {
 	stopNodeAgents(t, m)
 
 	// The agent recorded the uplink's sysctls before it first changed them.
-	statePath := filepath.Join(m.Dir, "ipam", hostnet.UplinkStateFile)
+	statePath := filepath.Join(m.Dir, "ipam", netstack.UplinkStateFile)
 	b, err := os.ReadFile(statePath)
 	if err != nil {
 		t.Fatalf("the agent left no record of the uplink's sysctls: %v", err)
 	}
-	var st hostnet.UplinkState
+	var st netstack.UplinkState
 	if err := json.Unmarshal(b, &st); err != nil || st.Uplink != "eth0" || len(st.Sysctls) != 3 {
 		t.Fatalf("record %s: %v: %s", statePath, err, b)
 	}

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"nodeflow/nsrun"
+	nsrun "nodeflow/host/netns"
 
 	"github.com/vishvananda/netns"
 )

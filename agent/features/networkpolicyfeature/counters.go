@@ -1,0 +1,165 @@
+package networkpolicyfeature
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"nodeflow/datapath/plan"
+	"nodeflow/datapath/networkpolicyflows"
+	"nodeflow/lib/openflow"
+	"nodeflow/lib/openflow/ofconn"
+)
+
+// The packet counters come from the switch's own flow statistics: an
+// isolated pod's drop flow counts its denied packets, a rule's conj_id
+// flows the packets it allowed. runCounters reads tables 45 and 65 every
+// CounterInterval over a connection of its own and adds each flow's growth
+// to nodeflow_netpol_denied_packets_total{namespace,pod,direction} and
+// nodeflow_netpol_allowed_packets_total{namespace,policy,direction,rule}
+// (a flow replaced by a new one starts again from zero: its whole count is
+// new).
+
+// DefaultCounterInterval is how often the counters are read by default.
+const DefaultCounterInterval = 10 * time.Second
+
+type counterMetrics struct {
+	denied, allowed *prometheus.CounterVec
+	reads           *prometheus.CounterVec
+}
+
+func newCounterMetrics(reg prometheus.Registerer) (counterMetrics, error) {
+	m := counterMetrics{
+		denied: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "nodeflow_netpol_denied_packets_total",
+			Help: "Packets an isolated pod's policies denied, by pod and direction (from its drop flow's counter)."},
+			[]string{"namespace", "pod", "direction"}),
+		allowed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "nodeflow_netpol_allowed_packets_total",
+			Help: "Packets a NetworkPolicy rule allowed that no established connection carried, by policy, direction and rule index."},
+			[]string{"namespace", "policy", "direction", "rule"}),
+		reads: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "nodeflow_netpol_counter_reads_total",
+			Help: "Reads of tables 45 and 65's flow counters, by result."}, []string{"result"}),
+	}
+	for _, c := range []prometheus.Collector{m.denied, m.allowed, m.reads} {
+		if err := reg.Register(c); err != nil {
+			return m, fmt.Errorf("netpolicy: metrics: %w", err)
+		}
+	}
+	return m, nil
+}
+
+// counterKey identifies one flow across reads.
+type counterKey struct {
+	cookie uint64
+	flow   openflow.FlowKey
+}
+
+// runCounters reads the counters until ctx ends, over one connection that
+// it keeps.
+func (f *Feature) runCounters(ctx context.Context) {
+	last := map[counterKey]uint64{}
+	ofconn.Poller{
+		Addr:     func() string { return f.opts.MgmtSocket(f.h.Node().PodBridge) },
+		Options:  ofconn.Options{Logger: f.log},
+		Interval: f.opts.CounterInterval,
+		DialFailed: func(err error) {
+			f.counters.reads.WithLabelValues("error").Inc()
+			f.log.WithError(err).Debug("cannot connect to read the policy tables' counters")
+		},
+		Read: func(ctx context.Context, c *ofconn.Conn) error {
+			var stats []openflow.FlowStats
+			for _, tb := range []plan.TableID{plan.PodEgressPolicy, plan.PodIngressPolicy} {
+				s, err := readStats(ctx, c, tb)
+				if err != nil {
+					f.counters.reads.WithLabelValues("error").Inc()
+					f.log.WithError(err).Debug("cannot read the policy tables' counters")
+					return err
+				}
+				stats = append(stats, s...)
+			}
+			f.counters.reads.WithLabelValues("ok").Inc()
+			f.addCounts(stats, last)
+			return nil
+		},
+	}.Run(ctx)
+}
+
+func readStats(ctx context.Context, c *ofconn.Conn, t plan.TableID) ([]openflow.FlowStats, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	req := openflow.NewFlowStatsRequest()
+	req.Table = uint8(t)
+	req.Cookie = uint64(plan.FeatureNetworkPolicy) << 56
+	req.CookieMask = uint64(plan.FeatureMask)
+	rep, err := c.MultipartReply(ctx, req)
+	if err != nil {
+		return nil, fmt.Errorf("netpolicy: counters of table %d: %w", t, err)
+	}
+	return rep.FlowStats()
+}
+
+var conjIDField = openflow.ConjID(0)
+
+// conjID returns a flow's conj_id match, or 0.
+func conjID(m openflow.Match) uint32 {
+	for _, f := range m.Fields {
+		if f.Class == conjIDField.Class && f.Field == conjIDField.Field && len(f.Value) == 4 {
+			return binary.BigEndian.Uint32(f.Value)
+		}
+	}
+	return 0
+}
+
+// addCounts adds each counted flow's growth since the last read, and
+// replaces last with the current counts.
+func (f *Feature) addCounts(stats []openflow.FlowStats, last map[counterKey]uint64) {
+	seen := make(map[counterKey]bool, len(stats))
+	f.idxMu.RLock()
+	defer f.idxMu.RUnlock()
+	for i := range stats {
+		s := &stats[i]
+		if plan.Cookie(s.Cookie).Feature() != plan.FeatureNetworkPolicy {
+			continue
+		}
+		dir := networkpolicyflows.Ingress
+		if plan.TableID(s.Table) == plan.PodEgressPolicy {
+			dir = networkpolicyflows.Egress
+		}
+		var add func(float64)
+		switch id := conjID(s.Match); {
+		case id != 0:
+			ref, ok := f.idx.Rule(id)
+			if !ok {
+				continue
+			}
+			add = f.counters.allowed.WithLabelValues(ref.Namespace, ref.Name, dir.String(), strconv.Itoa(ref.Index)).Add
+		case plan.Priority(s.Priority) == plan.PriorityPolicyIsolated:
+			ns, name, ok := f.idx.PodOfOwnerHash(plan.Cookie(s.Cookie).OwnerHash())
+			if !ok {
+				continue
+			}
+			add = f.counters.denied.WithLabelValues(ns, name, dir.String()).Add
+		default:
+			continue
+		}
+		k := counterKey{cookie: s.Cookie, flow: s.Key()}
+		seen[k] = true
+		prev, had := last[k]
+		last[k] = s.PacketCount
+		d := s.PacketCount
+		if had && s.PacketCount >= prev {
+			d = s.PacketCount - prev
+		}
+		if d > 0 {
+			add(float64(d))
+		}
+	}
+	for k := range last {
+		if !seen[k] {
+			delete(last, k)
+		}
+	}
+}

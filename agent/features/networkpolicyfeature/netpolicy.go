@@ -1,0 +1,460 @@
+// Package networkpolicyfeature is the node agent's NetworkPolicy feature
+// (networking.k8s.io/v1) on br0: egress in table 45, after the service DNAT,
+// so that a connection to a ClusterIP is judged by the endpoint it reaches;
+// ingress in table 65, before delivery to a local pod. The semantics are
+// package netpol's; the flows are package datapath/networkpolicyflows's; this package
+// keeps the Index (which pods, namespaces and policies give which clause
+// keys) up to date from the API and writes the owners each change touches.
+//
+// It watches every pod (a stripped copy: labels, addresses, ports,
+// node), every namespace and every NetworkPolicy, and takes the local
+// pods' br0 ports from OVSDB as the CNI plugin records them. A policy the
+// model refuses keeps its last good version, with a Warning event on it.
+package networkpolicyfeature
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/sirupsen/logrus"
+	v1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/cache"
+
+	"nodeflow/host/cni"
+	"nodeflow/agent/feature"
+	"nodeflow/datapath/plan"
+	"nodeflow/datapath/networkpolicyflows"
+	"nodeflow/datapath/reconcile"
+	"nodeflow/model/networkpolicy"
+	"nodeflow/lib/openflow"
+	"nodeflow/lib/ovsdb"
+)
+
+// Options configure the feature.
+type Options struct {
+	// Interfaces returns OVSDB's Interface cache, where the CNI plugin
+	// describes the pods' ports (nil until the agent runs).
+	Interfaces func() *ovsdb.InterfaceCache
+	// MgmtSocket returns the OpenFlow endpoint of a bridge, over which the
+	// packet counters are read (nil: no counters).
+	MgmtSocket func(bridge string) string
+	// CounterInterval is how often they are read (0:
+	// DefaultCounterInterval).
+	CounterInterval time.Duration
+}
+
+// Feature implements feature.Feature.
+type Feature struct {
+	opts Options
+	h    feature.Host
+	log  logrus.FieldLogger
+	pod  feature.Owners
+
+	pods, namespaces, policies cache.SharedIndexInformer
+
+	mu                       sync.Mutex
+	dirtyPods, dirtyPolicies map[string]bool
+	dirtyNS                  map[string]bool
+	ports, config            bool // OVSDB's ports, the node's facts changed
+	kick                     chan struct{}
+
+	// Owned by the loop (and Sync before it); the counters read the index
+	// under idxMu.
+	idxMu    sync.RWMutex
+	idx      *Index
+	counters counterMetrics
+	podPorts map[string]uint32 // local pod (namespace/name) -> br0 port
+	warned   map[string]string // policy -> last refusal reported
+	metrics  metrics
+}
+
+type metrics struct {
+	policies, rules prometheus.Gauge
+	refused         prometheus.Gauge
+	changes         prometheus.Counter
+	latency         prometheus.Histogram
+	errors          prometheus.Counter
+}
+
+// New returns the feature.
+func New(opts Options) *Feature {
+	if opts.CounterInterval <= 0 {
+		opts.CounterInterval = DefaultCounterInterval
+	}
+	return &Feature{opts: opts, dirtyPods: map[string]bool{}, dirtyPolicies: map[string]bool{}, dirtyNS: map[string]bool{},
+		kick: make(chan struct{}, 1), podPorts: map[string]uint32{}, warned: map[string]string{}}
+}
+
+// Name implements feature.Feature.
+func (f *Feature) Name() string { return "netpolicy" }
+
+// Owns implements feature.Feature.
+func (f *Feature) Owns() []plan.Feature { return []plan.Feature{plan.FeatureNetworkPolicy} }
+
+// Init implements feature.Feature.
+func (f *Feature) Init(h feature.Host) error {
+	f.h, f.log = h, h.Log()
+	f.pod = h.Owners(plan.Pod)
+	if err := f.initMetrics(h.Registry()); err != nil {
+		return err
+	}
+	f.pods = h.Informers().Core().V1().Pods().Informer()
+	// Every pod of the cluster is a possible peer: keep only what policies
+	// look at. (No other feature reads the cluster-wide pod informer; one
+	// that does must need no more than this.)
+	if err := f.pods.SetTransform(slimPod); err != nil {
+		return fmt.Errorf("netpolicy: pods: %w", err)
+	}
+	f.namespaces = h.Informers().Core().V1().Namespaces().Informer()
+	f.policies = h.Informers().Networking().V1().NetworkPolicies().Informer()
+	if err := f.policies.SetTransform(stripManagedFields); err != nil {
+		return fmt.Errorf("netpolicy: policies: %w", err)
+	}
+	// The dirty sets are swapped for fresh ones by process: the handlers
+	// pick the current one under the lock.
+	handlers := []struct {
+		inf   cache.SharedIndexInformer
+		dirty func() map[string]bool
+		what  string
+	}{
+		{f.pods, func() map[string]bool { return f.dirtyPods }, "pods"},
+		{f.namespaces, func() map[string]bool { return f.dirtyNS }, "namespaces"},
+		{f.policies, func() map[string]bool { return f.dirtyPolicies }, "networkpolicies"},
+	}
+	for _, hd := range handlers {
+		mark := func(obj any) {
+			key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
+			if err != nil {
+				return
+			}
+			f.mu.Lock()
+			hd.dirty()[key] = true
+			f.mu.Unlock()
+			f.poke()
+		}
+		if _, err := hd.inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc: mark, UpdateFunc: func(_, cur any) { mark(cur) }, DeleteFunc: mark,
+		}); err != nil {
+			return fmt.Errorf("netpolicy: %s: %w", hd.what, err)
+		}
+	}
+	h.OnNodeChange(func() {
+		f.mu.Lock()
+		f.config = true
+		f.mu.Unlock()
+		f.poke()
+	})
+	return nil
+}
+
+func (f *Feature) initMetrics(reg prometheus.Registerer) error {
+	f.metrics = metrics{
+		policies: prometheus.NewGauge(prometheus.GaugeOpts{Name: "nodeflow_netpol_policies", Help: "NetworkPolicies the agent enforces."}),
+		rules:    prometheus.NewGauge(prometheus.GaugeOpts{Name: "nodeflow_netpol_rules", Help: "NetworkPolicy rules (one conjunction each)."}),
+		refused: prometheus.NewGauge(prometheus.GaugeOpts{Name: "nodeflow_netpol_refused_policies",
+			Help: "NetworkPolicies the agent refuses (their last good version, if any, stays)."}),
+		changes: prometheus.NewCounter(prometheus.CounterOpts{Name: "nodeflow_netpol_owner_changes_total",
+			Help: "Flow owners rewritten for NetworkPolicy (a policy, a pod, a peer prefix)."}),
+		latency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "nodeflow_netpol_sync_seconds",
+			Help:    "Time to turn a batch of pod, namespace and policy changes into desired flows.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16)}),
+		errors: prometheus.NewCounter(prometheus.CounterOpts{Name: "nodeflow_netpol_errors_total",
+			Help: "Owners whose flows could not be built or set."}),
+	}
+	for _, c := range []prometheus.Collector{f.metrics.policies, f.metrics.rules, f.metrics.refused, f.metrics.changes, f.metrics.latency, f.metrics.errors} {
+		if err := reg.Register(c); err != nil {
+			return fmt.Errorf("netpolicy: metrics: %w", err)
+		}
+	}
+	var err error
+	f.counters, err = newCounterMetrics(reg)
+	return err
+}
+
+// Sync implements feature.Feature: every pod, namespace and policy.
+func (f *Feature) Sync(ctx context.Context) error {
+	f.idxMu.Lock()
+	defer f.idxMu.Unlock()
+	// Changes from now on are marked again and processed by Run: clear
+	// the marks before reading the stores, not after, or a change that
+	// lands meanwhile would be lost.
+	f.mu.Lock()
+	clear(f.dirtyPods)
+	clear(f.dirtyNS)
+	clear(f.dirtyPolicies)
+	f.ports, f.config = false, false
+	f.mu.Unlock()
+	f.idx = NewIndex(f.config0())
+	f.readPorts()
+	for _, obj := range f.namespaces.GetStore().List() {
+		if ns, ok := obj.(*v1.Namespace); ok {
+			f.idx.SetNamespace(ns.Name, ns.Labels)
+			f.idx.SetLogging(ns.Name, logsDenied(ns.Annotations))
+		}
+	}
+	// In key order, so that a restarted agent gives the same policies the
+	// same conjunction ids, and its flows equal those installed.
+	keys := f.policies.GetStore().ListKeys()
+	slices.Sort(keys)
+	for _, key := range keys {
+		f.syncPolicy(key)
+	}
+	for _, key := range f.pods.GetStore().ListKeys() {
+		f.syncPod(key)
+	}
+	f.write()
+	return nil
+}
+
+// Run implements feature.Feature.
+func (f *Feature) Run(ctx context.Context) {
+	if ifc := f.opts.Interfaces; ifc != nil && ifc() != nil {
+		// The local pods' ports come from OVSDB: re-read them.
+		go ifc().OnChange(ctx, func() {
+			f.mu.Lock()
+			f.ports = true
+			f.mu.Unlock()
+			f.poke()
+		})
+	}
+	if f.opts.MgmtSocket != nil {
+		go f.runCounters(ctx)
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-f.kick:
+			f.process()
+		}
+	}
+}
+
+func (f *Feature) poke() {
+	select {
+	case f.kick <- struct{}{}:
+	default:
+	}
+}
+
+// config0 returns the node's configuration of the policy flows.
+func (f *Feature) config0() networkpolicyflows.Config {
+	n := f.h.Node()
+	return networkpolicyflows.Config{PodCIDRs: n.PodCIDRs, Masquerade: n.Masquerade}
+}
+
+// readPorts reads the local pods' br0 ports from OVSDB, and returns the
+// pods (namespace/name) whose port changed, came or went.
+func (f *Feature) readPorts() []string {
+	if f.opts.Interfaces == nil {
+		return nil
+	}
+	ifc := f.opts.Interfaces()
+	if ifc == nil {
+		return nil
+	}
+	ports := map[string]uint32{}
+	for _, i := range ifc.List() {
+		ids := i.ExternalIDs
+		if ids[cni.ExternalIDOwner] != cni.OwnerCNI || i.Ofport <= 0 {
+			continue
+		}
+		ports[ids[cni.ExternalIDPodNamespace]+"/"+ids[cni.ExternalIDPodName]] = uint32(i.Ofport)
+	}
+	var changed []string
+	for k, v := range ports {
+		if f.podPorts[k] != v {
+			changed = append(changed, k)
+		}
+	}
+	for k := range f.podPorts {
+		if _, ok := ports[k]; !ok {
+			changed = append(changed, k)
+		}
+	}
+	f.podPorts = ports
+	return changed
+}
+
+// process applies the changes marked since the last call.
+func (f *Feature) process() {
+	start := time.Now()
+	f.idxMu.Lock()
+	defer f.idxMu.Unlock()
+	f.mu.Lock()
+	pods, nss, pols := f.dirtyPods, f.dirtyNS, f.dirtyPolicies
+	f.dirtyPods, f.dirtyNS, f.dirtyPolicies = map[string]bool{}, map[string]bool{}, map[string]bool{}
+	ports, config := f.ports, f.config
+	f.ports, f.config = false, false
+	f.mu.Unlock()
+	if config {
+		// The base and rule flows follow the node's pod subnets.
+		f.idx.SetConfig(f.config0())
+	}
+	if ports {
+		for _, k := range f.readPorts() {
+			pods[k] = true
+		}
+	}
+	for name := range nss {
+		var lbl map[string]string
+		logs := false
+		if obj, ok, _ := f.namespaces.GetStore().GetByKey(name); ok {
+			if ns, ok := obj.(*v1.Namespace); ok {
+				lbl, logs = ns.Labels, logsDenied(ns.Annotations)
+				if lbl == nil {
+					lbl = map[string]string{}
+				}
+			}
+		}
+		f.idx.SetNamespace(name, lbl)
+		f.idx.SetLogging(name, logs)
+	}
+	for key := range pols {
+		f.syncPolicy(key)
+	}
+	for key := range pods {
+		f.syncPod(key)
+	}
+	f.write()
+	f.metrics.latency.Observe(time.Since(start).Seconds())
+}
+
+// syncPolicy gives the index policy key's current version; one the model
+// refuses keeps its last good one.
+func (f *Feature) syncPolicy(key string) {
+	obj, ok, _ := f.policies.GetStore().GetByKey(key)
+	if !ok {
+		f.idx.SetPolicy(key, nil)
+		delete(f.warned, key)
+		f.metrics.refused.Set(float64(len(f.warned)))
+		return
+	}
+	np, ok := obj.(*networkingv1.NetworkPolicy)
+	if !ok {
+		return
+	}
+	p, err := networkpolicy.Compile(np)
+	if err != nil {
+		if f.warned[key] != err.Error() {
+			f.warned[key] = err.Error()
+			f.log.WithError(err).WithField("networkpolicy", key).Warn("NetworkPolicy refused; its last good version (if any) stays enforced")
+			f.h.Recorder().Event(np, v1.EventTypeWarning, "NetworkPolicyRefused", err.Error())
+		}
+		f.metrics.refused.Set(float64(len(f.warned)))
+		return
+	}
+	delete(f.warned, key)
+	f.metrics.refused.Set(float64(len(f.warned)))
+	f.idx.SetPolicy(key, p)
+}
+
+// syncPod gives the index pod key's current state.
+func (f *Feature) syncPod(key string) {
+	obj, ok, _ := f.pods.GetStore().GetByKey(key)
+	if !ok {
+		f.idx.SetPod(key, nil)
+		return
+	}
+	k, ok := obj.(*v1.Pod)
+	if !ok {
+		return
+	}
+	f.idx.SetPod(key, PodOf(k, f.h.Node().Name, f.podPorts[key]))
+}
+
+// PodOf returns what the index needs of pod k on node (nil for a pod that
+// has finished, whose addresses may already be another's); port is its
+// br0 port when it runs on this node.
+func PodOf(k *v1.Pod, node string, port uint32) *Pod {
+	if k.Status.Phase == v1.PodSucceeded || k.Status.Phase == v1.PodFailed || k.DeletionTimestamp != nil && len(k.Status.PodIPs) == 0 {
+		return nil
+	}
+	p := &Pod{Namespace: k.Namespace, Name: k.Name, Labels: k.Labels, HostNetwork: k.Spec.HostNetwork,
+		Local: k.Spec.NodeName == node && node != ""}
+	if p.Local {
+		p.OFPort = port
+	}
+	for _, ip := range k.Status.PodIPs {
+		if a, err := netip.ParseAddr(ip.IP); err == nil {
+			p.IPs = append(p.IPs, a.Unmap())
+		}
+	}
+	for _, c := range append(slices.Clone(k.Spec.InitContainers), k.Spec.Containers...) {
+		p.Ports = append(p.Ports, c.Ports...)
+	}
+	return p
+}
+
+// write sets every owner the index marked, those that allow before those
+// that isolate: policies and peers, then pods.
+func (f *Feature) write() {
+	owners := f.idx.TakeDirty()
+	rank := func(o string) int {
+		if strings.HasPrefix(o, "netpol/pod/") {
+			return 1
+		}
+		return 0
+	}
+	slices.SortStableFunc(owners, func(a, b string) int { return cmp.Compare(rank(a), rank(b)) })
+	for _, o := range owners {
+		fs, err := f.idx.Flows(o)
+		if err == nil {
+			st := reconcile.State{Flows: fs}
+			if o == networkpolicyflows.OwnerBase {
+				st.Meters = []openflow.MeterEntry{networkpolicyflows.LogMeter()}
+			}
+			err = f.pod.Set(o, st)
+		}
+		if err != nil {
+			f.metrics.errors.Inc()
+			f.log.WithError(err).WithField("owner", o).Error("cannot set NetworkPolicy flows")
+			continue
+		}
+		f.metrics.changes.Inc()
+	}
+	f.metrics.policies.Set(float64(f.idx.Policies()))
+	f.metrics.rules.Set(float64(f.idx.Rules()))
+}
+
+// slimPod keeps what the index reads of a pod.
+func slimPod(obj any) (any, error) {
+	k, ok := obj.(*v1.Pod)
+	if !ok {
+		return obj, nil
+	}
+	out := &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: k.Name, Namespace: k.Namespace, UID: k.UID, Labels: k.Labels,
+			ResourceVersion: k.ResourceVersion, DeletionTimestamp: k.DeletionTimestamp},
+		Spec:   v1.PodSpec{NodeName: k.Spec.NodeName, HostNetwork: k.Spec.HostNetwork},
+		Status: v1.PodStatus{Phase: k.Status.Phase, PodIPs: k.Status.PodIPs},
+	}
+	slim := func(cs []v1.Container) []v1.Container {
+		var out []v1.Container
+		for _, c := range cs {
+			if len(c.Ports) > 0 {
+				out = append(out, v1.Container{Name: c.Name, Ports: c.Ports})
+			}
+		}
+		return out
+	}
+	out.Spec.Containers, out.Spec.InitContainers = slim(k.Spec.Containers), slim(k.Spec.InitContainers)
+	return out, nil
+}
+
+// stripManagedFields drops the managed fields, which nothing here reads.
+func stripManagedFields(obj any) (any, error) {
+	if np, ok := obj.(*networkingv1.NetworkPolicy); ok {
+		np.ManagedFields = nil
+	}
+	return obj, nil
+}

@@ -1,0 +1,134 @@
+package servicefeature
+
+import (
+	"slices"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// serviceMetrics are the service proxy's metrics. The kubeproxy_* ones
+// carry kube-proxy's names and meanings, so that dashboards and
+// side-by-side benchmarks read the same.
+type serviceMetrics struct {
+	syncDuration    prometheus.Histogram
+	fullSync        prometheus.Histogram
+	partialSync     prometheus.Histogram
+	programming     prometheus.Histogram
+	lastSync        prometheus.Gauge
+	lastQueued      prometheus.Gauge
+	endpointChanges prometheus.Counter
+	serviceChanges  prometheus.Counter
+
+	services     prometheus.Gauge
+	buildErrors  prometheus.Counter
+	syncErrors   prometheus.Counter
+	inputErrors  *prometheus.CounterVec
+	staleFlushes prometheus.Counter
+	rejects      prometheus.Counter
+	rejectErrors prometheus.Counter
+
+	// refusedEndpoints counts the endpoints (per service port) left out
+	// of the groups because they cannot be right.
+	refusedEndpoints prometheus.Gauge
+	// refusedAddresses counts the external and ingress IPs (per service
+	// port) left out because the Service may not claim them.
+	refusedAddresses *prometheus.GaugeVec
+}
+
+// programmingBuckets span a millisecond to several minutes: fine below a
+// second, where nodeflow's latencies are, and kube-proxy's coarse buckets
+// above.
+func programmingBuckets() []float64 {
+	b := prometheus.ExponentialBuckets(0.001, 2, 10) // 1 ms .. 512 ms
+	b = append(b, prometheus.LinearBuckets(1, 1, 59)...)
+	b = append(b, prometheus.LinearBuckets(60, 5, 12)...)
+	b = append(b, prometheus.LinearBuckets(120, 30, 7)...)
+	slices.Sort(b)
+	return slices.Compact(b)
+}
+
+// newServiceMetrics registers the service proxy's metrics on reg;
+// servicesPending and endpointsPending count the Services and
+// EndpointSlices whose changes wait for the next sync.
+func newServiceMetrics(reg prometheus.Registerer, servicesPending, endpointsPending func() int) *serviceMetrics {
+	syncBuckets := prometheus.ExponentialBuckets(0.001, 2, 15)
+	m := &serviceMetrics{
+		syncDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: "kubeproxy", Name: "sync_proxy_rules_duration_seconds",
+			Help:    "Duration of one service sync: rebuilding the changed service ports until both bridges hold them.",
+			Buckets: syncBuckets,
+		}),
+		fullSync: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: "kubeproxy", Name: "sync_full_proxy_rules_duration_seconds",
+			Help:    "Duration of the service syncs that rebuilt every service port.",
+			Buckets: syncBuckets,
+		}),
+		partialSync: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: "kubeproxy", Name: "sync_partial_proxy_rules_duration_seconds",
+			Help:    "Duration of the service syncs that rebuilt only the changed service ports.",
+			Buckets: syncBuckets,
+		}),
+		programming: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: "kubeproxy", Name: "network_programming_duration_seconds",
+			Help:    "Time from an EndpointSlice's last-change-trigger-time to both bridges holding the change.",
+			Buckets: programmingBuckets(),
+		}),
+		lastSync: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "kubeproxy", Name: "sync_proxy_rules_last_timestamp_seconds",
+			Help: "The last time a service sync completed.",
+		}),
+		lastQueued: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "kubeproxy", Name: "sync_proxy_rules_last_queued_timestamp_seconds",
+			Help: "The last time a Service or EndpointSlice change queued a sync.",
+		}),
+		endpointChanges: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "kubeproxy", Name: "sync_proxy_rules_endpoint_changes_total",
+			Help: "EndpointSlice changes recorded (changes that cancel out are not counted).",
+		}),
+		serviceChanges: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "kubeproxy", Name: "sync_proxy_rules_service_changes_total",
+			Help: "Service changes recorded (changes that cancel out are not counted).",
+		}),
+		services: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "nodeflow_service_ports", Help: "Service ports with flows on the bridges.",
+		}),
+		refusedEndpoints: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "nodeflow_service_refused_endpoints",
+			Help: "Endpoints (counted per service port) left out of their service because their address cannot be right: a service address, a broadcast address.",
+		}),
+		refusedAddresses: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "nodeflow_service_refused_addresses",
+			Help: "External and ingress IPs (counted per service port) not programmed because their Service may not claim them, by field and reason (special, service-cidr, cluster-ip, pod-cidr, node-address, masquerade, policy).",
+		}, []string{"field", "reason"}),
+		buildErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "nodeflow_service_build_errors_total", Help: "Service ports whose flows could not be built or set.",
+		}),
+		syncErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "nodeflow_service_sync_errors_total", Help: "Service syncs that failed and were retried.",
+		}),
+		inputErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "nodeflow_service_input_errors_total", Help: "Bad Service or EndpointSlice fields ignored, by kind.",
+		}, []string{"kind"}),
+		staleFlushes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "nodeflow_service_stale_flushes_total", Help: "Conntrack flushes and affinity deletes sent for endpoints that went away.",
+		}),
+		rejects: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "nodeflow_service_rejects_total", Help: "Connections to service ports without endpoints answered with a reset or ICMP unreachable.",
+		}),
+		rejectErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "nodeflow_service_reject_errors_total", Help: "Reject packet-ins that could not be answered.",
+		}),
+	}
+	m.inputErrors.WithLabelValues("Service")
+	m.inputErrors.WithLabelValues("EndpointSlice")
+	pending := func(name, help string, n func() int) prometheus.GaugeFunc {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "kubeproxy", Name: name, Help: help},
+			func() float64 { return float64(n()) })
+	}
+	reg.MustRegister(m.syncDuration, m.fullSync, m.partialSync, m.programming, m.lastSync, m.lastQueued,
+		m.endpointChanges, m.serviceChanges,
+		pending("sync_proxy_rules_service_changes_pending", "Services whose changes wait for the next sync.", servicesPending),
+		pending("sync_proxy_rules_endpoint_changes_pending", "EndpointSlices whose changes wait for the next sync.", endpointsPending),
+		m.services, m.refusedEndpoints, m.refusedAddresses, m.buildErrors, m.syncErrors, m.inputErrors, m.staleFlushes, m.rejects, m.rejectErrors)
+	return m
+}

@@ -1,0 +1,134 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"nodeflow/internal/testutil/clocktest"
+)
+
+type syncCall struct {
+	at   time.Time
+	full bool
+}
+
+// eventually polls cond until it holds or a deadline passes.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond) // polling interval, not synchronisation
+	}
+}
+
+func TestRunnerTimeline(t *testing.T) {
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	clk := clocktest.New(start)
+	calls := make(chan syncCall, 16)
+	var fail sync.Map // time offset -> fail
+	r := NewRunner(func(_ context.Context, full bool) error {
+		now := clk.Now()
+		calls <- syncCall{at: now, full: full}
+		if _, ok := fail.Load(now.Sub(start)); ok {
+			return errors.New("boom")
+		}
+		return nil
+	}, RunnerOptions{MinInterval: time.Second, RetryInterval: 2 * time.Second, MaxInterval: 30 * time.Second, Clock: clk})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { r.Loop(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	expect := func(at time.Duration, full bool) {
+		t.Helper()
+		select {
+		case c := <-calls:
+			if c.at.Sub(start) != at || c.full != full {
+				t.Fatalf("sync at %v full=%v, want at %v full=%v", c.at.Sub(start), c.full, at, full)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("no sync (want one at %v)", at)
+		}
+	}
+	expectNone := func() {
+		t.Helper()
+		select {
+		case c := <-calls:
+			t.Fatalf("unexpected sync at %v", c.at.Sub(start))
+		default:
+		}
+	}
+	// requestsDrained waits until the loop has taken every request.
+	requestsDrained := func() { eventually(t, "requests taken", func() bool { return len(r.req) == 0 }) }
+
+	// t=0: Loop starts and runs the first sync at once, full.
+	expect(0, true)
+	// t=0.3: three requests. The loop schedules one sync at t=1.0
+	// (MinInterval after the last start); the others merge into it.
+	clk.Step(300 * time.Millisecond)
+	r.Run()
+	r.Run()
+	r.Run()
+	requestsDrained()
+	eventually(t, "sync scheduled at 1s", func() bool { return clk.HasWaiterAt(start.Add(time.Second)) })
+	// t=0.999: not yet.
+	clk.Step(699 * time.Millisecond)
+	expectNone()
+	// t=1.0: exactly one partial sync.
+	clk.Step(time.Millisecond)
+	expect(time.Second, false)
+	// t=5: a request long after the last sync runs at once. It fails.
+	fail.Store(5*time.Second, true)
+	clk.Step(4 * time.Second)
+	r.Run()
+	expect(5*time.Second, false)
+	eventually(t, "retry scheduled at 7s", func() bool { return clk.HasWaiterAt(start.Add(7 * time.Second)) })
+	if r.LastError() == nil {
+		t.Fatal("LastError is nil after a failed sync")
+	}
+	// t=6: a request merges into the retry at t=7.
+	clk.Step(time.Second)
+	r.Run()
+	requestsDrained()
+	expectNone()
+	// t=7: the retry runs, full because the last sync failed.
+	clk.Step(time.Second)
+	expect(7*time.Second, true)
+	eventually(t, "periodic sync scheduled at 37s", func() bool { return clk.HasWaiterAt(start.Add(37 * time.Second)) })
+	if r.LastError() != nil {
+		t.Fatalf("LastError after success: %v", r.LastError())
+	}
+	// t=37: no request for MaxInterval: a periodic full sync.
+	clk.Step(30 * time.Second)
+	expect(37*time.Second, true)
+	expectNone()
+}
+
+// TestRunnerSyncedFull checks that after a full sync run outside the loop
+// (a feature's start-up sync), the loop's first sync is not full again.
+func TestRunnerSyncedFull(t *testing.T) {
+	calls := make(chan bool, 4)
+	r := NewRunner(func(_ context.Context, full bool) error {
+		calls <- full
+		return nil
+	}, RunnerOptions{MinInterval: time.Second})
+	r.SyncedFull(time.Now())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { r.Loop(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	select {
+	case full := <-calls:
+		if full {
+			t.Fatal("the loop's first sync is full after SyncedFull")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no first sync")
+	}
+}
