@@ -47,7 +47,7 @@ func (h *featureHost) Registry() prometheus.Registerer            { return h.a.m
 func (h *featureHost) Node() feature.Node                         { return h.a.Node() }
 func (h *featureHost) NamespaceIDs() feature.NamespaceIDs         { return h.a.namespaces }
 func (h *featureHost) Owners(b plan.Bridge) feature.Owners        { return h.owners[b] }
-func (h *featureHost) Repairs() *repair.Tracker               { return h.a.repairs }
+func (h *featureHost) Repairs() *repair.Tracker                   { return h.a.repairs }
 func (h *featureHost) OnBridgeReady(f func(b plan.Bridge)) {
 	h.a.nodeMu.Lock()
 	defer h.a.nodeMu.Unlock()

@@ -11,10 +11,10 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
-	"nodeflow/internal/testutil/clocktest"
 	"nodeflow/datapath/conntrack"
 	"nodeflow/host/netstack"
 	"nodeflow/host/repair"
+	"nodeflow/internal/testutil/clocktest"
 	"nodeflow/testbed/nsutil"
 )
 

@@ -8,8 +8,8 @@ import (
 
 	"k8s.io/client-go/rest"
 
-	"nodeflow/datapath/plan"
 	"nodeflow/cluster/namespaceid"
+	"nodeflow/datapath/plan"
 	"nodeflow/lib/openflow"
 )
 

@@ -21,9 +21,9 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"nodeflow/agent/feature"
+	"nodeflow/cluster/namespaceid"
 	"nodeflow/host/netstack"
 	"nodeflow/internal/kubeclient"
-	"nodeflow/cluster/namespaceid"
 )
 
 // Check before taking the node.

@@ -26,11 +26,11 @@ import (
 	"k8s.io/client-go/rest"
 	k8stesting "k8s.io/client-go/testing"
 
-	"nodeflow/internal/testutil/clocktest"
 	"nodeflow/agent/feature"
 	"nodeflow/datapath/plan"
 	"nodeflow/host/netstack"
 	"nodeflow/host/repair"
+	"nodeflow/internal/testutil/clocktest"
 )
 
 func testAgent(t *testing.T) (*Agent, *logtest.Hook) {

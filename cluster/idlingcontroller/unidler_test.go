@@ -26,8 +26,8 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
 
-	"nodeflow/model/idling"
 	"nodeflow/internal/testutil/idlingtest"
+	"nodeflow/model/idling"
 )
 
 const ns = "shop"

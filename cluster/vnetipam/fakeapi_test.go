@@ -17,8 +17,8 @@ import (
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	k8stesting "k8s.io/client-go/testing"
 
-	"nodeflow/model/vnet"
 	"nodeflow/internal/testutil/watchtest"
+	"nodeflow/model/vnet"
 )
 
 // fakeAPI stands in for the API server's storage of the three vnet

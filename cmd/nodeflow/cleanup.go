@@ -13,8 +13,8 @@ import (
 	"github.com/sirupsen/logrus"
 	"github.com/urfave/cli/v2"
 
-	"nodeflow/agent/cleanup"
 	"nodeflow/agent"
+	"nodeflow/agent/cleanup"
 	"nodeflow/host/netstack"
 )
 

@@ -23,8 +23,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"nodeflow/internal/kubeclient"
 	"nodeflow/cluster/leader"
+	"nodeflow/internal/kubeclient"
 	"nodeflow/lib/memlimit"
 )
 

@@ -21,8 +21,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
-	"nodeflow/model/idling"
 	"nodeflow/internal/kubeclient"
+	"nodeflow/model/idling"
 )
 
 func init() {

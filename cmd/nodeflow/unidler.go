@@ -7,8 +7,8 @@ import (
 	"github.com/sirupsen/logrus"
 	"github.com/urfave/cli/v2"
 
-	"nodeflow/cluster/leader"
 	"nodeflow/cluster/idlingcontroller"
+	"nodeflow/cluster/leader"
 )
 
 func init() {

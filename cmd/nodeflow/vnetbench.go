@@ -9,8 +9,8 @@ import (
 	"github.com/sirupsen/logrus"
 	"github.com/urfave/cli/v2"
 
-	"nodeflow/model/vnet"
 	"nodeflow/internal/vnetbench"
+	"nodeflow/model/vnet"
 )
 
 func init() {

@@ -5,8 +5,8 @@ import (
 	"net/netip"
 	"testing"
 
-	"nodeflow/model/egressfirewall"
 	"nodeflow/datapath/plan"
+	"nodeflow/model/egressfirewall"
 )
 
 // benchRules returns n rules in a repeating mix of four: an allowed /32

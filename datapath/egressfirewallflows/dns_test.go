@@ -16,8 +16,8 @@ import (
 	"github.com/gopacket/gopacket/layers"
 	"github.com/sirupsen/logrus"
 
-	"nodeflow/internal/testutil/flowtest"
 	"nodeflow/datapath/plan"
+	"nodeflow/internal/testutil/flowtest"
 	"nodeflow/lib/openflow"
 	"nodeflow/lib/openflow/ofconn"
 	"nodeflow/testbed/ovs"

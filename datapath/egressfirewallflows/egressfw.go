@@ -7,9 +7,9 @@ import (
 	"slices"
 
 	"nodeflow/datapath/conntrack"
-	"nodeflow/model/egressfirewall"
 	"nodeflow/datapath/plan"
 	"nodeflow/lib/openflow"
+	"nodeflow/model/egressfirewall"
 )
 
 // Owner returns the reconciler owner of a namespace's firewall flows.

@@ -10,9 +10,9 @@ import (
 	"strings"
 	"testing"
 
-	"nodeflow/model/egressfirewall"
 	"nodeflow/datapath/plan"
 	"nodeflow/lib/openflow"
+	"nodeflow/model/egressfirewall"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files")

@@ -7,11 +7,11 @@ import (
 	"time"
 
 	"nodeflow/datapath/conntrack"
-	"nodeflow/model/egressfirewall"
-	"nodeflow/internal/testutil/flowtest"
 	"nodeflow/datapath/gatewayflows"
 	"nodeflow/datapath/plan"
+	"nodeflow/internal/testutil/flowtest"
 	"nodeflow/lib/openflow"
+	"nodeflow/model/egressfirewall"
 )
 
 // TestOVSFragments sends real fragmented UDP through table 50 and 55 in a

@@ -3,8 +3,8 @@ package gatewayflows
 import (
 	"testing"
 
-	"nodeflow/internal/testutil/flowtest"
 	"nodeflow/datapath/plan"
+	"nodeflow/internal/testutil/flowtest"
 	"nodeflow/testbed/ovs"
 	"nodeflow/testbed/ovs/ovstest"
 )

@@ -8,9 +8,9 @@ import (
 	"time"
 
 	"nodeflow/datapath/conntrack"
-	"nodeflow/internal/testutil/flowtest"
 	"nodeflow/datapath/gatewayflows"
 	"nodeflow/datapath/plan"
+	"nodeflow/internal/testutil/flowtest"
 	"nodeflow/lib/openflow"
 )
 

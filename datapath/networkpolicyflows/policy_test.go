@@ -7,8 +7,8 @@ import (
 	"testing"
 
 	"nodeflow/datapath/conntrack"
-	"nodeflow/internal/testutil/flowtest"
 	"nodeflow/datapath/plan"
+	"nodeflow/internal/testutil/flowtest"
 	"nodeflow/lib/openflow"
 	"nodeflow/testbed/ovs"
 	"nodeflow/testbed/ovs/ovstest"

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"nodeflow/internal/testutil/flowtest"
 	"nodeflow/datapath/plan"
+	"nodeflow/internal/testutil/flowtest"
 	"nodeflow/lib/openflow"
 	"nodeflow/testbed/ovs"
 	"nodeflow/testbed/ovs/ovstest"

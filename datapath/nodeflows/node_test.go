@@ -10,9 +10,9 @@ import (
 	"testing"
 
 	"nodeflow/datapath/conntrack"
-	"nodeflow/internal/testutil/flowtest"
 	"nodeflow/datapath/gatewayflows"
 	"nodeflow/datapath/plan"
+	"nodeflow/internal/testutil/flowtest"
 	"nodeflow/lib/openflow"
 	"nodeflow/testbed/ovs"
 	"nodeflow/testbed/ovs/ovstest"

@@ -9,11 +9,11 @@ import (
 	"nodeflow/datapath/egressfirewallflows"
 	"nodeflow/datapath/gatewayflows"
 	"nodeflow/datapath/hostportflows"
+	"nodeflow/datapath/idlingflows"
+	"nodeflow/datapath/networkpolicyflows"
 	"nodeflow/datapath/nodeflows"
 	"nodeflow/datapath/plan"
-	"nodeflow/datapath/networkpolicyflows"
 	"nodeflow/datapath/serviceflows"
-	"nodeflow/datapath/idlingflows"
 	"nodeflow/datapath/vnetflows"
 	"nodeflow/model/service"
 )

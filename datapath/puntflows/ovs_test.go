@@ -18,11 +18,11 @@ import (
 	"github.com/gopacket/gopacket/layers"
 	"github.com/sirupsen/logrus"
 
-	"nodeflow/internal/testutil/flowtest"
 	"nodeflow/datapath/plan"
 	"nodeflow/datapath/puntflows"
 	"nodeflow/datapath/reconcile"
 	"nodeflow/datapath/serviceflows"
+	"nodeflow/internal/testutil/flowtest"
 	"nodeflow/lib/openflow"
 	"nodeflow/lib/openflow/ofconn"
 	"nodeflow/testbed/ovs"
@@ -389,7 +389,9 @@ func TestMeterCapacity(t *testing.T) {
 	}
 	var st reconcile.State
 	for _, add := range []func() (reconcile.State, error){
-		func() (reconcile.State, error) { return puntflows.SourceState(puntflows.Source{Port: plan.SourcePortMax}) },
+		func() (reconcile.State, error) {
+			return puntflows.SourceState(puntflows.Source{Port: plan.SourcePortMax})
+		},
 		func() (reconcile.State, error) { return puntflows.NamespaceState(0x7fffff) },
 		func() (reconcile.State, error) { return puntflows.SharedState(), nil },
 	} {

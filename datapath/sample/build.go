@@ -8,13 +8,13 @@ import (
 
 	"nodeflow/datapath/egressfirewallflows"
 	"nodeflow/datapath/gatewayflows"
+	"nodeflow/datapath/idlingflows"
+	"nodeflow/datapath/networkpolicyflows"
 	"nodeflow/datapath/nodeflows"
 	"nodeflow/datapath/plan"
-	"nodeflow/datapath/networkpolicyflows"
 	"nodeflow/datapath/puntflows"
 	"nodeflow/datapath/reconcile"
 	"nodeflow/datapath/serviceflows"
-	"nodeflow/datapath/idlingflows"
 	"nodeflow/datapath/vnetflows"
 	"nodeflow/lib/openflow"
 )

@@ -10,12 +10,12 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"nodeflow/datapath/conntrack"
-	"nodeflow/model/egressfirewall"
 	"nodeflow/datapath/egressfirewallflows"
 	"nodeflow/datapath/nodeflows"
 	"nodeflow/datapath/plan"
 	"nodeflow/datapath/reconcile"
 	"nodeflow/datapath/vnetflows"
+	"nodeflow/model/egressfirewall"
 	"nodeflow/model/service"
 	"nodeflow/model/vnet"
 )

@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"nodeflow/internal/testutil/flowtest"
 	"nodeflow/datapath/plan"
+	"nodeflow/internal/testutil/flowtest"
 	"nodeflow/testbed/ovs"
 	"nodeflow/testbed/ovs/ovstest"
 )

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"nodeflow/internal/testutil/flowtest"
 	"nodeflow/datapath/plan"
+	"nodeflow/internal/testutil/flowtest"
 	"nodeflow/testbed/ovs"
 	"nodeflow/testbed/ovs/ovstest"
 )

@@ -9,14 +9,14 @@ import (
 	"testing"
 
 	"nodeflow/datapath/conntrack"
-	"nodeflow/internal/testutil/flowtest"
 	"nodeflow/datapath/gatewayflows"
 	"nodeflow/datapath/nodeflows"
 	"nodeflow/datapath/plan"
+	"nodeflow/internal/testutil/flowtest"
 	"nodeflow/lib/openflow"
+	"nodeflow/model/vnet"
 	"nodeflow/testbed/ovs"
 	"nodeflow/testbed/ovs/ovstest"
-	"nodeflow/model/vnet"
 )
 
 // The switch of TestOnSwitch: node1 (172.30.0.11) with the pod network's

@@ -15,9 +15,9 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
-	"nodeflow/host/cni"
 	"nodeflow/datapath/conntrack"
 	"nodeflow/datapath/nodeflows"
+	"nodeflow/host/cni"
 )
 
 // ServiceRouteMTU is the MTU of the host's route to the service network, as

@@ -15,8 +15,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"nodeflow/internal/testutil/clocktest"
-	"nodeflow/lib/dnsmsg"
 	"nodeflow/internal/testutil/dnstest"
+	"nodeflow/lib/dnsmsg"
 )
 
 // TestTruncatedRetriesOverTCP: a truncated UDP answer is asked again

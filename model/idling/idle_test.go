@@ -19,8 +19,8 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/utils/ptr"
 
-	"nodeflow/model/idling"
 	"nodeflow/internal/testutil/idlingtest"
+	"nodeflow/model/idling"
 )
 
 const ns = "shop"

@@ -23,11 +23,11 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"nodeflow/model/egressfirewall"
 	"nodeflow/datapath/egressfirewallflows"
 	"nodeflow/datapath/plan"
 	"nodeflow/lib/openflow"
 	"nodeflow/lib/openflow/ofconn"
+	"nodeflow/model/egressfirewall"
 	"nodeflow/testbed"
 	"nodeflow/testbed/ovs"
 	"nodeflow/testbed/ovs/ovstest"

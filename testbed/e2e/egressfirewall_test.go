@@ -28,9 +28,9 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 
+	"nodeflow/datapath/plan"
 	"nodeflow/host/cni"
 	"nodeflow/model/egressfirewall"
-	"nodeflow/datapath/plan"
 	"nodeflow/testbed"
 	"nodeflow/testbed/nsutil"
 )

@@ -21,8 +21,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
-	"nodeflow/model/egressfirewall"
 	"nodeflow/internal/testutil/flowtest"
+	"nodeflow/model/egressfirewall"
 	"nodeflow/testbed"
 	"nodeflow/testbed/nsutil"
 	"nodeflow/testbed/workload"

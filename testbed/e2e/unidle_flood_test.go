@@ -19,9 +19,9 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"nodeflow/agent/features/idlingfeature"
+	"nodeflow/datapath/idlingflows"
 	"nodeflow/datapath/plan"
 	"nodeflow/datapath/puntflows"
-	"nodeflow/datapath/idlingflows"
 	"nodeflow/lib/openflow"
 	"nodeflow/testbed"
 	"nodeflow/testbed/nsutil"

@@ -17,8 +17,8 @@ import (
 	"testing"
 	"time"
 
-	"nodeflow/host/cni"
 	"nodeflow/agent/features/vnetfeature"
+	"nodeflow/host/cni"
 	"nodeflow/testbed"
 	"nodeflow/testbed/nsutil"
 

@@ -7,11 +7,11 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
-	"nodeflow/model/egressfirewall"
 	"nodeflow/datapath/egressfirewallflows"
 	"nodeflow/datapath/plan"
 	"nodeflow/datapath/reconcile"
 	"nodeflow/lib/openflow"
+	"nodeflow/model/egressfirewall"
 )
 
 // bigPolicy returns an EgressFirewall of n rules, every fourth one with a

@@ -10,11 +10,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/cache"
 
-	"nodeflow/lib/dnsmsg"
 	"nodeflow/agent/feature"
 	"nodeflow/datapath/egressfirewallflows"
 	"nodeflow/datapath/plan"
 	"nodeflow/datapath/reconcile"
+	"nodeflow/lib/dnsmsg"
 	"nodeflow/lib/openflow"
 	"nodeflow/lib/openflow/ofconn"
 )

@@ -11,9 +11,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"nodeflow/internal/testutil/featuretest"
 	"nodeflow/datapath/egressfirewallflows"
 	"nodeflow/datapath/plan"
+	"nodeflow/internal/testutil/featuretest"
 	"nodeflow/lib/openflow"
 )
 

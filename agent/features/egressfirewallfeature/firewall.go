@@ -18,11 +18,11 @@ import (
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/tools/cache"
 
-	"nodeflow/model/dnsnames"
-	"nodeflow/model/egressfirewall"
 	"nodeflow/agent/feature"
 	"nodeflow/datapath/egressfirewallflows"
 	"nodeflow/datapath/plan"
+	"nodeflow/model/dnsnames"
+	"nodeflow/model/egressfirewall"
 )
 
 // Options configure the egress firewall.
@@ -120,7 +120,7 @@ type Firewall struct {
 	withNodes map[string]struct{}            // namespaces whose enforced rules select nodes
 	withDNS   map[string]struct{}            // namespaces whose enforced rules name DNS names
 	dnsPods   []netip.Addr                   // the pod addresses DNSOwner holds
-	dnsSrc    egressfirewallflows.DNSSources             // the sources DNSOwner's flows trust
+	dnsSrc    egressfirewallflows.DNSSources // the sources DNSOwner's flows trust
 
 	running atomic.Bool
 	status  *statusWriter

@@ -12,12 +12,12 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 
-	"nodeflow/internal/testutil/dnstest"
-	"nodeflow/model/egressfirewall"
-	"nodeflow/internal/testutil/featuretest"
 	"nodeflow/datapath/egressfirewallflows"
 	"nodeflow/datapath/plan"
+	"nodeflow/internal/testutil/dnstest"
+	"nodeflow/internal/testutil/featuretest"
 	"nodeflow/lib/openflow"
+	"nodeflow/model/egressfirewall"
 )
 
 func TestCIDRRulesAndStatus(t *testing.T) {

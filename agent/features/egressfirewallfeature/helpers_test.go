@@ -29,14 +29,14 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/utils/ptr"
 
-	"nodeflow/model/dnsnames"
-	"nodeflow/internal/testutil/dnstest"
-	"nodeflow/model/egressfirewall"
 	"nodeflow/agent/feature"
-	"nodeflow/internal/testutil/featuretest"
 	"nodeflow/datapath/egressfirewallflows"
 	"nodeflow/datapath/plan"
+	"nodeflow/internal/testutil/dnstest"
+	"nodeflow/internal/testutil/featuretest"
 	"nodeflow/lib/openflow"
+	"nodeflow/model/dnsnames"
+	"nodeflow/model/egressfirewall"
 )
 
 // env is a firewall on a test host with a fake API (typed and dynamic)

@@ -16,10 +16,10 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 
-	"nodeflow/model/egressfirewall"
 	"nodeflow/datapath/egressfirewallflows"
 	"nodeflow/datapath/reconcile"
 	"nodeflow/lib/openflow"
+	"nodeflow/model/egressfirewall"
 )
 
 // guardOwner owns table 50's guards.

@@ -7,10 +7,10 @@ import (
 
 	"k8s.io/client-go/tools/cache"
 
-	"nodeflow/model/egressfirewall"
 	"nodeflow/datapath/egressfirewallflows"
 	"nodeflow/datapath/plan"
 	"nodeflow/lib/openflow"
+	"nodeflow/model/egressfirewall"
 )
 
 // A restart must not forget the addresses of dnsNames: the start-up

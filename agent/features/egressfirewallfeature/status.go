@@ -15,8 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 
-	"nodeflow/model/egressfirewall"
 	"nodeflow/agent/feature"
+	"nodeflow/model/egressfirewall"
 )
 
 // Status messages, as ovn-kubernetes writes them: one per node in

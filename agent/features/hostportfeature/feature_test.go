@@ -9,9 +9,9 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"nodeflow/internal/testutil/featuretest"
 	"nodeflow/datapath/hostportflows"
 	"nodeflow/datapath/plan"
+	"nodeflow/internal/testutil/featuretest"
 )
 
 // TestFeatureServesAndWarns runs the feature on a test host: a pod's TCP

@@ -43,9 +43,9 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"nodeflow/agent/feature"
+	"nodeflow/datapath/idlingflows"
 	"nodeflow/datapath/plan"
 	"nodeflow/datapath/reconcile"
-	"nodeflow/datapath/idlingflows"
 	"nodeflow/lib/openflow"
 	"nodeflow/model/service"
 )

@@ -17,10 +17,10 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"nodeflow/agent/feature"
-	"nodeflow/internal/testutil/featuretest"
+	"nodeflow/datapath/idlingflows"
 	"nodeflow/datapath/plan"
 	"nodeflow/datapath/serviceflows"
-	"nodeflow/datapath/idlingflows"
+	"nodeflow/internal/testutil/featuretest"
 	"nodeflow/lib/openflow"
 	"nodeflow/model/service"
 )

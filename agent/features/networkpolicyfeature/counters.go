@@ -9,8 +9,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"nodeflow/datapath/plan"
 	"nodeflow/datapath/networkpolicyflows"
+	"nodeflow/datapath/plan"
 	"nodeflow/lib/openflow"
 	"nodeflow/lib/openflow/ofconn"
 )

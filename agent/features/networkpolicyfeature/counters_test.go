@@ -8,8 +8,8 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"nodeflow/datapath/plan"
 	"nodeflow/datapath/networkpolicyflows"
+	"nodeflow/datapath/plan"
 	"nodeflow/lib/openflow"
 )
 

@@ -12,9 +12,9 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
-	"nodeflow/internal/testutil/featuretest"
-	"nodeflow/datapath/plan"
 	"nodeflow/datapath/networkpolicyflows"
+	"nodeflow/datapath/plan"
+	"nodeflow/internal/testutil/featuretest"
 )
 
 func apiPod(ns, name, node, ip string, lbl map[string]string) *v1.Pod {

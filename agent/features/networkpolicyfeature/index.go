@@ -10,10 +10,10 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
-	"nodeflow/datapath/plan"
 	"nodeflow/datapath/networkpolicyflows"
-	"nodeflow/model/networkpolicy"
+	"nodeflow/datapath/plan"
 	"nodeflow/lib/openflow"
+	"nodeflow/model/networkpolicy"
 )
 
 // Pod is what the index needs to know about a pod.

@@ -18,11 +18,11 @@ import (
 	"k8s.io/utils/ptr"
 
 	"nodeflow/datapath/conntrack"
-	"nodeflow/internal/testutil/flowtest"
-	"nodeflow/datapath/plan"
 	"nodeflow/datapath/networkpolicyflows"
-	"nodeflow/model/networkpolicy"
+	"nodeflow/datapath/plan"
+	"nodeflow/internal/testutil/flowtest"
 	"nodeflow/lib/openflow"
+	"nodeflow/model/networkpolicy"
 	"nodeflow/testbed/ovs"
 	"nodeflow/testbed/ovs/ovstest"
 )

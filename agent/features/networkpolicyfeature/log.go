@@ -7,8 +7,8 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"nodeflow/agent/feature"
-	"nodeflow/datapath/plan"
 	"nodeflow/datapath/networkpolicyflows"
+	"nodeflow/datapath/plan"
 	"nodeflow/lib/packet"
 )
 

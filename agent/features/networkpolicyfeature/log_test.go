@@ -9,8 +9,8 @@ import (
 	"github.com/gopacket/gopacket/layers"
 
 	"nodeflow/agent/feature"
-	"nodeflow/datapath/plan"
 	"nodeflow/datapath/networkpolicyflows"
+	"nodeflow/datapath/plan"
 	"nodeflow/lib/openflow"
 )
 

@@ -29,14 +29,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
 
-	"nodeflow/host/cni"
 	"nodeflow/agent/feature"
-	"nodeflow/datapath/plan"
 	"nodeflow/datapath/networkpolicyflows"
+	"nodeflow/datapath/plan"
 	"nodeflow/datapath/reconcile"
-	"nodeflow/model/networkpolicy"
+	"nodeflow/host/cni"
 	"nodeflow/lib/openflow"
 	"nodeflow/lib/ovsdb"
+	"nodeflow/model/networkpolicy"
 )
 
 // Options configure the feature.

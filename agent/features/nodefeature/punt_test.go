@@ -7,10 +7,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"nodeflow/internal/testutil/featuretest"
 	"nodeflow/datapath/nodeflows"
 	"nodeflow/datapath/plan"
 	"nodeflow/datapath/puntflows"
+	"nodeflow/internal/testutil/featuretest"
 	"nodeflow/lib/openflow"
 )
 

@@ -48,9 +48,9 @@ type tunnelWarmer struct {
 
 	mu          sync.Mutex
 	hops        []nodeflows.NextHop // the latest next hops, from syncHops
-	tunnels     []netip.Addr   // the other nodes' tunnel addresses
-	reconnected bool           // the gateway bridge is ready after a connection
-	everReady   bool           // it has been once: nothing is sent before
+	tunnels     []netip.Addr        // the other nodes' tunnel addresses
+	reconnected bool                // the gateway bridge is ready after a connection
+	everReady   bool                // it has been once: nothing is sent before
 
 	// Owned by run: when each neighbour was last asked, and the last MAC
 	// the host's neighbour table gave it (which ovs-vswitchd's restart

@@ -16,9 +16,9 @@ import (
 	"github.com/gopacket/gopacket/layers"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"nodeflow/internal/testutil/featuretest"
 	"nodeflow/datapath/nodeflows"
 	"nodeflow/datapath/plan"
+	"nodeflow/internal/testutil/featuretest"
 	"nodeflow/lib/openflow"
 	"nodeflow/lib/packet"
 )

@@ -16,9 +16,9 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/utils/ptr"
 
-	"nodeflow/internal/testutil/featuretest"
 	"nodeflow/datapath/plan"
 	"nodeflow/datapath/serviceflows"
+	"nodeflow/internal/testutil/featuretest"
 )
 
 // eventLog collects the Events the proxy creates through the fake

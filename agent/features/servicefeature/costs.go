@@ -2,8 +2,8 @@ package servicefeature
 
 import (
 	"nodeflow/datapath/reconcile"
-	"nodeflow/model/service"
 	"nodeflow/lib/shrink"
+	"nodeflow/model/service"
 )
 
 // charge returns what a service port's owners are charged to for a

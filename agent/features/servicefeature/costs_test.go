@@ -10,10 +10,10 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"nodeflow/internal/testutil/featuretest"
 	"nodeflow/datapath/plan"
 	"nodeflow/datapath/reconcile"
 	"nodeflow/datapath/serviceflows"
+	"nodeflow/internal/testutil/featuretest"
 	"nodeflow/model/service"
 )
 

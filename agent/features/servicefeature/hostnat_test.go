@@ -16,9 +16,9 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/utils/ptr"
 
-	"nodeflow/internal/testutil/featuretest"
 	"nodeflow/host/nat"
 	"nodeflow/host/netns"
+	"nodeflow/internal/testutil/featuretest"
 )
 
 // fakeNAT records what the service proxy asks of the applier.

@@ -8,9 +8,9 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"nodeflow/internal/testutil/featuretest"
 	"nodeflow/datapath/plan"
 	"nodeflow/datapath/serviceflows"
+	"nodeflow/internal/testutil/featuretest"
 	"nodeflow/model/service"
 )
 

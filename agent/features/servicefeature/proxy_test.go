@@ -15,10 +15,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
-	"nodeflow/internal/testutil/featuretest"
 	"nodeflow/datapath/plan"
 	"nodeflow/datapath/reconcile"
 	"nodeflow/datapath/serviceflows"
+	"nodeflow/internal/testutil/featuretest"
 	"nodeflow/lib/openflow"
 	"nodeflow/model/service"
 )

@@ -21,11 +21,11 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/tools/cache"
 
-	"nodeflow/host/cni"
 	"nodeflow/agent/feature"
 	"nodeflow/datapath/plan"
 	"nodeflow/datapath/reconcile"
 	"nodeflow/datapath/vnetflows"
+	"nodeflow/host/cni"
 	"nodeflow/host/netstack"
 	"nodeflow/lib/openflow"
 	"nodeflow/lib/ovsdb"

@@ -20,9 +20,9 @@ import (
 	fakediscovery "k8s.io/client-go/discovery/fake"
 	k8stesting "k8s.io/client-go/testing"
 
-	"nodeflow/internal/testutil/featuretest"
 	"nodeflow/datapath/plan"
 	"nodeflow/datapath/vnetflows"
+	"nodeflow/internal/testutil/featuretest"
 	"nodeflow/model/vnet"
 )
 

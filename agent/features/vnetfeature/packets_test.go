@@ -16,15 +16,15 @@ import (
 	"github.com/vishvananda/netns"
 	"k8s.io/apimachinery/pkg/types"
 
-	"nodeflow/host/cni"
-	"nodeflow/internal/testutil/flowtest"
 	"nodeflow/datapath/gatewayflows"
 	"nodeflow/datapath/plan"
 	"nodeflow/datapath/vnetflows"
+	"nodeflow/host/cni"
+	"nodeflow/internal/testutil/flowtest"
 	"nodeflow/lib/ovsdb"
+	"nodeflow/model/vnet"
 	"nodeflow/testbed/ovs"
 	"nodeflow/testbed/ovs/ovstest"
-	"nodeflow/model/vnet"
 )
 
 // inNetns runs a command in the named network namespace, as an operator

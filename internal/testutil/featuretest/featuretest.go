@@ -22,8 +22,8 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/record"
 
-	"nodeflow/datapath/conntrack"
 	"nodeflow/agent/feature"
+	"nodeflow/datapath/conntrack"
 	"nodeflow/datapath/plan"
 	"nodeflow/datapath/reconcile"
 	"nodeflow/host/repair"
