@@ -83,24 +83,20 @@ type Agent struct {
 	inf    *informerSet
 	host   hostSide
 
-	mu           sync.Mutex
-	dirtyLocal   map[string]bool
-	dirtyVNI     map[uint32]bool
-	dirtySubnets map[uint32]bool
-	all          bool
-	kick         chan struct{}
-	apiReady     chan struct{}
+	mu       sync.Mutex
+	pending  dirty // what changed since the last pass, under mu
+	kick     chan struct{}
+	apiReady chan struct{}
 
 	// Owned by the loop (and Sync before it).
 	locals   map[string]*made    // key -> what is made for it
 	built    map[uint32]vniBuilt // VNI -> what its owner was built from
 	reported map[string]string   // key -> the problems last reported
 	states   map[string]string   // key -> its state, for the gauge
-	// retryLocal and retryVNI failed in the last pass: they are tried
-	// again after RetryInterval.
-	retryLocal map[string]bool
-	retryVNI   map[uint32]bool
-	warnedAPI  bool
+	// retry is what failed in the last passes: it is tried again after
+	// RetryInterval.
+	retry     dirty
+	warnedAPI bool
 	// passSynced is, during a pass, whether each VNI's informers had
 	// listed everything when the pass began: every attachment of the pass
 	// is judged on that one view, so that a VNI whose informers finish
@@ -117,10 +113,9 @@ type Agent struct {
 func New(opts Options) *Agent {
 	opts.setDefaults()
 	return &Agent{
-		opts: opts, dirtyLocal: map[string]bool{}, dirtyVNI: map[uint32]bool{}, dirtySubnets: map[uint32]bool{},
+		opts: opts, pending: newDirty(), retry: newDirty(),
 		kick: make(chan struct{}, 1), apiReady: make(chan struct{}, 1),
 		locals: map[string]*made{}, built: map[uint32]vniBuilt{}, reported: map[string]string{}, states: map[string]string{},
-		retryLocal: map[string]bool{}, retryVNI: map[uint32]bool{},
 	}
 }
 
@@ -149,13 +144,13 @@ func (f *Agent) Init(h feature.Host) error {
 	f.dyn = dyn
 	f.inf = newInformerSet(dyn, h.Node().Name, f.opts.Resync, handlers{
 		local:      f.localChanged,
-		attachment: func(vni uint32, _ any) { f.mark(func() { f.dirtyVNI[vni] = true }) },
-		subnet:     func(vni uint32, _ any) { f.mark(func() { f.dirtySubnets[vni] = true }) },
+		attachment: func(vni uint32, _ any) { f.mark(func(d *dirty) { d.vni[vni] = true }) },
+		subnet:     func(vni uint32, _ any) { f.mark(func(d *dirty) { d.subnets[vni] = true }) },
 		synced: func(vni uint32) {
-			f.mark(func() { f.dirtyVNI[vni], f.dirtySubnets[vni] = true, true })
+			f.mark(func(d *dirty) { d.vni[vni], d.subnets[vni] = true, true })
 		},
 	})
-	h.OnNodeChange(func() { f.mark(func() { f.all = true }) })
+	h.OnNodeChange(f.markAll)
 	return nil
 }
 
@@ -217,7 +212,7 @@ func (f *Agent) Sync(ctx context.Context) error {
 		f.log.WithField("timeout", f.opts.SyncTimeout).Warn("the attachments and Subnets of this node's VNIs are not listed yet; going on without them")
 		return nil
 	}
-	f.mark(func() { f.all = true })
+	f.markAll()
 	f.syncPass(ctx)
 	return nil
 }
@@ -258,19 +253,13 @@ func (f *Agent) Run(ctx context.Context) {
 				f.log.Info("virtual network CRDs are served; connection agent started")
 			}
 		case <-check.C:
-			f.mark(func() { f.all = true })
+			f.markAll()
 		case <-f.kick:
 		case <-retry.C:
 			f.mu.Lock()
-			for k := range f.retryLocal {
-				f.dirtyLocal[k] = true
-			}
-			for v := range f.retryVNI {
-				f.dirtyVNI[v] = true
-			}
+			f.pending.add(f.retry)
 			f.mu.Unlock()
-			clear(f.retryLocal)
-			clear(f.retryVNI)
+			f.retry = newDirty()
 		}
 		if f.syncPass(ctx) {
 			retry.Reset(f.opts.RetryInterval)
@@ -288,7 +277,7 @@ func (f *Agent) startLocal(ctx context.Context) error {
 	local := f.inf.local
 	go func() {
 		if cache.WaitForCacheSync(ctx.Done(), local.inf.HasSynced) {
-			f.mark(func() { f.all = true })
+			f.markAll()
 		}
 	}()
 	return nil

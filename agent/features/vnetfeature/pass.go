@@ -15,10 +15,37 @@ import (
 	"nodeflow/model/vnet"
 )
 
+// dirty is what a pass has to look at again: attachments (by
+// namespace/name), VNIs whose remote mappings, VNIs whose Subnets changed
+// (every local attachment on them), or, with all, everything.
+type dirty struct {
+	local   map[string]bool
+	vni     map[uint32]bool
+	subnets map[uint32]bool
+	all     bool
+}
+
+func newDirty() dirty {
+	return dirty{local: map[string]bool{}, vni: map[uint32]bool{}, subnets: map[uint32]bool{}}
+}
+
+// add adds o's keys to d.
+func (d *dirty) add(o dirty) {
+	maps.Copy(d.local, o.local)
+	maps.Copy(d.vni, o.vni)
+	maps.Copy(d.subnets, o.subnets)
+	d.all = d.all || o.all
+}
+
+// empty reports whether d names nothing.
+func (d dirty) empty() bool {
+	return len(d.local) == 0 && len(d.vni) == 0 && len(d.subnets) == 0 && !d.all
+}
+
 // mark records a change under the lock and wakes the loop.
-func (f *Agent) mark(change func()) {
+func (f *Agent) mark(change func(d *dirty)) {
 	f.mu.Lock()
-	change()
+	change(&f.pending)
 	f.mu.Unlock()
 	select {
 	case f.kick <- struct{}{}:
@@ -26,12 +53,15 @@ func (f *Agent) mark(change func()) {
 	}
 }
 
+// markAll asks for a full pass.
+func (f *Agent) markAll() { f.mark(func(d *dirty) { d.all = true }) }
+
 func (f *Agent) localChanged(obj any) {
 	key, err := cache.MetaNamespaceKeyFunc(obj)
 	if err != nil {
 		return
 	}
-	f.mark(func() { f.dirtyLocal[key] = true })
+	f.mark(func(d *dirty) { d.local[key] = true })
 }
 
 // syncPass applies what changed since the last pass and reports whether
@@ -47,84 +77,127 @@ func (f *Agent) syncPass(ctx context.Context) (failed bool) {
 		}
 	}
 	f.mu.Lock()
-	dirtyLocal, dirtyVNI, dirtySubnets, all := f.dirtyLocal, f.dirtyVNI, f.dirtySubnets, f.all
-	f.dirtyLocal, f.dirtyVNI, f.dirtySubnets, f.all = map[string]bool{}, map[uint32]bool{}, map[uint32]bool{}, false
+	d := f.pending
+	f.pending = newDirty()
 	f.mu.Unlock()
+	retry := f.pass(ctx, d)
+	f.retry.add(retry)
+	return !retry.empty()
+}
 
-	// This node's attachments, and their VNIs.
-	locals := map[string]any{}
-	relevant := map[uint32]bool{}
-	taken := map[uint32][]netip.Addr{}
+// pass brings everything d names in line, and returns what failed.
+func (f *Agent) pass(ctx context.Context, d dirty) (retry dirty) {
+	retry = newDirty()
+	view := f.scanLocals()
+	f.followVNIs(view, d, retry)
+	defer func() { f.passSynced = nil }()
+	f.widen(view, d)
+	// The VNIs' remote mappings first, so that an address a local
+	// attachment takes over is given up by the VNI's owner before the
+	// attachment's own flows want it.
+	for _, vni := range slices.Sorted(maps.Keys(d.vni)) {
+		if f.syncVNI(vni, view.taken[vni]) {
+			retry.vni[vni] = true
+		}
+	}
+	f.syncLocals(ctx, d.local, view.objs, retry)
+	if d.all && retry.empty() && f.allSynced() {
+		f.collect(ctx)
+	}
+	f.gauges()
+	return retry
+}
+
+// localView is this node's attachments, as the local informer holds them
+// at the start of a pass, and their VNIs.
+type localView struct {
+	objs     map[string]any // namespace/name -> the informer's object
+	relevant map[uint32]bool
+	taken    map[uint32][]netip.Addr // VNI -> its local addresses, sorted
+}
+
+// scanLocals reads this node's attachments from the local informer.
+func (f *Agent) scanLocals() localView {
+	v := localView{objs: map[string]any{}, relevant: map[uint32]bool{}, taken: map[uint32][]netip.Addr{}}
 	for _, obj := range f.inf.locals() {
 		key, err := cache.MetaNamespaceKeyFunc(obj)
 		if err != nil {
 			continue
 		}
-		locals[key] = obj
+		v.objs[key] = obj
 		a, err := asAttachment(obj)
 		if err != nil || a.Spec.Node != f.h.Node().Name || !vnet.ValidVNI(a.Spec.VNI) {
 			continue
 		}
-		relevant[a.Spec.VNI] = true
+		v.relevant[a.Spec.VNI] = true
 		if ip, err := netip.ParseAddr(a.Status.IP); err == nil {
-			taken[a.Spec.VNI] = append(taken[a.Spec.VNI], ip)
+			v.taken[a.Spec.VNI] = append(v.taken[a.Spec.VNI], ip)
 		}
 	}
-	stopped, err := f.inf.setVNIs(relevant)
+	for vni := range v.relevant {
+		slices.SortFunc(v.taken[vni], netip.Addr.Compare)
+	}
+	return v
+}
+
+// followVNIs starts the informers of the relevant VNIs and stops the
+// others (whose remote mappings go: d names them), and takes the pass's
+// view of which VNIs have listed everything. A VNI whose informers cannot
+// start is retried.
+func (f *Agent) followVNIs(view localView, d, retry dirty) {
+	stopped, err := f.inf.setVNIs(view.relevant)
 	if err != nil {
 		f.log.WithError(err).Error("cannot start the informers of a VNI")
-		failed = true
-		for vni := range relevant {
-			f.retryVNI[vni] = true
+		for vni := range view.relevant {
+			retry.vni[vni] = true
 		}
 	}
 	f.passSynced = map[uint32]bool{}
 	for _, vni := range f.inf.vniList() {
 		f.passSynced[vni] = f.inf.vni(vni).synced()
 	}
-	defer func() { f.passSynced = nil }()
 	for _, vni := range stopped {
-		dirtyVNI[vni] = true
+		d.vni[vni] = true
 		f.log.WithField("vni", vni).Info("no attachment of this node on the VNI any more: its informers stopped")
 	}
-	for key, obj := range locals {
-		if a, err := asAttachment(obj); err == nil && dirtySubnets[a.Spec.VNI] {
-			dirtyLocal[key] = true
+}
+
+// widen adds to d what its changes reach: the local attachments of the
+// VNIs whose Subnets changed; with all, every attachment, made or listed,
+// and every VNI; and the VNIs whose local addresses changed.
+func (f *Agent) widen(view localView, d dirty) {
+	for key, obj := range view.objs {
+		if a, err := asAttachment(obj); err == nil && d.subnets[a.Spec.VNI] {
+			d.local[key] = true
 		}
 	}
-	if all {
-		for key := range locals {
-			dirtyLocal[key] = true
+	if d.all {
+		for key := range view.objs {
+			d.local[key] = true
 		}
 		for key := range f.locals {
-			dirtyLocal[key] = true
+			d.local[key] = true
 		}
 		for _, vni := range f.inf.vniList() {
-			dirtyVNI[vni] = true
+			d.vni[vni] = true
 		}
 	}
-	for vni := range relevant {
-		slices.SortFunc(taken[vni], netip.Addr.Compare)
-		if b, ok := f.built[vni]; !ok || !slices.Equal(b.taken, taken[vni]) {
-			dirtyVNI[vni] = true
+	for vni := range view.relevant {
+		if b, ok := f.built[vni]; !ok || !slices.Equal(b.taken, view.taken[vni]) {
+			d.vni[vni] = true
 		}
 	}
+}
 
-	// The VNIs' remote mappings first, so that an address a local
-	// attachment takes over is given up by the VNI's owner before the
-	// attachment's own flows want it.
-	for _, vni := range slices.Sorted(maps.Keys(dirtyVNI)) {
-		if f.syncVNI(vni, taken[vni]) {
-			failed = true
-			f.retryVNI[vni] = true
-		}
-	}
-	keys := slices.Sorted(maps.Keys(dirtyLocal))
-	f.premade = f.premake(ctx, keys, locals)
-	for _, key := range keys {
-		if f.syncLocal(ctx, key, locals[key]) {
-			failed = true
-			f.retryLocal[key] = true
+// syncLocals syncs the attachments named by keys, in name order, making
+// the interfaces of a burst at once ahead (premake), then writes the
+// statuses the pass queued. What fails goes into retry.
+func (f *Agent) syncLocals(ctx context.Context, keys map[string]bool, objs map[string]any, retry dirty) {
+	sorted := slices.Sorted(maps.Keys(keys))
+	f.premade = f.premake(ctx, sorted, objs)
+	for _, key := range sorted {
+		if f.syncLocal(ctx, key, objs[key]) {
+			retry.local[key] = true
 		}
 	}
 	f.premade = nil
@@ -139,14 +212,8 @@ func (f *Agent) syncPass(ctx context.Context) (failed bool) {
 		cancel()
 	}
 	for _, key := range f.flushStatuses(ctx) {
-		failed = true
-		f.retryLocal[key] = true
+		retry.local[key] = true
 	}
-	if all && !failed && f.allSynced() {
-		f.collect(ctx)
-	}
-	f.gauges()
-	return failed
 }
 
 // allSynced reports whether every informer has listed everything, so that
