@@ -99,21 +99,14 @@ const placeholderPort uint32 = 0xfffffe00
 // flows and writes its status. An address another local attachment of
 // the VNI already has is refused before anything is made, and retried.
 func (f *Agent) make(ctx context.Context, key string, a *vnet.NetworkAttachment, want desired, self netip.Addr) (failed bool) {
-	owner := vnetflows.LocalOwner(a.Namespace, a.Name)
-	model := vnetflows.Local{Namespace: a.Namespace, Name: a.Name, VNI: want.vni, Port: placeholderPort, MAC: want.mac, IP: want.ip}
-	probe, err := vnetflows.LocalFlows(model)
+	with, err := f.contenders(want)
 	if err != nil {
 		// judge checked the model: a broken invariant.
 		return f.fail(ctx, key, a, []problem{{ReasonAddressInvalid, "status", err.Error()}})
 	}
-	if contested := f.owners.Contested(owner, reconcile.State{Flows: probe}); len(contested) > 0 {
-		var with []string
-		for _, c := range contested {
-			with = append(with, c.Owner)
-		}
-		slices.Sort(with)
+	if len(with) > 0 {
 		f.fail(ctx, key, a, []problem{{ReasonAddressConflict, "status.ip",
-			fmt.Sprintf("%s on VNI %d is also wanted by %s", want.ip, want.vni, strings.Join(slices.Compact(with), ", "))}})
+			fmt.Sprintf("%s on VNI %d is also wanted by %s", want.ip, want.vni, strings.Join(with, ", "))}})
 		return true // until the other one goes
 	}
 	if m := f.locals[key]; m != nil && (m.want.link.Name != want.link.Name || m.want.link.Netns != want.link.Netns) {
@@ -133,10 +126,9 @@ func (f *Agent) make(ctx context.Context, key string, a *vnet.NetworkAttachment,
 		f.fail(ctx, key, a, []problem{{ReasonInterfaceFailed, "status.ifcName", fmt.Sprintf("cannot make interface %s: %v", want.link.Name, err)}})
 		return true
 	}
-	model.Port = port
-	fs, err := vnetflows.LocalFlows(model)
+	fs, err := vnetflows.LocalFlows(localModel(want, port))
 	if err == nil {
-		err = f.setFlows(owner, fs)
+		err = f.setFlows(vnetflows.LocalOwner(want.namespace, want.name), fs)
 	}
 	if err != nil {
 		return true
@@ -151,6 +143,27 @@ func (f *Agent) make(ctx context.Context, key string, a *vnet.NetworkAttachment,
 	delete(f.reported, key)
 	f.queueStatus(key, a, hostStatus{hostIP: self.String(), ifcName: want.link.Name, errors: []string{}})
 	return false
+}
+
+// localModel is the model of want's flows with its port.
+func localModel(want desired, port uint32) vnetflows.Local {
+	return vnetflows.Local{Namespace: want.namespace, Name: want.name, VNI: want.vni, Port: port, MAC: want.mac, IP: want.ip}
+}
+
+// contenders returns, sorted, the other owners that want flows of want's
+// address on its VNI (probed with placeholderPort, before anything is
+// made).
+func (f *Agent) contenders(want desired) ([]string, error) {
+	probe, err := vnetflows.LocalFlows(localModel(want, placeholderPort))
+	if err != nil {
+		return nil, err
+	}
+	var with []string
+	for _, c := range f.owners.Contested(vnetflows.LocalOwner(want.namespace, want.name), reconcile.State{Flows: probe}) {
+		with = append(with, c.Owner)
+	}
+	slices.Sort(with)
+	return slices.Compact(with), nil
 }
 
 // fail removes what was made for an attachment, reports its problems and

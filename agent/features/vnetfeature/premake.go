@@ -4,10 +4,8 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"sync"
 
-	"nodeflow/datapath/reconcile"
-	"nodeflow/datapath/vnetflows"
+	"k8s.io/client-go/util/workqueue"
 )
 
 // premadeLink is an attachment's interface and port made ahead of the
@@ -35,6 +33,25 @@ const premakeWorkers = 8
 // serial pass then uses what was made (make), and does everything else as
 // before. Only plumbing runs here: no flows, no status, no shared state.
 func (f *Agent) premake(ctx context.Context, keys []string, locals map[string]any) map[string]premadeLink {
+	todo := f.toPremake(keys, locals)
+	if len(todo) < 2 {
+		return nil
+	}
+	out := make([]premadeLink, len(todo))
+	workqueue.ParallelizeUntil(context.Background(), premakeWorkers, len(todo), func(i int) {
+		port, adopted, err := f.host.attach(ctx, todo[i])
+		out[i] = premadeLink{want: todo[i], port: port, adopted: adopted, err: err}
+	})
+	made := make(map[string]premadeLink, len(out))
+	for _, pm := range out {
+		made[pm.want.key()] = pm
+	}
+	return made
+}
+
+// toPremake returns what the attachments among keys that are ready and
+// not made yet want, leaving out those make would refuse.
+func (f *Agent) toPremake(keys []string, locals map[string]any) []desired {
 	node := f.h.Node()
 	var todo []desired
 	seen := map[string]bool{}
@@ -58,32 +75,10 @@ func (f *Agent) premake(ctx context.Context, keys []string, locals map[string]an
 			continue
 		}
 		seen[at] = true
-		probe, err := vnetflows.LocalFlows(vnetflows.Local{Namespace: a.Namespace, Name: a.Name, VNI: j.want.vni, Port: placeholderPort, MAC: j.want.mac, IP: j.want.ip})
-		if err != nil || len(f.owners.Contested(vnetflows.LocalOwner(a.Namespace, a.Name), reconcile.State{Flows: probe})) > 0 {
+		if with, err := f.contenders(j.want); err != nil || len(with) > 0 {
 			continue
 		}
 		todo = append(todo, j.want)
 	}
-	if len(todo) < 2 {
-		return nil
-	}
-	out := make([]premadeLink, len(todo))
-	sem := make(chan struct{}, premakeWorkers)
-	var wg sync.WaitGroup
-	for i, want := range todo {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			port, adopted, err := f.host.attach(ctx, want)
-			out[i] = premadeLink{want: want, port: port, adopted: adopted, err: err}
-		}()
-	}
-	wg.Wait()
-	made := make(map[string]premadeLink, len(out))
-	for _, pm := range out {
-		made[pm.want.key()] = pm
-	}
-	return made
+	return todo
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -12,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/util/workqueue"
 
 	"nodeflow/model/vnet"
 )
@@ -103,18 +103,9 @@ func (f *Agent) flushStatuses(ctx context.Context) []string {
 	queued := f.statuses
 	f.statuses = nil
 	ok := make([]bool, len(queued))
-	sem := make(chan struct{}, statusWorkers)
-	var wg sync.WaitGroup
-	for i, p := range queued {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			ok[i] = f.writeStatus(ctx, p.a, p.s)
-		}()
-	}
-	wg.Wait()
+	workqueue.ParallelizeUntil(context.Background(), statusWorkers, len(queued), func(i int) {
+		ok[i] = f.writeStatus(ctx, queued[i].a, queued[i].s)
+	})
 	var failed []string
 	for i, p := range queued {
 		if !ok[i] {
