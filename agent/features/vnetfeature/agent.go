@@ -3,7 +3,7 @@ package vnetfeature
 import (
 	"context"
 	"fmt"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -15,6 +15,7 @@ import (
 	"nodeflow/datapath/plan"
 	"nodeflow/host/netstack"
 	"nodeflow/lib/ovsdb"
+	"nodeflow/lib/syncloop"
 	"nodeflow/model/vnet"
 )
 
@@ -83,19 +84,18 @@ type Agent struct {
 	inf    *informerSet
 	host   hostSide
 
-	mu       sync.Mutex
-	pending  dirty // what changed since the last pass, under mu
-	kick     chan struct{}
-	apiReady chan struct{}
+	loop *syncloop.Keyed[key]
+	// apiServed is set by waitForAPI when the CRDs are served: the loop
+	// then starts the informer on this node's attachments.
+	apiServed atomic.Bool
 
-	// Owned by the loop (and Sync before it).
+	// Owned by the loop's passes (Sync's, then Run's).
 	locals   map[string]*made    // key -> what is made for it
 	built    map[uint32]vniBuilt // VNI -> what its owner was built from
 	reported map[string]string   // key -> the problems last reported
 	states   map[string]string   // key -> its state, for the gauge
-	// retry is what failed in the last passes: it is tried again after
-	// RetryInterval.
-	retry     dirty
+	// held is what was asked of passes that could not run yet.
+	held      dirty
 	warnedAPI bool
 	// passSynced is, during a pass, whether each VNI's informers had
 	// listed everything when the pass began: every attachment of the pass
@@ -112,11 +112,12 @@ type Agent struct {
 // New returns the connection agent.
 func New(opts Options) *Agent {
 	opts.setDefaults()
-	return &Agent{
-		opts: opts, pending: newDirty(), retry: newDirty(),
-		kick: make(chan struct{}, 1), apiReady: make(chan struct{}, 1),
+	f := &Agent{
+		opts: opts, held: newDirty(),
 		locals: map[string]*made{}, built: map[uint32]vniBuilt{}, reported: map[string]string{}, states: map[string]string{},
 	}
+	f.loop = f.newLoop()
+	return f
 }
 
 // Name implements feature.Feature.
@@ -144,13 +145,11 @@ func (f *Agent) Init(h feature.Host) error {
 	f.dyn = dyn
 	f.inf = newInformerSet(dyn, h.Node().Name, f.opts.Resync, handlers{
 		local:      f.localChanged,
-		attachment: func(vni uint32, _ any) { f.mark(func(d *dirty) { d.vni[vni] = true }) },
-		subnet:     func(vni uint32, _ any) { f.mark(func(d *dirty) { d.subnets[vni] = true }) },
-		synced: func(vni uint32) {
-			f.mark(func(d *dirty) { d.vni[vni], d.subnets[vni] = true, true })
-		},
+		attachment: func(vni uint32, _ any) { f.loop.Mark(vniKey(vni)) },
+		subnet:     func(vni uint32, _ any) { f.loop.Mark(subnetsKey(vni)) },
+		synced:     func(vni uint32) { f.loop.Mark(vniKey(vni), subnetsKey(vni)) },
 	})
-	h.OnNodeChange(f.markAll)
+	h.OnNodeChange(f.loop.MarkAll)
 	return nil
 }
 
@@ -202,7 +201,7 @@ func (f *Agent) Sync(ctx context.Context) error {
 		f.log.WithField("timeout", f.opts.SyncTimeout).Warn("the NetworkAttachments of this node are not listed yet (RBAC?); the virtual networks start once they are")
 		return nil
 	}
-	f.syncPass(ctx) // starts the informers of the relevant VNIs
+	f.loop.SyncNow(ctx) // starts the informers of the relevant VNIs
 	var vnis []cache.InformerSynced
 	for _, vni := range f.inf.vniList() {
 		vi := f.inf.vni(vni)
@@ -212,8 +211,8 @@ func (f *Agent) Sync(ctx context.Context) error {
 		f.log.WithField("timeout", f.opts.SyncTimeout).Warn("the attachments and Subnets of this node's VNIs are not listed yet; going on without them")
 		return nil
 	}
-	f.markAll()
-	f.syncPass(ctx)
+	f.loop.MarkAll()
+	f.loop.SyncNow(ctx)
 	return nil
 }
 
@@ -231,40 +230,15 @@ func (f *Agent) notServed(err error) {
 }
 
 // Run implements feature.Feature: the sync loop, the wait for the CRDs
-// when they were not served, and the watch of the ports.
+// when they were not served, and the periodic check. (The watch of the
+// ports runs from the OVSDB client's dial.)
 func (f *Agent) Run(ctx context.Context) {
 	defer f.inf.stopAll()
 	if f.inf.local == nil {
 		go f.waitForAPI(ctx)
 	}
-	check := time.NewTicker(f.opts.CheckInterval)
-	defer check.Stop()
-	retry := time.NewTimer(time.Hour)
-	retry.Stop()
-	defer retry.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-f.apiReady:
-			if err := f.startLocal(ctx); err != nil {
-				f.log.WithError(err).Error("cannot start the NetworkAttachment informer")
-			} else {
-				f.log.Info("virtual network CRDs are served; connection agent started")
-			}
-		case <-check.C:
-			f.markAll()
-		case <-f.kick:
-		case <-retry.C:
-			f.mu.Lock()
-			f.pending.add(f.retry)
-			f.mu.Unlock()
-			f.retry = newDirty()
-		}
-		if f.syncPass(ctx) {
-			retry.Reset(f.opts.RetryInterval)
-		}
-	}
+	go f.checkEvery(ctx)
+	f.loop.Loop(ctx)
 }
 
 // startLocal starts the informer on this node's attachments, and wakes
@@ -277,7 +251,7 @@ func (f *Agent) startLocal(ctx context.Context) error {
 	local := f.inf.local
 	go func() {
 		if cache.WaitForCacheSync(ctx.Done(), local.inf.HasSynced) {
-			f.markAll()
+			f.loop.MarkAll()
 		}
 	}()
 	return nil
@@ -294,7 +268,8 @@ func (f *Agent) waitForAPI(ctx context.Context) {
 		}
 		ok, err := f.served()
 		if err == nil && ok {
-			f.apiReady <- struct{}{}
+			f.apiServed.Store(true)
+			f.loop.Mark()
 			return
 		}
 		if err != nil {

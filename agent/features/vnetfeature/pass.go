@@ -42,49 +42,6 @@ func (d dirty) empty() bool {
 	return len(d.local) == 0 && len(d.vni) == 0 && len(d.subnets) == 0 && !d.all
 }
 
-// mark records a change under the lock and wakes the loop.
-func (f *Agent) mark(change func(d *dirty)) {
-	f.mu.Lock()
-	change(&f.pending)
-	f.mu.Unlock()
-	select {
-	case f.kick <- struct{}{}:
-	default:
-	}
-}
-
-// markAll asks for a full pass.
-func (f *Agent) markAll() { f.mark(func(d *dirty) { d.all = true }) }
-
-func (f *Agent) localChanged(obj any) {
-	key, err := cache.MetaNamespaceKeyFunc(obj)
-	if err != nil {
-		return
-	}
-	f.mark(func(d *dirty) { d.local[key] = true })
-}
-
-// syncPass applies what changed since the last pass and reports whether
-// something failed (it is retried after RetryInterval).
-func (f *Agent) syncPass(ctx context.Context) (failed bool) {
-	if f.inf.local == nil || !f.inf.localSynced() {
-		return false
-	}
-	if f.host == nil {
-		if err := f.dialOVSDB(ctx); err != nil {
-			f.log.WithError(err).Warn("cannot connect to OVSDB; retrying")
-			return true
-		}
-	}
-	f.mu.Lock()
-	d := f.pending
-	f.pending = newDirty()
-	f.mu.Unlock()
-	retry := f.pass(ctx, d)
-	f.retry.add(retry)
-	return !retry.empty()
-}
-
 // pass brings everything d names in line, and returns what failed.
 func (f *Agent) pass(ctx context.Context, d dirty) (retry dirty) {
 	retry = newDirty()

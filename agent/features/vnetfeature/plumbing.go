@@ -211,8 +211,7 @@ func (f *Agent) watchPorts(ctx context.Context, ic *ovsdb.InterfaceCache) {
 			}
 			for _, i := range []*ovsdb.Interface{ev.Old, ev.New} {
 				if i != nil && i.ExternalIDs[cni.ExternalIDOwner] == OwnerVNet && (ev.Kind == ovsdb.InterfaceDeleted || ev.OfportChanged()) {
-					key := i.ExternalIDs[ExternalIDAttachment]
-					f.mark(func(d *dirty) { d.local[key] = true })
+					f.loop.Mark(attachmentKey(i.ExternalIDs[ExternalIDAttachment]))
 					break
 				}
 			}
