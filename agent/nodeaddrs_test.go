@@ -10,11 +10,11 @@ import (
 	logtest "github.com/sirupsen/logrus/hooks/test"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"nodeflow/datapath/conntrack"
 	"nodeflow/host/netstack"
 	"nodeflow/host/repair"
-	"nodeflow/internal/testutil/clocktest"
 	"nodeflow/testbed/nsutil"
 )
 
@@ -71,7 +71,7 @@ func TestNodeL3Keeper(t *testing.T) {
 			t.Fatal(err)
 		}
 		log, _ := logtest.NewNullLogger()
-		clock := clocktest.New(time.Now())
+		clock := clocktesting.NewFakeClock(time.Now())
 		repairs := repair.New(repair.Options{Log: log, Clock: clock})
 		a, _ := testAgent(t)
 		a.cfg.CNIDataDir = t.TempDir()

@@ -25,12 +25,12 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/rest"
 	k8stesting "k8s.io/client-go/testing"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"nodeflow/agent/feature"
 	"nodeflow/datapath/plan"
 	"nodeflow/host/netstack"
 	"nodeflow/host/repair"
-	"nodeflow/internal/testutil/clocktest"
 )
 
 func testAgent(t *testing.T) (*Agent, *logtest.Hook) {
@@ -212,7 +212,7 @@ func TestLoadKubeconfig(t *testing.T) {
 // /healthz does not.
 func TestReadyz(t *testing.T) {
 	a, _ := testAgent(t)
-	clock := clocktest.New(time.Now())
+	clock := clocktesting.NewFakeClock(time.Now())
 	a.repairs = repair.New(repair.Options{Log: a.log, Clock: clock})
 	get := func(h http.HandlerFunc) (int, string) {
 		rec := httptest.NewRecorder()

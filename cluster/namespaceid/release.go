@@ -16,7 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 
-	"nodeflow/model/service"
+	"nodeflow/lib/syncloop"
 )
 
 // listPage is the page size of the releaser's consistent list of locks.
@@ -28,7 +28,7 @@ const listPage = 500
 type releaser struct {
 	s      *Service
 	log    logrus.FieldLogger
-	runner *service.Runner
+	runner *syncloop.Runner
 
 	mu        sync.Mutex
 	published string // the watermark on the Node; "" before ensure
@@ -47,7 +47,7 @@ func newReleaser(s *Service) (*releaser, error) {
 		}
 		return err
 	}
-	r.runner = service.NewRunner(check, service.RunnerOptions{MinInterval: tm.MinInterval, RetryInterval: tm.Recheck, Clock: tm.Clock})
+	r.runner = syncloop.NewRunner(check, syncloop.RunnerOptions{MinInterval: tm.MinInterval, RetryInterval: tm.Recheck, Clock: tm.Clock})
 	s.table.afterLockChange(r.runner.Run)
 	// Our Node re-created, or the annotation removed by hand: write it again.
 	_, err := s.nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{

@@ -17,9 +17,9 @@ import (
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/clock"
 
 	"nodeflow/internal/kubeclient"
-	"nodeflow/model/service"
 )
 
 // Client rate limits of the clients New builds from Config.Rest: creating
@@ -94,7 +94,7 @@ type Timing struct {
 	// it created or found taken but does not see in its cache yet (2 min).
 	ClaimTTL time.Duration
 	// Clock defaults to the wall clock.
-	Clock service.Clock
+	Clock clock.Clock
 }
 
 // DefaultTiming is the Timing of a zero Config.Timing.
@@ -216,7 +216,7 @@ func (t Timing) withDefaults() Timing {
 		t.ClaimTTL = d.ClaimTTL
 	}
 	if t.Clock == nil {
-		t.Clock = service.RealClock{}
+		t.Clock = clock.RealClock{}
 	}
 	return t
 }

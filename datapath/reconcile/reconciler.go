@@ -61,8 +61,8 @@ type Options struct {
 	Agent string
 }
 
-// Clock is the reconciler's time source (proxy.RealClock and
-// clocktest.Fake are ones).
+// Clock is the reconciler's time source (k8s.io/utils/clock's RealClock
+// and testing.FakeClock are ones).
 type Clock interface {
 	Now() time.Time
 	// After returns a channel that receives once, d after now.

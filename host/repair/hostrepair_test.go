@@ -11,7 +11,7 @@ import (
 	"github.com/sirupsen/logrus"
 	logtest "github.com/sirupsen/logrus/hooks/test"
 
-	"nodeflow/internal/testutil/clocktest"
+	clocktesting "k8s.io/utils/clock/testing"
 )
 
 // TestEpisodes follows one repair along a timeline: it puts things back,
@@ -21,7 +21,7 @@ import (
 func TestEpisodes(t *testing.T) {
 	log, hook := logtest.NewNullLogger()
 	log.SetLevel(logrus.DebugLevel)
-	clock := clocktest.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	clock := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	tr := New(Options{Log: log, Clock: clock, Grace: 2 * time.Second, What: []string{"node-address", "node-route"}})
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(tr)
@@ -120,7 +120,7 @@ func TestEpisodes(t *testing.T) {
 // TestFailingWithoutRetry: a failure that is not checked again still shows
 // as failing once the grace has passed.
 func TestFailingWithoutRetry(t *testing.T) {
-	clock := clocktest.New(time.Unix(0, 0))
+	clock := clocktesting.NewFakeClock(time.Unix(0, 0))
 	log, _ := logtest.NewNullLogger()
 	tr := New(Options{Log: log, Clock: clock})
 	tr.Observe("masquerade-route", 0, errors.New("no such device"))

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"nodeflow/internal/testutil/clocktest"
+	clocktesting "k8s.io/utils/clock/testing"
 )
 
 // TestReleaserTimeline follows a Releaser along a commented timeline: a
@@ -13,7 +13,7 @@ import (
 // not; a second drop soon after waits for MinInterval; drops in between
 // merge.
 func TestReleaserTimeline(t *testing.T) {
-	clock := clocktest.New(time.Unix(0, 0))
+	clock := clocktesting.NewFakeClock(time.Unix(0, 0))
 	freed := make(chan time.Time, 10)
 	r := NewReleaser(ReleaseOptions{MinDrop: 100, Delay: 2 * time.Second, MinInterval: 30 * time.Second, Clock: clock,
 		Free: func() { freed <- clock.Now() }})
@@ -22,15 +22,25 @@ func TestReleaserTimeline(t *testing.T) {
 	go r.Run(ctx)
 	start := clock.Now()
 	at := func(d time.Duration) time.Time { return start.Add(d) }
-	// waitFor waits until Run waits for t (it runs on its own goroutine).
-	waitFor := func(t0 time.Time) {
+	// waitArmed waits until Run waits on the clock (it runs on its own
+	// goroutine); the time it waits for shows when the release comes.
+	waitArmed := func() {
 		t.Helper()
 		deadline := time.Now().Add(5 * time.Second)
-		for !clock.HasWaiterAt(t0) {
+		for clock.Waiters() != 1 {
 			if time.Now().After(deadline) {
-				t.Fatalf("nobody waits for %s (waiting: %v)", t0.Sub(start), clock.Waiting())
+				t.Fatalf("Run does not wait on the clock (%d waiters)", clock.Waiters())
 			}
 			time.Sleep(time.Millisecond)
+		}
+	}
+	// stepNone steps the clock by d, short of the release: Step fires what
+	// is due before it returns, so the waiter must still be there.
+	stepNone := func(d time.Duration) {
+		t.Helper()
+		clock.Step(d)
+		if clock.Waiters() != 1 {
+			t.Fatalf("the release came before %s", clock.Now().Sub(start))
 		}
 	}
 	expectFree := func(t0 time.Time) {
@@ -60,21 +70,22 @@ func TestReleaserTimeline(t *testing.T) {
 	r.Observe(800)
 	// 0s: down to 700 (a drop of 300 from the peak): a release 2s later.
 	r.Observe(700)
-	waitFor(at(2 * time.Second))
-	clock.Step(2 * time.Second)
+	waitArmed()
+	stepNone(2*time.Second - time.Nanosecond)
+	clock.Step(time.Nanosecond)
 	expectFree(at(2 * time.Second))
 	// 2s: the peak restarted at 700. Growth to 2,000, then a drop to
 	// 1,000 at 3s: the release waits for 30s after the last, 32s.
 	r.Observe(2000)
 	clock.Step(time.Second)
 	r.Observe(1000)
-	waitFor(at(32 * time.Second))
+	waitArmed()
 	// 10s: another large drop merges into the pending release.
-	clock.Step(7 * time.Second)
+	stepNone(7 * time.Second)
 	r.Observe(500)
-	clock.Step(21 * time.Second)
+	stepNone(22*time.Second - time.Nanosecond)
 	noFree()
-	clock.Step(time.Second)
+	clock.Step(time.Nanosecond)
 	expectFree(at(32 * time.Second))
 	// Nothing more is pending.
 	clock.Step(time.Minute)

@@ -6,14 +6,14 @@ import (
 	"testing"
 	"time"
 
-	"nodeflow/internal/testutil/clocktest"
+	clocktesting "k8s.io/utils/clock/testing"
 	"nodeflow/lib/dnsmsg"
 )
 
 // benchCache is a cache with n exact names and n wildcards, not running
 // (no lookups), with four addresses each.
 func benchCache(b *testing.B, n int) *Cache {
-	c, err := New(Options{Servers: []string{"127.0.0.1:53"}, Clock: clocktest.New(epoch)})
+	c, err := New(Options{Servers: []string{"127.0.0.1:53"}, Clock: clocktesting.NewFakeClock(epoch)})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -4,12 +4,13 @@ import (
 	"context"
 	"net/netip"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/sirupsen/logrus"
+	clocktesting "k8s.io/utils/clock/testing"
 
-	"nodeflow/internal/testutil/clocktest"
 	"nodeflow/internal/testutil/dnstest"
 )
 
@@ -31,7 +32,7 @@ func eventually(t *testing.T, what string, cond func() bool) {
 type env struct {
 	t   *testing.T
 	srv *dnstest.Server
-	clk *clocktest.Fake
+	clk *waitClock
 	c   *Cache
 }
 
@@ -44,7 +45,7 @@ func newEnv(t *testing.T, edit func(*Options)) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(srv.Close)
-	clk := clocktest.New(epoch)
+	clk := newWaitClock(epoch)
 	log := logrus.New()
 	log.SetLevel(logrus.ErrorLevel)
 	o := Options{
@@ -132,4 +133,56 @@ func addrs(s ...string) []netip.Addr {
 		out = append(out, netip.MustParseAddr(a))
 	}
 	return out
+}
+
+// waitClock is the library's fake clock, noting the times After is asked
+// to wait for, so a test can wait until the code under test waits for a
+// given time. Like time.After, After with d <= 0 fires at once.
+type waitClock struct {
+	*clocktesting.FakeClock
+	mu sync.Mutex
+	at []time.Time
+}
+
+func newWaitClock(t time.Time) *waitClock {
+	return &waitClock{FakeClock: clocktesting.NewFakeClock(t)}
+}
+
+// After implements the Clock's After.
+func (c *waitClock) After(d time.Duration) <-chan time.Time {
+	if d <= 0 {
+		ch := make(chan time.Time, 1)
+		ch <- c.Now()
+		return ch
+	}
+	c.mu.Lock()
+	c.at = append(c.at, c.Now().Add(d))
+	c.mu.Unlock()
+	return c.FakeClock.After(d)
+}
+
+// HasWaiterAt reports whether someone waits for exactly t, still ahead.
+func (c *waitClock) HasWaiterAt(t time.Time) bool {
+	if !t.After(c.Now()) {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.ContainsFunc(c.at, t.Equal)
+}
+
+// Waiting returns the times still ahead that were waited for, earliest
+// first, once each.
+func (c *waitClock) Waiting() []time.Time {
+	now := c.Now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []time.Time
+	for _, a := range c.at {
+		if a.After(now) {
+			out = append(out, a)
+		}
+	}
+	slices.SortFunc(out, time.Time.Compare)
+	return slices.CompactFunc(out, time.Time.Equal)
 }

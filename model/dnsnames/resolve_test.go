@@ -14,7 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"nodeflow/internal/testutil/clocktest"
+	clocktesting "k8s.io/utils/clock/testing"
 	"nodeflow/internal/testutil/dnstest"
 	"nodeflow/lib/dnsmsg"
 )
@@ -160,7 +160,7 @@ func TestRunEndsPromptly(t *testing.T) {
 	}
 	t.Cleanup(srv.Close)
 	srv.SetMode("slow.example.com", dnstest.Silent)
-	c, err := New(Options{Servers: []string{srv.Addr}, Timeout: time.Minute, Clock: clocktest.New(epoch)})
+	c, err := New(Options{Servers: []string{srv.Addr}, Timeout: time.Minute, Clock: clocktesting.NewFakeClock(epoch)})
 	if err != nil {
 		t.Fatal(err)
 	}

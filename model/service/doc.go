@@ -15,10 +15,6 @@
 // conditions; Categorize applies kube-proxy's fallback rules to pick the
 // endpoints that internal and external traffic use.
 //
-// Runner is the rate-bounded sync loop: requests merge through a one-slot
-// channel, syncs are at least MinInterval apart, a failed sync is retried
-// and the next sync after a failure is full. Its clock is injected.
-//
 // Bad input (an unparseable IP, an unknown EndpointSlice address type, a
 // port out of range, a ClusterIP already held by another Service) is
 // reported as a *InputError naming the object and field, and the rest of

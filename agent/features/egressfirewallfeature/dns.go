@@ -210,12 +210,9 @@ func (l *learner) released(batch []heldReply) {
 // answers and by lookups, and every namespace waiting for a sync: when it
 // returns, every address the cache holds is set in the namespaces' owners.
 func (f *Firewall) syncNow(observed []string) {
-	f.loopMu.Lock()
-	defer f.loopMu.Unlock()
-	f.namesChanged(observed)
-	f.namesChanged(f.names.TakeChanged())
-	if f.syncDirty() {
-		f.poke() // the loop retries what failed
+	f.loop.Mark(f.namespacesUsing(observed)...)
+	if f.loop.SyncNow(context.Background()) {
+		f.loop.Mark() // the loop retries what failed
 	}
 }
 

@@ -21,6 +21,7 @@ import (
 	"nodeflow/agent/feature"
 	"nodeflow/datapath/egressfirewallflows"
 	"nodeflow/datapath/plan"
+	"nodeflow/lib/syncloop"
 	"nodeflow/model/dnsnames"
 	"nodeflow/model/egressfirewall"
 )
@@ -81,6 +82,10 @@ const (
 // set is synced again.
 const retryInterval = time.Second
 
+// dnsKey is the sync loop's key for the DNS learning flows (a namespace's
+// name never holds a slash).
+const dnsKey = "/dns"
+
 // Firewall is the egress firewall feature.
 type Firewall struct {
 	opts Options
@@ -103,16 +108,15 @@ type Firewall struct {
 	// seeds are the references taken on names at start-up (restart.go).
 	seeds []string
 
-	// Work: namespaces to sync, and whether the DNS flows need a rebuild.
-	wake     chan struct{}
+	// loop syncs the namespaces marked, and the DNS flows (dnsKey); its
+	// passes (the loop's and the DNS learner's) run one at a time, each
+	// taking the cache's changed names too.
+	loop *syncloop.Keyed[string]
+	// dnsDirty: a namespace synced in this pass gained or lost its
+	// dnsName rules, so the DNS flows follow.
 	dmu      sync.Mutex
-	dirty    map[string]struct{}
 	dnsDirty bool
 
-	// loopMu makes one sync pass (taking the cache's changed names,
-	// marking and syncing namespaces) atomic between the sync loop and
-	// the DNS learner.
-	loopMu sync.Mutex
 	// Sync state, under mu.
 	mu        sync.Mutex
 	ns        map[string]*nsState
@@ -154,12 +158,14 @@ func New(opts Options) *Firewall {
 	if opts.StatusTimeout <= 0 {
 		opts.StatusTimeout = DefaultStatusTimeout
 	}
-	return &Firewall{
-		opts: opts, wake: make(chan struct{}, 1), dirty: map[string]struct{}{},
-		ns: map[string]*nsState{}, byName: map[string]map[string]struct{}{},
+	f := &Firewall{
+		opts: opts,
+		ns:   map[string]*nsState{}, byName: map[string]map[string]struct{}{},
 		withNodes: map[string]struct{}{}, withDNS: map[string]struct{}{},
 		conj: plan.NewIDAllocator(plan.EgressFirewallConjBlocks),
 	}
+	f.loop = syncloop.NewKeyed(f.pass, syncloop.KeyedOptions{RetryInterval: retryInterval})
+	return f
 }
 
 // Name implements feature.Feature.
@@ -316,7 +322,7 @@ func (f *Firewall) Sync(ctx context.Context) error {
 	}
 	f.seedFromInstalled(ctx)
 	f.markAll()
-	f.syncDirty()
+	f.loop.SyncNow(ctx)
 	f.releaseSeeds()
 	return nil
 }
@@ -346,87 +352,64 @@ func (f *Firewall) Run(ctx context.Context) {
 	if f.opts.MgmtSocket != nil {
 		go f.runCounters(ctx)
 	}
-	retry := time.NewTimer(time.Hour)
-	retry.Stop()
-	defer retry.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-f.wake:
-		case <-retry.C:
-		case <-f.names.Changes():
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-f.names.Changes():
+				f.loop.Mark() // the pass takes the changed names
+			}
 		}
-		f.loopMu.Lock()
-		f.namesChanged(f.names.TakeChanged())
-		failed := f.syncDirty()
-		f.loopMu.Unlock()
-		if failed {
-			retry.Reset(retryInterval)
-		}
-	}
-}
-
-// poke wakes the sync loop.
-func (f *Firewall) poke() {
-	select {
-	case f.wake <- struct{}{}:
-	default:
-	}
+	}()
+	f.loop.Loop(ctx)
 }
 
 // markDirty asks for namespace ns to be synced.
-func (f *Firewall) markDirty(ns string) {
-	f.dmu.Lock()
-	f.dirty[ns] = struct{}{}
-	f.dmu.Unlock()
-	f.poke()
-}
+func (f *Firewall) markDirty(ns string) { f.loop.Mark(ns) }
 
 // markAll asks for every namespace with an object or flows to be synced,
 // and for the DNS flows to be rebuilt.
-func (f *Firewall) markAll() {
-	set := map[string]struct{}{}
-	for _, inf := range []cache.SharedIndexInformer{f.efInf, f.enpInf} {
-		for _, k := range inf.GetIndexer().ListKeys() {
-			ns, _, _ := cache.SplitMetaNamespaceKey(k)
-			set[ns] = struct{}{}
+func (f *Firewall) markAll() { f.loop.MarkAll() }
+
+// pass is the sync loop's function: it syncs the namespaces marked (every
+// namespace with an object or flows on a full pass) and those using names
+// whose addresses changed, then the DNS flows if asked. It returns what
+// failed, to be retried.
+func (f *Firewall) pass(_ context.Context, keys []string, full bool) (failed []string) {
+	dirty := map[string]struct{}{}
+	dnsDirty := full
+	for _, k := range keys {
+		if k == dnsKey {
+			dnsDirty = true
+		} else {
+			dirty[k] = struct{}{}
 		}
 	}
-	f.mu.Lock()
-	for ns := range f.ns {
-		set[ns] = struct{}{}
+	if full {
+		for _, inf := range []cache.SharedIndexInformer{f.efInf, f.enpInf} {
+			for _, k := range inf.GetIndexer().ListKeys() {
+				ns, _, _ := cache.SplitMetaNamespaceKey(k)
+				dirty[ns] = struct{}{}
+			}
+		}
+		f.mu.Lock()
+		for ns := range f.ns {
+			dirty[ns] = struct{}{}
+		}
+		f.mu.Unlock()
 	}
-	f.mu.Unlock()
-	f.dmu.Lock()
-	for ns := range set {
-		f.dirty[ns] = struct{}{}
+	for _, ns := range f.namespacesUsing(f.names.TakeChanged()) {
+		dirty[ns] = struct{}{}
 	}
-	f.dnsDirty = true
-	f.dmu.Unlock()
-	f.poke()
-}
-
-// syncDirty syncs the namespaces asked for, then the DNS flows if asked.
-// It reports whether some namespace failed and must be retried.
-func (f *Firewall) syncDirty() (retry bool) {
-	f.dmu.Lock()
-	dirty := f.dirty
-	f.dirty = map[string]struct{}{}
-	dnsDirty := f.dnsDirty
-	f.dnsDirty = false
-	f.dmu.Unlock()
 	if len(dirty) == 0 && !dnsDirty {
-		return false
+		return nil
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for _, ns := range sortedKeys(dirty) {
 		if !f.syncNamespaceLocked(ns) {
-			retry = true
-			f.dmu.Lock()
-			f.dirty[ns] = struct{}{}
-			f.dmu.Unlock()
+			failed = append(failed, ns)
 		}
 	}
 	// A namespace that gained or lost its dnsName rules asks for the DNS
@@ -438,14 +421,11 @@ func (f *Firewall) syncDirty() (retry bool) {
 	if dnsDirty {
 		if err := f.syncDNSFlowsLocked(); err != nil {
 			f.log.WithError(err).Error("cannot set the DNS learning flows")
-			retry = true
-			f.dmu.Lock()
-			f.dnsDirty = true
-			f.dmu.Unlock()
+			failed = append(failed, dnsKey)
 		}
 	}
 	f.updateGaugesLocked()
-	return retry
+	return failed
 }
 
 // objectChanged queues the namespace of an EgressFirewall or
@@ -500,38 +480,28 @@ func (f *Firewall) podChanged(old, cur any) {
 	if !ok {
 		return
 	}
-	f.dmu.Lock()
-	f.dnsDirty = true
-	f.dmu.Unlock()
-	f.poke()
+	f.loop.Mark(dnsKey)
 }
 
 // dnsSourcesChanged asks for the DNS flows to be rebuilt when the
 // trusted sources change.
-func (f *Firewall) dnsSourcesChanged() {
-	f.dmu.Lock()
-	f.dnsDirty = true
-	f.dmu.Unlock()
-	f.poke()
-}
+func (f *Firewall) dnsSourcesChanged() { f.loop.Mark(dnsKey) }
 
-// namesChanged queues the namespaces that use names whose addresses
-// changed.
-func (f *Firewall) namesChanged(names []string) {
+// namespacesUsing returns the namespaces that use names (whose addresses
+// changed).
+func (f *Firewall) namespacesUsing(names []string) []string {
 	if len(names) == 0 {
-		return
+		return nil
 	}
 	f.mu.Lock()
+	defer f.mu.Unlock()
 	var nss []string
 	for _, n := range names {
 		for ns := range f.byName[n] {
 			nss = append(nss, ns)
 		}
 	}
-	f.mu.Unlock()
-	for _, ns := range nss {
-		f.markDirty(ns)
-	}
+	return nss
 }
 
 // objects returns the namespace's EgressFirewalls and

@@ -57,16 +57,15 @@ func TestFeatureServesAndWarns(t *testing.T) {
 	if err := h.Client.CoreV1().Pods("ns").Delete(ctx, "web", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.After(10 * time.Second)
+	deadline := time.Now().Add(10 * time.Second)
 	for {
-		f.syncDirty()
+		f.loop.SyncNow(ctx) // what the informer saw
 		if st, ok := h.Stores[plan.Pod].Get(owner); !ok || len(st.Flows) == 0 {
 			break
 		}
-		select {
-		case <-f.kick: // the informer saw a change
-		case <-deadline:
+		if time.Now().After(deadline) {
 			t.Fatal("the deleted pod's hostPort flows are still wanted")
 		}
+		time.Sleep(10 * time.Millisecond) // polling interval
 	}
 }

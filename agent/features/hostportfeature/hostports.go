@@ -39,6 +39,7 @@ import (
 	"nodeflow/datapath/plan"
 	"nodeflow/datapath/reconcile"
 	"nodeflow/host/nat"
+	"nodeflow/lib/syncloop"
 )
 
 // NFTable is the name of the feature's nftables tables.
@@ -46,6 +47,10 @@ const NFTable = nat.HostPortsTable
 
 // retryInterval is the wait before retrying a failed nftables apply.
 const retryInterval = 5 * time.Second
+
+// hostKey is the sync loop's key for the host's nftables rules (a pod's
+// key is never empty).
+const hostKey = ""
 
 // HostPorts implements feature.Feature.
 type HostPorts struct {
@@ -55,15 +60,16 @@ type HostPorts struct {
 	pods    cache.SharedIndexInformer
 	applier *nat.Applier
 
-	mu    sync.Mutex
-	dirty map[string]bool // pod keys to rebuild
-	all   bool            // rebuild every pod (node facts changed)
+	// loop syncs the pods marked (namespace/name keys; all of them on a
+	// full pass), then the host's rules (hostKey, retried when they fail).
+	loop *syncloop.Keyed[string]
+
+	mu sync.Mutex
 	// mappings holds each served pod's mappings, for the host's rules.
 	mappings map[string][]hostportflows.Mapping
 	// warned holds the last warning given for each pod, so that each is
 	// given once.
 	warned map[string]string
-	kick   chan struct{}
 }
 
 // New returns the feature.
@@ -80,11 +86,9 @@ const KubeletPort = 10250
 
 // New returns the hostPort feature.
 func New(opts Options) *HostPorts {
-	return &HostPorts{
-		opts:  opts,
-		dirty: map[string]bool{}, mappings: map[string][]hostportflows.Mapping{}, warned: map[string]string{},
-		kick: make(chan struct{}, 1),
-	}
+	f := &HostPorts{opts: opts, mappings: map[string][]hostportflows.Mapping{}, warned: map[string]string{}}
+	f.loop = syncloop.NewKeyed(f.pass, syncloop.KeyedOptions{RetryInterval: retryInterval})
+	return f
 }
 
 // Name implements feature.Feature.
@@ -110,22 +114,15 @@ func (f *HostPorts) Init(h feature.Host) error {
 	}); err != nil {
 		return fmt.Errorf("hostports: pods: %w", err)
 	}
-	h.OnNodeChange(func() {
-		f.mu.Lock()
-		f.all = true
-		f.mu.Unlock()
-		f.poke()
-	})
+	h.OnNodeChange(f.loop.MarkAll)
 	return nil
 }
 
 // Sync implements feature.Feature: every local pod's hostPorts, before the
 // reconcilers start.
 func (f *HostPorts) Sync(ctx context.Context) error {
-	f.mu.Lock()
-	f.all = true
-	f.mu.Unlock()
-	f.syncDirty()
+	f.loop.MarkAll()
+	f.loop.SyncNow(ctx)
 	return nil
 }
 
@@ -133,33 +130,22 @@ func (f *HostPorts) Sync(ctx context.Context) error {
 // programs the host's rules, retrying a failed apply after retryInterval.
 func (f *HostPorts) Run(ctx context.Context) {
 	f.applier = nat.NewApplier(nat.Options{Table: NFTable})
-	var retry <-chan time.Time // set while the last apply failed
-	apply := func() {
-		retry = nil
-		if err := f.applyHost(); err != nil {
-			f.log.WithError(err).Error("cannot program the host's DNAT to its hostPorts; retrying")
-			retry = time.After(retryInterval)
-		}
-	}
-	apply()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-f.kick:
-			f.syncDirty()
-			apply()
-		case <-retry:
-			apply()
-		}
-	}
+	f.loop.Loop(ctx)
 }
 
-func (f *HostPorts) poke() {
-	select {
-	case f.kick <- struct{}{}:
-	default:
+// pass is the sync loop's function: the pods marked (or all of them),
+// then the host's rules once the loop runs. A failed apply returns
+// hostKey, for a retry after retryInterval.
+func (f *HostPorts) pass(_ context.Context, keys []string, full bool) (failed []string) {
+	f.syncPods(keys, full)
+	if f.applier == nil {
+		return nil // Sync, before Run
 	}
+	if err := f.applyHost(); err != nil {
+		f.log.WithError(err).Error("cannot program the host's DNAT to its hostPorts; retrying")
+		return []string{hostKey}
+	}
+	return nil
 }
 
 func (f *HostPorts) podChanged(obj any) {
@@ -170,27 +156,20 @@ func (f *HostPorts) podChanged(obj any) {
 	if !ok {
 		return
 	}
-	f.mu.Lock()
-	f.dirty[pod.Namespace+"/"+pod.Name] = true
-	f.mu.Unlock()
-	f.poke()
+	f.loop.Mark(pod.Namespace + "/" + pod.Name)
 }
 
-// syncDirty rebuilds the pods marked dirty (or all of them).
-func (f *HostPorts) syncDirty() {
-	f.mu.Lock()
-	keys := make([]string, 0, len(f.dirty))
-	if f.all {
+// syncPods rebuilds the pods marked dirty (or all of them).
+func (f *HostPorts) syncPods(marked []string, all bool) {
+	keys := slices.DeleteFunc(marked, func(k string) bool { return k == hostKey })
+	if all {
 		keys = append(keys, f.pods.GetStore().ListKeys()...)
+		f.mu.Lock()
 		for k := range f.mappings {
 			keys = append(keys, k)
 		}
+		f.mu.Unlock()
 	}
-	for k := range f.dirty {
-		keys = append(keys, k)
-	}
-	f.dirty, f.all = map[string]bool{}, false
-	f.mu.Unlock()
 	slices.Sort(keys)
 	keys = slices.Compact(keys)
 	node := f.h.Node()

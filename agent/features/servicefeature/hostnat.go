@@ -3,7 +3,6 @@ package servicefeature
 import (
 	"net/netip"
 	"slices"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -44,8 +43,6 @@ type hostNAT struct {
 	want, last *nat.Ruleset
 	// reported holds the conflicts logged, so each is logged once.
 	reported map[string]bool
-	// retrying: a sync is scheduled to retry a failed apply.
-	retrying atomic.Bool
 
 	errs    prometheus.Counter
 	applies prometheus.Counter
@@ -155,12 +152,7 @@ func (p *Proxy) syncHostNAT(full, dirty bool) {
 		h.log.WithError(err).WithFields(logrus.Fields{"rules": rs.Len(), "full": full}).
 			Error("cannot program the host's DNAT to its node ports, external and ingress IPs; retrying at the next sync")
 		// Also without other changes, the next sync comes soon.
-		if h.retrying.CompareAndSwap(false, true) {
-			time.AfterFunc(hostNATRetryInterval, func() {
-				h.retrying.Store(false)
-				p.runner.Run()
-			})
-		}
+		p.runner.RunAfter(hostNATRetryInterval)
 		return
 	}
 	h.last = &rs

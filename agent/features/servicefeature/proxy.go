@@ -27,6 +27,7 @@ import (
 	"nodeflow/datapath/serviceflows"
 	"nodeflow/internal/kubeclient"
 	"nodeflow/lib/openflow"
+	"nodeflow/lib/syncloop"
 	"nodeflow/model/service"
 )
 
@@ -64,7 +65,7 @@ type Proxy struct {
 	svcs   *service.ServiceTracker
 	eps    *service.EndpointsTracker
 	ids    *plan.IDAllocator
-	runner *service.Runner
+	runner *syncloop.Runner
 
 	svcInf, sliceInf cache.SharedIndexInformer
 	// handled says when the trackers hold every object the informers
@@ -190,7 +191,7 @@ func (p *Proxy) Init(h feature.Host) error {
 	p.metrics = newServiceMetrics(h.Registry(), p.svcs.PendingCount, p.eps.PendingCount)
 	p.health = newHealthChecks(p.log)
 	p.hostNAT = newHostNAT(h.Registry(), p.log)
-	p.runner = service.NewRunner(p.syncReportingHealth, service.RunnerOptions{
+	p.runner = syncloop.NewRunner(p.syncReportingHealth, syncloop.RunnerOptions{
 		MinInterval: serviceMinSyncInterval, MaxInterval: serviceFullSyncInterval, RetryInterval: serviceRetryInterval,
 	})
 	p.nodes.changed = p.runner.Run

@@ -27,6 +27,16 @@
 // already as wanted are adopted, without a break in traffic; those of
 // attachments that are gone are removed.
 //
+// How it syncs (loop.go, pass.go): one syncloop.Keyed whose keys are an
+// attachment of this node, a VNI's remote mappings, or a VNI's Subnets.
+// The informers' handlers and the watch of the ports on br0 mark keys; a
+// full pass (every attachment and VNI, then the removal of what nobody
+// wants) follows the first listing, a node change and every
+// CheckInterval; a key that fails is retried after RetryInterval. A pass
+// brings the VNIs' remote mappings in line first, then the attachments in
+// name order (their interfaces made a few at once ahead, premake.go), then
+// writes their statuses once br0 holds their flows.
+//
 // What it programs (datapath/vnetflows): the attachment's own flows under
 // vnet.LocalOwner, and each relevant VNI's remote mappings under
 // vnet.VNIOwner, built from the attachments' status (guest IP, MAC, host

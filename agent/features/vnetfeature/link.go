@@ -266,6 +266,18 @@ func (l *Links) create(host *netlink.Handle, s Spec) error {
 	if err != nil {
 		return fmt.Errorf("veth %s in %s: %w", s.Name, s.Netns, err)
 	}
+	if err := l.configure(nh, in, s); err != nil {
+		return err
+	}
+	if err := host.LinkSetUp(hostEnd); err != nil {
+		return fmt.Errorf("set %s up: %w", s.Name, err)
+	}
+	return nil
+}
+
+// configure sets up the namespace's end in of s's pair (through nh, a
+// handle in its namespace): lo up, the sysctls, the address, the link up.
+func (l *Links) configure(nh *netlink.Handle, in netlink.Link, s Spec) error {
 	if lo, err := nh.LinkByName("lo"); err == nil {
 		if err := nh.LinkSetUp(lo); err != nil {
 			return fmt.Errorf("lo in %s: %w", s.Netns, err)
@@ -287,9 +299,6 @@ func (l *Links) create(host *netlink.Handle, s Spec) error {
 	}
 	if err := nh.LinkSetUp(in); err != nil {
 		return fmt.Errorf("set %s up in %s: %w", s.Name, s.Netns, err)
-	}
-	if err := host.LinkSetUp(hostEnd); err != nil {
-		return fmt.Errorf("set %s up: %w", s.Name, err)
 	}
 	return nil
 }

@@ -75,3 +75,21 @@ func (m *metrics) register(r prometheus.Registerer) error {
 	m.statusWrites.WithLabelValues("error")
 	return errors.Join(errs...)
 }
+
+func (f *Agent) gauges() {
+	running, cached := f.inf.counts()
+	for r, n := range running {
+		f.m.informers.WithLabelValues(r).Set(float64(n))
+	}
+	for k, n := range cached {
+		f.m.cached.WithLabelValues(k[0], k[1]).Set(float64(n))
+	}
+	f.m.vnis.Set(float64(len(f.inf.vniList())))
+	counts := map[string]int{stateReady: 0, stateWaiting: 0, stateError: 0}
+	for _, s := range f.states {
+		counts[s]++
+	}
+	for s, n := range counts {
+		f.m.attachments.WithLabelValues(s).Set(float64(n))
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -417,6 +418,72 @@ func TestFeatureOnSwitch(t *testing.T) {
 		}
 		if _, err := os.Stat(filepath.Join(DefaultNetnsDir, netnsName)); !os.IsNotExist(err) {
 			return fmt.Errorf("namespace still there: %v", err)
+		}
+		return nil
+	})
+}
+
+// TestFeatureWaitsForOVSDB: when the agent's OVSDB client is not connected
+// at start-up, Sync makes nothing and the passes hold what they were asked
+// (the start-up's full pass included); once the client is there, the
+// retry of the pass makes the attachment's interface, port, flows and
+// status, with no other change to wake the loop.
+func TestFeatureWaitsForOVSDB(t *testing.T) {
+	sb := ovstest.New(t, ovs.Options{})
+	if _, err := sb.Vsctl("add-br", "br0", "--", "set", "bridge", "br0", "datapath_type=netdev", "fail_mode=secure"); err != nil {
+		t.Fatal(err)
+	}
+	ns := fmt.Sprintf("w%d", os.Getpid())
+	r := newRig(t, nil, subnet(ns, "blue", vniX, "10.10.0.0/24"), att(ns, "a1", "node1", "blue", vniX, "10.10.0.1", ""))
+	r.f.host = nil
+	dctx, dcancel := context.WithTimeout(context.Background(), 20*time.Second)
+	db, err := ovsdb.Dial(dctx, "unix:"+sb.DBSock(), ovsdb.Options{})
+	dcancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	var connected atomic.Bool
+	var dials atomic.Int32
+	r.f.opts.OVSDB = func() *ovsdb.Client {
+		dials.Add(1)
+		if !connected.Load() {
+			return nil
+		}
+		return db
+	}
+	r.f.opts.HostNetns = filepath.Join(DefaultNetnsDir, sb.Netns)
+	r.f.opts.ProcSysNet = "/proc/sys/net"
+	name, netnsName := ifname("uid-2"), NetnsName(ns, "a1")
+	t.Cleanup(func() { _ = (&Links{HostNetns: r.f.opts.HostNetns, NetnsDir: DefaultNetnsDir}).Remove(name, netnsName) })
+	r.sync()
+	if fs := r.flows(vnetflows.LocalOwner(ns, "a1")); len(fs) != 0 {
+		t.Fatalf("flows without an OVSDB client: %v", fs)
+	}
+	if st := r.lastStatus(ns + "/a1"); st != nil {
+		t.Fatalf("status written without an OVSDB client: %v", st)
+	}
+	// The loop's first pass finds no client either; only its retry can
+	// make the attachment.
+	before := dials.Load()
+	r.run()
+	eventually(t, "the loop's first pass", func() error {
+		if dials.Load() == before {
+			return fmt.Errorf("no dial since Sync")
+		}
+		return nil
+	})
+	connected.Store(true)
+	eventually(t, "the attachment made once OVSDB is there", func() error {
+		out, _ := sb.Vsctl("--if-exists", "get", "interface", name, "external_ids:vnet-attachment")
+		if got := strings.TrimSpace(out); got != `"`+ns+`/a1"` {
+			return fmt.Errorf("port %s: external_ids:vnet-attachment %q", name, got)
+		}
+		if fs := r.flows(vnetflows.LocalOwner(ns, "a1")); len(fs) != 6 {
+			return fmt.Errorf("flows %v", fs)
+		}
+		if st := r.lastStatus(ns + "/a1"); st == nil || st["ifcName"] != name {
+			return fmt.Errorf("status %v", st)
 		}
 		return nil
 	})

@@ -173,3 +173,48 @@ func (p *plumbing) collect(ctx context.Context, keep map[string]string) ([]strin
 	slices.Sort(removed)
 	return removed, errors.Join(errs...)
 }
+
+// dialOVSDB takes the agent's OVSDB client and its Interface cache, which
+// reports the attachments' ports' changes (watchPorts) until ctx ends.
+func (f *Agent) dialOVSDB(ctx context.Context) error {
+	var db *ovsdb.Client
+	if f.opts.OVSDB != nil {
+		db = f.opts.OVSDB()
+	}
+	if db == nil {
+		return errors.New("vnetagent: the agent's OVSDB client is not connected yet")
+	}
+	ic, err := db.Interfaces(ctx)
+	if err != nil {
+		return fmt.Errorf("vnetagent: ovsdb interfaces: %w", err)
+	}
+	go f.watchPorts(ctx, ic)
+	f.host = &plumbing{
+		links: &Links{HostNetns: f.opts.HostNetns, NetnsDir: f.opts.NetnsDir, ProcSysNet: f.opts.ProcSysNet},
+		db:    db, bridge: f.h.Node().PodBridge, ofportTimeout: 10 * time.Second,
+	}
+	return nil
+}
+
+// watchPorts marks an attachment dirty when its port changes in OVSDB
+// (deleted by an operator, renumbered by a restarted ovs-vswitchd).
+func (f *Agent) watchPorts(ctx context.Context, ic *ovsdb.InterfaceCache) {
+	sub := ic.Subscribe()
+	defer sub.Close()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case ev, ok := <-sub.Events():
+			if !ok {
+				return
+			}
+			for _, i := range []*ovsdb.Interface{ev.Old, ev.New} {
+				if i != nil && i.ExternalIDs[cni.ExternalIDOwner] == OwnerVNet && (ev.Kind == ovsdb.InterfaceDeleted || ev.OfportChanged()) {
+					f.loop.Mark(attachmentKey(i.ExternalIDs[ExternalIDAttachment]))
+					break
+				}
+			}
+		}
+	}
+}

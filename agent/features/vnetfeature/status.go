@@ -6,10 +6,12 @@ import (
 	"slices"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/util/workqueue"
 
 	"nodeflow/model/vnet"
 )
@@ -75,4 +77,61 @@ func applyStatus(ctx context.Context, dyn dynamic.Interface, node, namespace, na
 		return fmt.Errorf("NetworkAttachment %s/%s: apply status (hostIP, ifcName, errors.host): %w", namespace, name, err)
 	}
 	return nil
+}
+
+// pendingStatus is a status write queued by a pass.
+type pendingStatus struct {
+	key string
+	a   *vnet.NetworkAttachment
+	s   hostStatus
+}
+
+// queueStatus queues a status write for the end of the pass.
+func (f *Agent) queueStatus(key string, a *vnet.NetworkAttachment, s hostStatus) {
+	if hostStatusOf(a).equal(s) {
+		return
+	}
+	f.statuses = append(f.statuses, pendingStatus{key: key, a: a, s: s})
+}
+
+// statusWorkers bounds the status writes in flight at once.
+const statusWorkers = 8
+
+// flushStatuses writes the queued statuses, statusWorkers at a time, and
+// returns the keys of those that failed (to be retried).
+func (f *Agent) flushStatuses(ctx context.Context) []string {
+	queued := f.statuses
+	f.statuses = nil
+	ok := make([]bool, len(queued))
+	workqueue.ParallelizeUntil(context.Background(), statusWorkers, len(queued), func(i int) {
+		ok[i] = f.writeStatus(ctx, queued[i].a, queued[i].s)
+	})
+	var failed []string
+	for i, p := range queued {
+		if !ok[i] {
+			failed = append(failed, p.key)
+		}
+	}
+	return failed
+}
+
+// writeStatus applies s to a's status unless it holds it already. It
+// reports whether the status is as wanted.
+func (f *Agent) writeStatus(ctx context.Context, a *vnet.NetworkAttachment, s hostStatus) bool {
+	if hostStatusOf(a).equal(s) {
+		return true
+	}
+	if err := applyStatus(ctx, f.dyn, f.h.Node().Name, a.Namespace, a.Name, a.UID, s); err != nil {
+		f.m.statusWrites.WithLabelValues("error").Inc()
+		if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+			// Gone, or another object of that name: its own event
+			// follows.
+			f.log.WithError(err).Debug("status not written")
+			return true
+		}
+		f.log.WithError(err).Warn("cannot write the attachment's status; retrying")
+		return false
+	}
+	f.m.statusWrites.WithLabelValues("ok").Inc()
+	return true
 }

@@ -1,4 +1,4 @@
-package service
+package syncloop
 
 import (
 	"context"
@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"nodeflow/internal/testutil/clocktest"
+	clocktesting "k8s.io/utils/clock/testing"
 )
 
 type syncCall struct {
@@ -29,7 +29,7 @@ func eventually(t *testing.T, what string, cond func() bool) {
 
 func TestRunnerTimeline(t *testing.T) {
 	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	clk := clocktest.New(start)
+	clk := clocktesting.NewFakeClock(start)
 	calls := make(chan syncCall, 16)
 	var fail sync.Map // time offset -> fail
 	r := NewRunner(func(_ context.Context, full bool) error {
@@ -66,9 +66,13 @@ func TestRunnerTimeline(t *testing.T) {
 	}
 	// requestsDrained waits until the loop has taken every request.
 	requestsDrained := func() { eventually(t, "requests taken", func() bool { return len(r.req) == 0 }) }
+	// armed waits until the loop has armed n timers.
+	armed := waitersOf(t, clk)
 
-	// t=0: Loop starts and runs the first sync at once, full.
+	// t=0: Loop starts and runs the first sync at once, full; it arms the
+	// periodic sync.
 	expect(0, true)
+	armed(1, "the periodic sync")
 	// t=0.3: three requests. The loop schedules one sync at t=1.0
 	// (MinInterval after the last start); the others merge into it.
 	clk.Step(300 * time.Millisecond)
@@ -76,38 +80,64 @@ func TestRunnerTimeline(t *testing.T) {
 	r.Run()
 	r.Run()
 	requestsDrained()
-	eventually(t, "sync scheduled at 1s", func() bool { return clk.HasWaiterAt(start.Add(time.Second)) })
-	// t=0.999: not yet.
-	clk.Step(699 * time.Millisecond)
+	armed(2, "the periodic sync and the sync at 1s")
+	// t=0.999: not yet (no timer fired).
+	stepNone(t, clk, 699*time.Millisecond)
 	expectNone()
 	// t=1.0: exactly one partial sync.
 	clk.Step(time.Millisecond)
 	expect(time.Second, false)
+	armed(1, "the periodic sync")
 	// t=5: a request long after the last sync runs at once. It fails.
 	fail.Store(5*time.Second, true)
 	clk.Step(4 * time.Second)
 	r.Run()
 	expect(5*time.Second, false)
-	eventually(t, "retry scheduled at 7s", func() bool { return clk.HasWaiterAt(start.Add(7 * time.Second)) })
+	armed(2, "the periodic sync and the retry")
 	if r.LastError() == nil {
 		t.Fatal("LastError is nil after a failed sync")
 	}
 	// t=6: a request merges into the retry at t=7.
-	clk.Step(time.Second)
+	stepNone(t, clk, time.Second)
 	r.Run()
 	requestsDrained()
 	expectNone()
+	// t=6.999: not yet.
+	stepNone(t, clk, 999*time.Millisecond)
+	expectNone()
 	// t=7: the retry runs, full because the last sync failed.
-	clk.Step(time.Second)
+	clk.Step(time.Millisecond)
 	expect(7*time.Second, true)
-	eventually(t, "periodic sync scheduled at 37s", func() bool { return clk.HasWaiterAt(start.Add(37 * time.Second)) })
+	armed(1, "the periodic sync")
 	if r.LastError() != nil {
 		t.Fatalf("LastError after success: %v", r.LastError())
 	}
+	// t=36.999: no timer due yet.
+	stepNone(t, clk, 29999*time.Millisecond)
+	expectNone()
 	// t=37: no request for MaxInterval: a periodic full sync.
-	clk.Step(30 * time.Second)
+	clk.Step(time.Millisecond)
 	expect(37*time.Second, true)
 	expectNone()
+}
+
+// waitersOf returns a function that waits until clk has n timers armed.
+func waitersOf(t *testing.T, clk *clocktesting.FakeClock) func(n int, what string) {
+	return func(n int, what string) {
+		t.Helper()
+		eventually(t, what+" armed", func() bool { return clk.Waiters() == n })
+	}
+}
+
+// stepNone steps clk by d and fails if a timer fired: Step fires the due
+// timers before it returns, so none fired when the count is unchanged.
+func stepNone(t *testing.T, clk *clocktesting.FakeClock, d time.Duration) {
+	t.Helper()
+	n := clk.Waiters()
+	clk.Step(d)
+	if got := clk.Waiters(); got != n {
+		t.Fatalf("a timer fired within %v (%d armed, then %d)", d, n, got)
+	}
 }
 
 // TestRunnerSyncedFull checks that after a full sync run outside the loop
