@@ -241,9 +241,9 @@ func runAgent(c *cli.Context) error {
 		return fmt.Errorf("agent: --packet-in-meters: %q is not per-source or shared", m)
 	}
 	a.Use(nodefeature.New(nodefeature.Options{
-		CNIConfDir: cfg.CNIConfDir, CNIDataDir: cfg.CNIDataDir, OVSDB: cfg.DBSocket(), DatapathType: cfg.DatapathType,
-		MgmtPortName: agent.MgmtPortName, HostCheckInterval: cfg.HostCheckInterval, Interfaces: a.Interfaces,
-		SharedPacketInMeters: sharedMeters, MgmtSocket: cfg.MgmtSocket,
+		CNIConfDir: cfg.CNIConfDir, CNIDataDir: cfg.CNIDataDir, DatapathType: cfg.DatapathType,
+		MgmtPortName: agent.MgmtPortName, HostCheckInterval: cfg.HostCheckInterval,
+		SharedPacketInMeters: sharedMeters,
 	}))
 	if c.Bool("services") {
 		opts := servicefeature.Options{HealthzAddr: c.String("proxy-healthz-addr"), MetricsAddr: c.String("proxy-metrics-addr"),
@@ -271,14 +271,14 @@ func runAgent(c *cli.Context) error {
 		a.Use(hostportfeature.New(hostportfeature.Options{ReservedPorts: reservedPorts(c.String("health-addr"), c.String("proxy-healthz-addr"), c.String("proxy-metrics-addr"))}))
 	}
 	if c.Bool("network-policy") {
-		a.Use(networkpolicyfeature.New(networkpolicyfeature.Options{Interfaces: a.Interfaces, MgmtSocket: cfg.MgmtSocket}))
+		a.Use(networkpolicyfeature.New(networkpolicyfeature.Options{}))
 	}
 	if c.Bool("egress-firewall") {
-		a.Use(egressfirewallfeature.New(egressfirewallfeature.Options{MgmtSocket: cfg.MgmtSocket, ResolvConf: c.String("resolv-conf"),
+		a.Use(egressfirewallfeature.New(egressfirewallfeature.Options{ResolvConf: c.String("resolv-conf"),
 			ClusterDNSServices: clusterDNS, TrustedDNS: trustedDNS}))
 	}
 	if c.Bool("virtual-networks") {
-		a.Use(vnetfeature.New(vnetfeature.Options{OVSDB: a.OVSDB, ProcSysNet: netstack.ProcSysNet}))
+		a.Use(vnetfeature.New(vnetfeature.Options{ProcSysNet: netstack.ProcSysNet}))
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

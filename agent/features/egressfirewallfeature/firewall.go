@@ -30,10 +30,6 @@ type Options struct {
 	// Dynamic reads the two CRDs, which the agent's typed client cannot;
 	// nil builds one from the host's API client configuration.
 	Dynamic dynamic.Interface
-	// MgmtSocket returns the OpenFlow endpoint of a bridge
-	// ("unix:/run/openvswitch/br0.mgmt"), where the flow counters of the
-	// denied packets are read; nil disables the counters.
-	MgmtSocket func(bridge string) string
 	// ResolvConf is the resolver configuration whose nameservers look up
 	// dnsNames (default /etc/resolv.conf); DNSServers ("host:port"), when
 	// set, are used instead.
@@ -343,9 +339,7 @@ func (f *Firewall) Run(ctx context.Context) {
 	go f.names.Run(ctx)
 	go f.status.run(ctx)
 	go f.learn.run(ctx)
-	if f.opts.MgmtSocket != nil {
-		go f.runCounters(ctx)
-	}
+	go f.runCounters(ctx)
 	retry := time.NewTimer(time.Hour)
 	retry.Stop()
 	defer retry.Stop()

@@ -38,11 +38,6 @@ type Options struct {
 	// Dynamic reads and writes the vnet.nodeflow.io objects; nil builds
 	// one from the host's API client configuration.
 	Dynamic dynamic.Interface
-	// OVSDB returns the agent's OVSDB client (nil until it is connected):
-	// the attachments' ports are added through it, and its Interface cache
-	// (one monitor, shared with the rest of the agent) reports their
-	// changes.
-	OVSDB func() *ovsdb.Client
 	// HostNetns is the network namespace br0's ports are in ("" for the
 	// agent's own); NetnsDir holds the attachments' namespaces
 	// (DefaultNetnsDir); ProcSysNet is where /proc/sys/net is writable
@@ -285,10 +280,10 @@ func (f *Agent) notServed(err error) {
 // dialOVSDB takes the agent's OVSDB client and its Interface cache, which
 // reports the attachments' ports' changes (watchPorts) until ctx ends.
 func (f *Agent) dialOVSDB(ctx context.Context) error {
-	var db *ovsdb.Client
-	if f.opts.OVSDB != nil {
-		db = f.opts.OVSDB()
-	}
+	// The attachments' ports are added through the agent's OVSDB client
+	// (feature.Host.OVSDB), and its Interface cache (one monitor, shared
+	// with the rest of the agent) reports their changes.
+	db := f.h.OVSDB()
 	if db == nil {
 		return errors.New("vnetagent: the agent's OVSDB client is not connected yet")
 	}

@@ -381,7 +381,7 @@ func TestFeatureOnSwitch(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = db.Close() })
-	r.f.opts.OVSDB = func() *ovsdb.Client { return db }
+	r.h.DB = db
 	r.f.opts.HostNetns = filepath.Join(DefaultNetnsDir, sb.Netns)
 	r.f.opts.ProcSysNet = "/proc/sys/net"
 	name, netnsName := ifname("uid-2"), NetnsName(ns, "a1")
