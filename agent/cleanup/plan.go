@@ -61,6 +61,9 @@ type Options struct {
 	CNIBin string
 	// Socket is the agent's introspection socket; "": none.
 	Socket string
+	// NFTables are the nftables tables the features create
+	// (features.NFTables): those present are deleted.
+	NFTables []string
 	// NetnsDir holds the virtual-network attachments' namespaces
 	// (vnetagent.DefaultNetnsDir); "": not looked at.
 	NetnsDir string
@@ -153,7 +156,7 @@ type Facts struct {
 	// NodeL3File is the agent's record of the node's addresses it keeps
 	// on the gateway bridge (hostnet.NodeL3File); "" when there is none.
 	NodeL3File string
-	// NFTables are nodeflow's nftables tables present (hostnat.Tables).
+	// NFTables are nodeflow's nftables tables present (Options.NFTables).
 	NFTables []NFTable
 	// CNIConf are the agent's CNI configuration file, and its temporary
 	// file, where they exist.
