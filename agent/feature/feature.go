@@ -192,6 +192,15 @@ type Host interface {
 	OVSDB() *ovsdb.Client
 }
 
+// DynamicClient returns given when it is set (a test's own client), else
+// the agent's dynamic client (Host.Dynamic).
+func DynamicClient(h Host, given dynamic.Interface) (dynamic.Interface, error) {
+	if given != nil {
+		return given, nil
+	}
+	return h.Dynamic()
+}
+
 // NamespaceIDs maps namespaces to the 24-bit id their traffic carries in
 // br0's NamespaceID register and in the VXLAN key.
 type NamespaceIDs interface {

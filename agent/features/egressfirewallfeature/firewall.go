@@ -184,12 +184,9 @@ func (f *Firewall) Init(h feature.Host) error {
 	if err := f.m.register(h.Registry()); err != nil {
 		return fmt.Errorf("egressfirewall: metrics: %w", err)
 	}
-	dyn := f.opts.Dynamic
-	if dyn == nil {
-		var err error
-		if dyn, err = h.Dynamic(); err != nil {
-			return fmt.Errorf("egressfirewall: %w", err)
-		}
+	dyn, err := feature.DynamicClient(h, f.opts.Dynamic)
+	if err != nil {
+		return fmt.Errorf("egressfirewall: %w", err)
 	}
 	f.dyn = dyn
 
