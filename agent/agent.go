@@ -224,58 +224,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	// 4. The features. Their desired state is complete before either
 	// reconciler starts: its start-up pass deletes whatever the store does
 	// not want, so an empty store would empty the bridges for a moment.
-	budget := a.newBudget()
-	a.stores = map[plan.Bridge]*reconcile.Store{
-		plan.Pod:     reconcile.NewStore(reconcile.StoreOptions{Bridge: plan.Pod, Budget: budget}),
-		plan.Gateway: reconcile.NewStore(reconcile.StoreOptions{Bridge: plan.Gateway, Budget: budget}),
-	}
-	a.metrics.Registry.MustRegister(newCostCollector(a))
-	for _, b := range plan.Bridges {
-		// The pipeline's skeleton: every table's explicit miss flow.
-		if err := a.stores[b].Set(gatewayflows.PipelineOwner(b), reconcile.State{Flows: gatewayflows.PipelineFlows(b)}); err != nil {
-			return fmt.Errorf("controller: %s pipeline: %w", b, err)
-		}
-	}
-	for _, f := range a.features {
-		if err := f.Init(a.hostFor(f)); err != nil {
-			return fmt.Errorf("controller: feature %s: %w", f.Name(), err)
-		}
-		if h, ok := f.(feature.PacketInHandler); ok {
-			for _, c := range h.PacketIns() {
-				if err := a.dispatcher.Register(f.Name(), c, h.HandlePacketIn); err != nil {
-					return err
-				}
-			}
-		}
-	}
-	a.informers.Start(ctx.Done())
-	a.localPods.Start(ctx.Done())
-	// The namespace ids before any flow that carries one.
-	if err := a.runNamespaceIDs(ctx); err != nil {
+	if err := a.syncFeatures(ctx, step); err != nil {
 		return err
-	}
-	step("namespace-ids")
-	for typ, ok := range a.informers.WaitForCacheSync(ctx.Done()) {
-		if !ok {
-			return fmt.Errorf("controller: informer for %v did not sync: %w", typ, ctx.Err())
-		}
-	}
-	for typ, ok := range a.localPods.WaitForCacheSync(ctx.Done()) {
-		if !ok {
-			return fmt.Errorf("controller: informer for %v did not sync: %w", typ, ctx.Err())
-		}
-	}
-	step("informers")
-	for _, f := range a.features {
-		if err := f.Sync(ctx); err != nil {
-			return fmt.Errorf("controller: feature %s: first sync: %w", f.Name(), err)
-		}
-	}
-	step("features")
-	if budget != nil {
-		// The objects held back once every feature's first state is in,
-		// then each change.
-		budget.Report(a.reportBudget(budget))
 	}
 	a.startReleaser(ctx)
 
@@ -310,6 +260,64 @@ func (a *Agent) Run(ctx context.Context) error {
 	}()
 	defer a.waitNamespaceIDs()
 	return a.loop(ctx)
+}
+
+// syncFeatures makes the bridges' stores and gives them every feature's
+// first desired state: each feature's Init, the informers started and
+// synced, the namespace ids, each feature's Sync. step marks the end of
+// each part in the start-up's log line.
+func (a *Agent) syncFeatures(ctx context.Context, step func(string)) error {
+	budget := a.newBudget()
+	a.stores = map[plan.Bridge]*reconcile.Store{
+		plan.Pod:     reconcile.NewStore(reconcile.StoreOptions{Bridge: plan.Pod, Budget: budget}),
+		plan.Gateway: reconcile.NewStore(reconcile.StoreOptions{Bridge: plan.Gateway, Budget: budget}),
+	}
+	a.metrics.Registry.MustRegister(newCostCollector(a))
+	for _, b := range plan.Bridges {
+		// The pipeline's skeleton: every table's explicit miss flow.
+		if err := a.stores[b].Set(gatewayflows.PipelineOwner(b), reconcile.State{Flows: gatewayflows.PipelineFlows(b)}); err != nil {
+			return fmt.Errorf("controller: %s pipeline: %w", b, err)
+		}
+	}
+	for _, f := range a.features {
+		if err := f.Init(a.hostFor(f)); err != nil {
+			return fmt.Errorf("controller: feature %s: %w", f.Name(), err)
+		}
+		if h, ok := f.(feature.PacketInHandler); ok {
+			for _, c := range h.PacketIns() {
+				if err := a.dispatcher.Register(f.Name(), c, h.HandlePacketIn); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	a.informers.Start(ctx.Done())
+	a.localPods.Start(ctx.Done())
+	// The namespace ids before any flow that carries one.
+	if err := a.runNamespaceIDs(ctx); err != nil {
+		return err
+	}
+	step("namespace-ids")
+	for _, factory := range []informers.SharedInformerFactory{a.informers, a.localPods} {
+		for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
+			if !ok {
+				return fmt.Errorf("controller: informer for %v did not sync: %w", typ, ctx.Err())
+			}
+		}
+	}
+	step("informers")
+	for _, f := range a.features {
+		if err := f.Sync(ctx); err != nil {
+			return fmt.Errorf("controller: feature %s: first sync: %w", f.Name(), err)
+		}
+	}
+	step("features")
+	if budget != nil {
+		// The objects held back once every feature's first state is in,
+		// then each change.
+		budget.Report(a.reportBudget(budget))
+	}
+	return nil
 }
 
 // setupOVS creates the bridges and ports, moves the node's addresses to

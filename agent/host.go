@@ -20,6 +20,7 @@ import (
 	"nodeflow/internal/kubeclient"
 	"nodeflow/lib/openflow"
 	"nodeflow/lib/openflow/ofconn"
+	"nodeflow/lib/ovsdb"
 )
 
 // featureHost is the agent as one feature sees it (feature.Host): its own
@@ -118,6 +119,44 @@ func (h *featureHost) Send(ctx context.Context, b plan.Bridge, msgs ...openflow.
 	return c.(*ofconn.Conn).Send(ctx, msgs...)
 }
 
+// FlowStats reads the statistics of bridge b's flows in table t with
+// cookies of feature f on the agent's connection of b.
+func (h *featureHost) FlowStats(ctx context.Context, b plan.Bridge, t plan.TableID, f plan.Feature) ([]openflow.FlowStats, error) {
+	c, ok := h.a.conns.Load(b)
+	if !ok {
+		return nil, fmt.Errorf("controller: flow stats of %s table %d: %w", h.a.bridgeName(b), t, errNotConnected)
+	}
+	stats, err := flowStats(ctx, c.(*ofconn.Conn), t, f)
+	if err != nil {
+		return nil, fmt.Errorf("controller: flow stats of %s table %d: %w", h.a.bridgeName(b), t, err)
+	}
+	return stats, nil
+}
+
+// MeterStats reads the statistics of bridge b's meters on the agent's
+// connection of b.
+func (h *featureHost) MeterStats(ctx context.Context, b plan.Bridge) ([]openflow.MeterStats, error) {
+	c, ok := h.a.conns.Load(b)
+	if !ok {
+		return nil, fmt.Errorf("controller: meter stats of %s: %w", h.a.bridgeName(b), errNotConnected)
+	}
+	rep, err := c.(*ofconn.Conn).MultipartReply(ctx, &openflow.MeterStatsRequest{MeterID: openflow.MeterAll})
+	if err != nil {
+		return nil, fmt.Errorf("controller: meter stats of %s: %w", h.a.bridgeName(b), err)
+	}
+	stats, err := rep.MeterStats()
+	if err != nil {
+		return nil, fmt.Errorf("controller: meter stats of %s: %w", h.a.bridgeName(b), err)
+	}
+	return stats, nil
+}
+
+// Interfaces returns OVSDB's Interface cache.
+func (h *featureHost) Interfaces() *ovsdb.InterfaceCache { return h.a.Interfaces() }
+
+// OVSDB returns the agent's OVSDB client.
+func (h *featureHost) OVSDB() *ovsdb.Client { return h.a.OVSDB() }
+
 // ReadFlows reads the flows of bridge b in table t with cookies of feature
 // f over a short-lived connection of its own.
 func (h *featureHost) ReadFlows(ctx context.Context, b plan.Bridge, t plan.TableID, f plan.Feature) ([]openflow.Flow, error) {
@@ -132,19 +171,25 @@ func readFlows(ctx context.Context, socket string, t plan.TableID, f plan.Featur
 		return nil, fmt.Errorf("controller: read flows of table %d: %w", t, err)
 	}
 	defer c.Close()
+	stats, err := flowStats(ctx, c, t, f)
+	if err != nil {
+		return nil, fmt.Errorf("controller: read flows of table %d: %w", t, err)
+	}
+	return openflow.FlowsFromStats(stats), nil
+}
+
+// flowStats reads the statistics of the flows in table t with cookies of
+// feature f over c.
+func flowStats(ctx context.Context, c *ofconn.Conn, t plan.TableID, f plan.Feature) ([]openflow.FlowStats, error) {
 	req := openflow.NewFlowStatsRequest()
 	req.Table = uint8(t)
 	req.Cookie = uint64(f) << 56
 	req.CookieMask = uint64(plan.FeatureMask)
 	rep, err := c.MultipartReply(ctx, req)
 	if err != nil {
-		return nil, fmt.Errorf("controller: read flows of table %d: %w", t, err)
+		return nil, err
 	}
-	stats, err := rep.FlowStats()
-	if err != nil {
-		return nil, fmt.Errorf("controller: read flows of table %d: %w", t, err)
-	}
-	return openflow.FlowsFromStats(stats), nil
+	return rep.FlowStats()
 }
 
 var _ feature.Host = (*featureHost)(nil)

@@ -19,7 +19,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"nodeflow/host/cni"
-	"nodeflow/host/nat"
 	"nodeflow/host/netstack"
 	"nodeflow/lib/ovsdb"
 )
@@ -60,7 +59,7 @@ func Inspect(ctx context.Context, o Options, log logrus.FieldLogger) (Facts, *ov
 			f.NodeL3File = path
 		}
 	}
-	if f.NFTables, err = inspectNFTables(); err != nil {
+	if f.NFTables, err = inspectNFTables(o.NFTables); err != nil {
 		return fail(err)
 	}
 	if o.CNIConfDir != "" {
@@ -257,8 +256,11 @@ func inspectSysctls(o Options, f *Facts) error {
 	return nil
 }
 
-// inspectNFTables lists nodeflow's tables present (hostnat.Tables).
-func inspectNFTables() ([]NFTable, error) {
+// inspectNFTables lists the tables of names present.
+func inspectNFTables(names []string) ([]NFTable, error) {
+	if len(names) == 0 {
+		return nil, nil
+	}
 	c, err := nftables.New()
 	if err != nil {
 		return nil, fmt.Errorf("cleanup: nftables: %w", err)
@@ -269,7 +271,7 @@ func inspectNFTables() ([]NFTable, error) {
 	}
 	var out []NFTable
 	for _, t := range ts {
-		if fam, ok := nftFamilies[t.Family]; ok && slices.Contains(nat.Tables, t.Name) {
+		if fam, ok := nftFamilies[t.Family]; ok && slices.Contains(names, t.Name) {
 			out = append(out, NFTable{Family: fam, Name: t.Name})
 		}
 	}

@@ -61,6 +61,9 @@ type Options struct {
 	CNIBin string
 	// Socket is the agent's introspection socket; "": none.
 	Socket string
+	// NFTables are the nftables tables the features create
+	// (features.NFTables): those present are deleted.
+	NFTables []string
 	// NetnsDir holds the virtual-network attachments' namespaces
 	// (vnetagent.DefaultNetnsDir); "": not looked at.
 	NetnsDir string
@@ -153,7 +156,7 @@ type Facts struct {
 	// NodeL3File is the agent's record of the node's addresses it keeps
 	// on the gateway bridge (hostnet.NodeL3File); "" when there is none.
 	NodeL3File string
-	// NFTables are nodeflow's nftables tables present (hostnat.Tables).
+	// NFTables are nodeflow's nftables tables present (Options.NFTables).
 	NFTables []NFTable
 	// CNIConf are the agent's CNI configuration file, and its temporary
 	// file, where they exist.
@@ -259,22 +262,74 @@ func (p Plan) Empty() bool { return len(p.Steps) == 0 }
 // Make plans the cleanup of a node with facts f. It is pure.
 func Make(o Options, f Facts) Plan {
 	var p Plan
-	note := func(format string, args ...any) { p.Notes = append(p.Notes, fmt.Sprintf(format, args...)) }
-
 	// 1. The CNI configuration: no new pod on a bridge about to go.
 	for _, c := range f.CNIConf {
 		if c.Ours {
 			p.Steps = append(p.Steps, Step{Kind: RemoveCNIConf, Path: c.Path})
 		} else {
-			note("%s is not nodeflow's CNI configuration (%s): left", c.Path, c.Reason)
+			p.note("%s is not nodeflow's CNI configuration (%s): left", c.Path, c.Reason)
 		}
 	}
+	br := p.bridges(o, f)
 
-	// The bridges to delete.
-	var del []Bridge
-	gatewayGoes, gatewayKept := false, false
+	// 2. The uplink's sysctls and TX checksum offload, unless the uplink
+	// stays in a bridge.
+	ipv6, txKept := true, false
+	if br.gatewayKept {
+		if f.State != nil {
+			p.note("the uplink stays in bridge %s: its sysctls and TX checksum offload, and %s, are left", o.GatewayBridge, f.StateFile)
+		}
+	} else {
+		ipv6, txKept = p.uplink(f, br.gatewayGoes)
+	}
+
+	// 3. The node's addresses and routes, back from the gateway bridge.
+	if br.gatewayGoes && f.Gateway != nil {
+		steps, notes := l3Steps(o, *f.Gateway, *f.Uplink, ipv6)
+		p.add(steps, notes)
+	}
+
+	// 4. The bridges, the pod bridge first. Open vSwitch gives the uplink
+	// its promiscuous mode back when it leaves the gateway bridge, as it
+	// found it: an ovs-vswitchd that was killed leaves it on, and the next
+	// one finds it on.
+	for _, b := range br.del {
+		p.Steps = append(p.Steps, Step{Kind: DeleteBridge, Bridge: b})
+	}
+	if br.gatewayGoes && f.UplinkPromisc {
+		p.Steps = append(p.Steps, Step{Kind: PromiscOff, Link: o.Uplink})
+	}
+	p.vnet(o, f)
+
+	// 5. The rest.
+	p.rest(o, f, br.gatewayKept, txKept)
+	return p
+}
+
+// note adds a note.
+func (p *Plan) note(format string, args ...any) {
+	p.Notes = append(p.Notes, fmt.Sprintf(format, args...))
+}
+
+// add adds steps and notes.
+func (p *Plan) add(steps []Step, notes []string) {
+	p.Steps = append(p.Steps, steps...)
+	p.Notes = append(p.Notes, notes...)
+}
+
+// bridgePlan is what becomes of the bridges: those to delete, and whether
+// the gateway bridge goes or is kept (neither when there is none).
+type bridgePlan struct {
+	del                      []Bridge
+	gatewayGoes, gatewayKept bool
+}
+
+// bridges decides which bridges go: the pod and gateway bridges nodeflow
+// created, the gateway bridge only while the uplink exists.
+func (p *Plan) bridges(o Options, f Facts) bridgePlan {
+	var br bridgePlan
 	if !f.OVSDB {
-		note("no OVSDB server at %s: no bridge looked at", o.DBSocket())
+		p.note("no OVSDB server at %s: no bridge looked at", o.DBSocket())
 	}
 	for _, name := range []string{o.PodBridge, o.GatewayBridge} {
 		i := slices.IndexFunc(f.Bridges, func(b Bridge) bool { return b.Name == name })
@@ -283,95 +338,79 @@ func Make(o Options, f Facts) Plan {
 		}
 		b := f.Bridges[i]
 		if !b.Owned() {
-			note("bridge %s was not created by nodeflow (external_ids %s=%q): left as it is", name, createdByKey, b.ExternalIDs[createdByKey])
-			gatewayKept = gatewayKept || name == o.GatewayBridge
+			p.note("bridge %s was not created by nodeflow (external_ids %s=%q): left as it is", name, createdByKey, b.ExternalIDs[createdByKey])
+			br.gatewayKept = br.gatewayKept || name == o.GatewayBridge
 			continue
 		}
 		if name == o.GatewayBridge {
 			switch {
 			case f.Uplink == nil:
-				note("uplink %s does not exist: bridge %s, which holds the node's addresses, is left", o.Uplink, name)
-				gatewayKept = true
+				p.note("uplink %s does not exist: bridge %s, which holds the node's addresses, is left", o.Uplink, name)
+				br.gatewayKept = true
 				continue
 			case f.Gateway == nil && len(b.Interfaces) > 0:
-				note("bridge %s has no interface (is ovs-vswitchd running?): the node's addresses cannot be read from it", name)
+				p.note("bridge %s has no interface (is ovs-vswitchd running?): the node's addresses cannot be read from it", name)
 			}
-			gatewayGoes = true
+			br.gatewayGoes = true
 		}
 		if b.PodPorts > 0 {
-			note("bridge %s holds %d pod ports: those pods lose their network (their veths are the kubelet's)", name, b.PodPorts)
+			p.note("bridge %s holds %d pod ports: those pods lose their network (their veths are the kubelet's)", name, b.PodPorts)
 		}
-		del = append(del, b)
+		br.del = append(br.del, b)
 	}
 	for _, b := range f.Bridges {
 		if b.Owned() && b.Name != o.PodBridge && b.Name != o.GatewayBridge {
-			note("bridge %s was created by nodeflow but is neither --pod-bridge nor --gateway-bridge: left (run cleanup with the names the agent used)", b.Name)
+			p.note("bridge %s was created by nodeflow but is neither --pod-bridge nor --gateway-bridge: left (run cleanup with the names the agent used)", b.Name)
 		}
 	}
+	return br
+}
 
-	// 2. The uplink's sysctls and TX checksum offload, unless the uplink
-	// stays in a bridge.
-	ipv6, txKept := true, false
-	if gatewayKept {
-		if f.State != nil {
-			note("the uplink stays in bridge %s: its sysctls and TX checksum offload, and %s, are left", o.GatewayBridge, f.StateFile)
-		}
-	} else {
-		steps, v6, notes := sysctlSteps(f)
-		p.Steps = append(p.Steps, steps...)
-		p.Notes = append(p.Notes, notes...)
-		ipv6 = v6
-		// nodeflow was on the node: the uplink was, or may still be, in
-		// its gateway bridge.
-		wasHere := f.State != nil || gatewayGoes
-		for name, v := range netstack.QuietSysctls {
-			wasHere = wasHere || f.Sysctls[name] == v
-		}
-		steps, notes, txKept = txChecksumSteps(f, wasHere)
-		p.Steps = append(p.Steps, steps...)
-		p.Notes = append(p.Notes, notes...)
+// uplink restores the uplink's sysctls and TX checksum offload. It
+// reports whether the uplink will have IPv6, and whether the recorded TX
+// checksum offload could not be given back.
+func (p *Plan) uplink(f Facts, gatewayGoes bool) (ipv6, txKept bool) {
+	steps, ipv6, notes := sysctlSteps(f)
+	p.add(steps, notes)
+	// nodeflow was on the node: the uplink was, or may still be, in its
+	// gateway bridge.
+	wasHere := f.State != nil || gatewayGoes
+	for name, v := range netstack.QuietSysctls {
+		wasHere = wasHere || f.Sysctls[name] == v
 	}
+	steps, notes, txKept = txChecksumSteps(f, wasHere)
+	p.add(steps, notes)
+	return ipv6, txKept
+}
 
-	// 3. The node's addresses and routes, back from the gateway bridge.
-	if gatewayGoes && f.Gateway != nil {
-		steps, notes := l3Steps(o, *f.Gateway, *f.Uplink, ipv6)
-		p.Steps = append(p.Steps, steps...)
-		p.Notes = append(p.Notes, notes...)
-	}
-
-	// 4. The bridges, the pod bridge first. Open vSwitch gives the uplink
-	// its promiscuous mode back when it leaves the gateway bridge, as it
-	// found it: an ovs-vswitchd that was killed leaves it on, and the next
-	// one finds it on.
-	for _, b := range del {
-		p.Steps = append(p.Steps, Step{Kind: DeleteBridge, Bridge: b})
-	}
-	if gatewayGoes && f.UplinkPromisc {
-		p.Steps = append(p.Steps, Step{Kind: PromiscOff, Link: o.Uplink})
-	}
-	// The virtual-network attachments' veths (each takes its peer with
-	// it), then their namespaces, once the pod bridge no longer has them
-	// as ports. While the pod bridge stays, so do they.
+// vnet removes the virtual-network attachments' veths (each takes its
+// peer with it), then their namespaces, once the pod bridge no longer has
+// them as ports. While the pod bridge stays, so do they.
+func (p *Plan) vnet(o Options, f Facts) {
 	if podBridgeKept := slices.ContainsFunc(f.Bridges, func(b Bridge) bool { return b.Name == o.PodBridge && !b.Owned() }); podBridgeKept {
 		if len(f.VNetInterfaces)+len(f.VNetNamespaces) > 0 {
-			note("bridge %s stays: its %d virtual-network interfaces and %d namespaces are left", o.PodBridge, len(f.VNetInterfaces), len(f.VNetNamespaces))
+			p.note("bridge %s stays: its %d virtual-network interfaces and %d namespaces are left", o.PodBridge, len(f.VNetInterfaces), len(f.VNetNamespaces))
 		}
-	} else {
-		for _, l := range f.VNetInterfaces {
-			p.Steps = append(p.Steps, Step{Kind: DeleteVNetLink, Link: l})
-		}
-		for _, ns := range f.VNetNamespaces {
-			p.Steps = append(p.Steps, Step{Kind: DeleteVNetNetns, Path: filepath.Join(o.NetnsDir, ns)})
-		}
+		return
 	}
+	for _, l := range f.VNetInterfaces {
+		p.Steps = append(p.Steps, Step{Kind: DeleteVNetLink, Link: l})
+	}
+	for _, ns := range f.VNetNamespaces {
+		p.Steps = append(p.Steps, Step{Kind: DeleteVNetNetns, Path: filepath.Join(o.NetnsDir, ns)})
+	}
+}
 
-	// 5. The rest.
+// rest removes nodeflow's nftables tables, the introspection socket, the
+// IPAM store and the CNI plugin (unless pods still hold addresses, without
+// Purge), and the agent's records, the uplink's last.
+func (p *Plan) rest(o Options, f Facts, gatewayKept, txKept bool) {
 	for _, t := range f.NFTables {
 		p.Steps = append(p.Steps, Step{Kind: DeleteNFTable, Family: t.Family, Table: t.Name})
 	}
 	if f.Socket != "" {
 		if f.NotSocket {
-			note("%s is not a socket: left", f.Socket)
+			p.note("%s is not a socket: left", f.Socket)
 		} else {
 			p.Steps = append(p.Steps, Step{Kind: RemoveSocket, Path: f.Socket})
 		}
@@ -381,19 +420,19 @@ func Make(o Options, f Facts) Plan {
 		if !podsLeft || o.Purge {
 			p.Steps = append(p.Steps, Step{Kind: RemoveIPAM, Path: f.IPAM.Dir})
 		} else {
-			note("IPAM store %s left: pods on this node still hold %d addresses from it (remove them first, or --purge)", f.IPAM.Dir, f.IPAM.PodAddrs)
+			p.note("IPAM store %s left: pods on this node still hold %d addresses from it (remove them first, or --purge)", f.IPAM.Dir, f.IPAM.PodAddrs)
 		}
 	}
 	if f.CNIBin {
 		if !podsLeft || o.Purge {
 			p.Steps = append(p.Steps, Step{Kind: RemoveCNIBin, Path: o.CNIBin})
 		} else {
-			note("CNI plugin %s left: pods on this node still need it to be torn down (or --purge)", o.CNIBin)
+			p.note("CNI plugin %s left: pods on this node still need it to be torn down (or --purge)", o.CNIBin)
 		}
 	}
 	if f.NodeL3File != "" {
 		if gatewayKept {
-			note("the uplink stays in bridge %s: %s, the node's addresses the agent keeps there, is left", o.GatewayBridge, f.NodeL3File)
+			p.note("the uplink stays in bridge %s: %s, the node's addresses the agent keeps there, is left", o.GatewayBridge, f.NodeL3File)
 		} else {
 			p.Steps = append(p.Steps, Step{Kind: RemoveNodeL3, Path: f.NodeL3File})
 		}
@@ -401,7 +440,6 @@ func Make(o Options, f Facts) Plan {
 	if f.State != nil && !gatewayKept && len(f.Sysctls) == len(netstack.QuietSysctls) && !txKept {
 		p.Steps = append(p.Steps, Step{Kind: RemoveStateFile, Path: f.StateFile})
 	}
-	return p
 }
 
 // sysctlSteps restores the uplink's sysctls: the recorded values, or

@@ -19,6 +19,7 @@ import (
 	"nodeflow/datapath/reconcile"
 	"nodeflow/host/repair"
 	"nodeflow/lib/openflow"
+	"nodeflow/lib/ovsdb"
 )
 
 // Feature is one capability of the node agent, wired by the agent through
@@ -173,6 +174,31 @@ type Host interface {
 	// (ovs-vswitchd restarted, or the socket dropped). f must not block;
 	// call it from Init.
 	OnBridgeReady(f func(b plan.Bridge))
+	// FlowStats reads the statistics (packet and byte counts) of bridge
+	// b's flows in table t with cookies of plan feature f, on the agent's
+	// own connection of b. It fails before Run and while that connection
+	// is down; the next read works again once it is back.
+	FlowStats(ctx context.Context, b plan.Bridge, t plan.TableID, f plan.Feature) ([]openflow.FlowStats, error)
+	// MeterStats reads the statistics of every meter of bridge b, on the
+	// agent's own connection of b, as FlowStats does.
+	MeterStats(ctx context.Context, b plan.Bridge) ([]openflow.MeterStats, error)
+	// Interfaces returns OVSDB's Interface cache: one monitor of the
+	// Interface table, shared by the whole agent, where the CNI plugin
+	// describes the pods' ports (external_ids). Nil before Sync.
+	Interfaces() *ovsdb.InterfaceCache
+	// OVSDB returns the agent's OVSDB client, for the ports a feature
+	// adds and removes itself. Nil before Sync. It holds the agent's
+	// lock on the switch: a feature must not close it.
+	OVSDB() *ovsdb.Client
+}
+
+// DynamicClient returns given when it is set (a test's own client), else
+// the agent's dynamic client (Host.Dynamic).
+func DynamicClient(h Host, given dynamic.Interface) (dynamic.Interface, error) {
+	if given != nil {
+		return given, nil
+	}
+	return h.Dynamic()
 }
 
 // NamespaceIDs maps namespaces to the 24-bit id their traffic carries in

@@ -15,6 +15,7 @@ import (
 
 	"nodeflow/agent"
 	"nodeflow/agent/cleanup"
+	"nodeflow/agent/features"
 	"nodeflow/host/netstack"
 )
 
@@ -92,7 +93,8 @@ func runCleanup(c *cli.Context) error {
 		OVSRundir: c.String("ovs-rundir"), PodBridge: c.String("pod-bridge"), GatewayBridge: c.String("gateway-bridge"),
 		Uplink: c.String("uplink"), CNIConfDir: c.String("cni-conf-dir"), CNIDataDir: dataDir, CNIBin: c.String("cni-bin"),
 		Socket: socket, HealthAddr: c.String("health-addr"), AgentLock: agent.AgentLock, NetnsDir: vnetfeature.DefaultNetnsDir,
-		Purge: c.Bool("purge"), Force: c.Bool("force"), DryRun: c.Bool("dry-run"),
+		NFTables: features.NFTables(),
+		Purge:    c.Bool("purge"), Force: c.Bool("force"), DryRun: c.Bool("dry-run"),
 	}
 	for _, flag := range []string{"masquerade-subnet-v4", "masquerade-subnet-v6"} {
 		if s := c.String(flag); s != "" {

@@ -20,9 +20,6 @@ const DefaultTable = "nodeflow"
 // rules (agent/features/hostportfeature), programmed by an Applier of their own.
 const HostPortsTable = "nodeflow-hostports"
 
-// Tables are the names of every nftables table nodeflow creates.
-var Tables = []string{DefaultTable, HostPortsTable}
-
 // Names inside each table.
 const (
 	// MapName is the DNAT map.

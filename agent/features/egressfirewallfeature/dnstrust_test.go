@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"nodeflow/agent/feature"
 	"nodeflow/datapath/egressfirewallflows"
 	"nodeflow/datapath/plan"
 	"nodeflow/internal/testutil/featuretest"
@@ -180,7 +181,7 @@ func TestUntrustedDNSCounters(t *testing.T) {
 			Match:  openflow.NewMatch(openflow.EthType(0x0800), openflow.IPv4DstPrefix(netip.MustParsePrefix(dst)))}, PacketCount: n}
 	}
 	before := counterValue(t, e.f.m.dnsReplies.WithLabelValues(ReplyUntrusted))
-	last := map[denyKey]uint64{}
+	last := &feature.Growth[denyKey]{}
 	e.f.addUntrustedDNS([]openflow.FlowStats{
 		stat(egressfirewallflows.DNSOwner, plan.PriorityEgressFirewallDNSUntrusted, "10.244.1.5/32", 4),
 		stat(egressfirewallflows.DNSOwner, plan.PriorityEgressFirewallDNSUntrusted, "10.244.1.6/32", 1),

@@ -31,10 +31,6 @@ type Options struct {
 	// Dynamic reads the two CRDs, which the agent's typed client cannot;
 	// nil builds one from the host's API client configuration.
 	Dynamic dynamic.Interface
-	// MgmtSocket returns the OpenFlow endpoint of a bridge
-	// ("unix:/run/openvswitch/br0.mgmt"), where the flow counters of the
-	// denied packets are read; nil disables the counters.
-	MgmtSocket func(bridge string) string
 	// ResolvConf is the resolver configuration whose nameservers look up
 	// dnsNames (default /etc/resolv.conf); DNSServers ("host:port"), when
 	// set, are used instead.
@@ -194,12 +190,9 @@ func (f *Firewall) Init(h feature.Host) error {
 	if err := f.m.register(h.Registry()); err != nil {
 		return fmt.Errorf("egressfirewall: metrics: %w", err)
 	}
-	dyn := f.opts.Dynamic
-	if dyn == nil {
-		var err error
-		if dyn, err = h.Dynamic(); err != nil {
-			return fmt.Errorf("egressfirewall: %w", err)
-		}
+	dyn, err := feature.DynamicClient(h, f.opts.Dynamic)
+	if err != nil {
+		return fmt.Errorf("egressfirewall: %w", err)
 	}
 	f.dyn = dyn
 
@@ -349,9 +342,7 @@ func (f *Firewall) Run(ctx context.Context) {
 	go f.names.Run(ctx)
 	go f.status.run(ctx)
 	go f.learn.run(ctx)
-	if f.opts.MgmtSocket != nil {
-		go f.runCounters(ctx)
-	}
+	go f.runCounters(ctx)
 	go func() {
 		for {
 			select {

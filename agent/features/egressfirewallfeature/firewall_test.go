@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 
+	"nodeflow/agent/feature"
 	"nodeflow/datapath/egressfirewallflows"
 	"nodeflow/datapath/plan"
 	"nodeflow/internal/testutil/dnstest"
@@ -354,7 +355,7 @@ func TestDeniedCounters(t *testing.T) {
 		}
 		return openflow.FlowStats{Flow: f, PacketCount: n}
 	}
-	last := map[denyKey]uint64{}
+	last := &feature.Growth[denyKey]{}
 	e.f.addDenied([]openflow.FlowStats{
 		stat("a", 10999, "198.51.100.0/24", 5, true),
 		stat("a", 10998, "0.0.0.0/0", 100, false), // an allow: not counted

@@ -9,16 +9,17 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"nodeflow/agent/feature"
 	"nodeflow/datapath/networkpolicyflows"
 	"nodeflow/datapath/plan"
 	"nodeflow/lib/openflow"
-	"nodeflow/lib/openflow/ofconn"
 )
 
 // The packet counters come from the switch's own flow statistics: an
 // isolated pod's drop flow counts its denied packets, a rule's conj_id
 // flows the packets it allowed. runCounters reads tables 45 and 65 every
-// CounterInterval over a connection of its own and adds each flow's growth
+// CounterInterval on the agent's connection of br0
+// (feature.Host.FlowStats) and adds each flow's growth
 // to nodeflow_netpol_denied_packets_total{namespace,pod,direction} and
 // nodeflow_netpol_allowed_packets_total{namespace,policy,direction,rule}
 // (a flow replaced by a new one starts again from zero: its whole count is
@@ -57,48 +58,27 @@ type counterKey struct {
 	flow   openflow.FlowKey
 }
 
-// runCounters reads the counters until ctx ends, over one connection that
-// it keeps.
+// runCounters reads the counters until ctx ends.
 func (f *Feature) runCounters(ctx context.Context) {
-	last := map[counterKey]uint64{}
-	ofconn.Poller{
-		Addr:     func() string { return f.opts.MgmtSocket(f.h.Node().PodBridge) },
-		Options:  ofconn.Options{Logger: f.log},
+	var last feature.Growth[counterKey]
+	feature.CounterPoll{
 		Interval: f.opts.CounterInterval,
-		DialFailed: func(err error) {
-			f.counters.reads.WithLabelValues("error").Inc()
-			f.log.WithError(err).Debug("cannot connect to read the policy tables' counters")
-		},
-		Read: func(ctx context.Context, c *ofconn.Conn) error {
+		Reads:    f.counters.reads,
+		Log:      f.log,
+		What:     "the policy tables' counters",
+		Read: func(ctx context.Context) error {
 			var stats []openflow.FlowStats
 			for _, tb := range []plan.TableID{plan.PodEgressPolicy, plan.PodIngressPolicy} {
-				s, err := readStats(ctx, c, tb)
+				s, err := f.h.FlowStats(ctx, plan.Pod, tb, plan.FeatureNetworkPolicy)
 				if err != nil {
-					f.counters.reads.WithLabelValues("error").Inc()
-					f.log.WithError(err).Debug("cannot read the policy tables' counters")
-					return err
+					return fmt.Errorf("netpolicy: counters of table %d: %w", tb, err)
 				}
 				stats = append(stats, s...)
 			}
-			f.counters.reads.WithLabelValues("ok").Inc()
-			f.addCounts(stats, last)
+			f.addCounts(stats, &last)
 			return nil
 		},
 	}.Run(ctx)
-}
-
-func readStats(ctx context.Context, c *ofconn.Conn, t plan.TableID) ([]openflow.FlowStats, error) {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	req := openflow.NewFlowStatsRequest()
-	req.Table = uint8(t)
-	req.Cookie = uint64(plan.FeatureNetworkPolicy) << 56
-	req.CookieMask = uint64(plan.FeatureMask)
-	rep, err := c.MultipartReply(ctx, req)
-	if err != nil {
-		return nil, fmt.Errorf("netpolicy: counters of table %d: %w", t, err)
-	}
-	return rep.FlowStats()
 }
 
 var conjIDField = openflow.ConjID(0)
@@ -113,10 +93,9 @@ func conjID(m openflow.Match) uint32 {
 	return 0
 }
 
-// addCounts adds each counted flow's growth since the last read, and
-// replaces last with the current counts.
-func (f *Feature) addCounts(stats []openflow.FlowStats, last map[counterKey]uint64) {
-	seen := make(map[counterKey]bool, len(stats))
+// addCounts adds each counted flow's growth since the last read.
+func (f *Feature) addCounts(stats []openflow.FlowStats, last *feature.Growth[counterKey]) {
+	defer last.Done()
 	f.idxMu.RLock()
 	defer f.idxMu.RUnlock()
 	for i := range stats {
@@ -145,21 +124,8 @@ func (f *Feature) addCounts(stats []openflow.FlowStats, last map[counterKey]uint
 		default:
 			continue
 		}
-		k := counterKey{cookie: s.Cookie, flow: s.Key()}
-		seen[k] = true
-		prev, had := last[k]
-		last[k] = s.PacketCount
-		d := s.PacketCount
-		if had && s.PacketCount >= prev {
-			d = s.PacketCount - prev
-		}
-		if d > 0 {
+		if d := last.Add(counterKey{cookie: s.Cookie, flow: s.Key()}, s.PacketCount); d > 0 {
 			add(float64(d))
-		}
-	}
-	for k := range last {
-		if !seen[k] {
-			delete(last, k)
 		}
 	}
 }

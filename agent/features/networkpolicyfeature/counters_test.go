@@ -8,6 +8,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"nodeflow/agent/feature"
 	"nodeflow/datapath/networkpolicyflows"
 	"nodeflow/datapath/plan"
 	"nodeflow/lib/openflow"
@@ -42,7 +43,7 @@ func TestCounters(t *testing.T) {
 				Instructions: []openflow.Instruction{openflow.GotoTable{Table: uint8(plan.PodLocalDelivery)}}}, PacketCount: allowed},
 		}
 	}
-	last := map[counterKey]uint64{}
+	last := &feature.Growth[counterKey]{}
 	f.addCounts(stats(3, 5), last)
 	f.addCounts(stats(7, 5), last)
 	if got := testutil.ToFloat64(f.counters.denied.WithLabelValues("x", "a", "ingress")); got != 7 {

@@ -35,19 +35,12 @@ import (
 	"nodeflow/datapath/reconcile"
 	"nodeflow/host/cni"
 	"nodeflow/lib/openflow"
-	"nodeflow/lib/ovsdb"
 	"nodeflow/model/networkpolicy"
 )
 
 // Options configure the feature.
 type Options struct {
-	// Interfaces returns OVSDB's Interface cache, where the CNI plugin
-	// describes the pods' ports (nil until the agent runs).
-	Interfaces func() *ovsdb.InterfaceCache
-	// MgmtSocket returns the OpenFlow endpoint of a bridge, over which the
-	// packet counters are read (nil: no counters).
-	MgmtSocket func(bridge string) string
-	// CounterInterval is how often they are read (0:
+	// CounterInterval is how often the packet counters are read (0:
 	// DefaultCounterInterval).
 	CounterInterval time.Duration
 }
@@ -217,18 +210,16 @@ func (f *Feature) Sync(ctx context.Context) error {
 
 // Run implements feature.Feature.
 func (f *Feature) Run(ctx context.Context) {
-	if ifc := f.opts.Interfaces; ifc != nil && ifc() != nil {
+	if ifc := f.h.Interfaces(); ifc != nil {
 		// The local pods' ports come from OVSDB: re-read them.
-		go ifc().OnChange(ctx, func() {
+		go ifc.OnChange(ctx, func() {
 			f.mu.Lock()
 			f.ports = true
 			f.mu.Unlock()
 			f.poke()
 		})
 	}
-	if f.opts.MgmtSocket != nil {
-		go f.runCounters(ctx)
-	}
+	go f.runCounters(ctx)
 	for {
 		select {
 		case <-ctx.Done():
@@ -255,10 +246,7 @@ func (f *Feature) config0() networkpolicyflows.Config {
 // readPorts reads the local pods' br0 ports from OVSDB, and returns the
 // pods (namespace/name) whose port changed, came or went.
 func (f *Feature) readPorts() []string {
-	if f.opts.Interfaces == nil {
-		return nil
-	}
-	ifc := f.opts.Interfaces()
+	ifc := f.h.Interfaces()
 	if ifc == nil {
 		return nil
 	}

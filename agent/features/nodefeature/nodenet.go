@@ -39,7 +39,6 @@ import (
 	"nodeflow/host/netstack"
 	"nodeflow/host/repair"
 	"nodeflow/lib/openflow"
-	"nodeflow/lib/ovsdb"
 )
 
 // Options configure node networking.
@@ -48,26 +47,19 @@ type Options struct {
 	// none); CNIDataDir is the plugin's IPAM directory, where mp0's
 	// addresses are reserved.
 	CNIConfDir, CNIDataDir string
-	// OVSDB is the OVSDB endpoint the CNI plugin uses; DatapathType the
-	// bridges' datapath type.
-	OVSDB, DatapathType string
+	// DatapathType is the bridges' datapath type.
+	DatapathType string
 	// MgmtPortName is mp0's name.
 	MgmtPortName string
 	// HostCheckInterval is how often the host side is re-checked besides
 	// netlink events.
 	HostCheckInterval time.Duration
-	// Interfaces returns OVSDB's Interface cache, where the CNI plugin
-	// describes the pods' ports (it exists once the agent runs).
-	Interfaces func() *ovsdb.InterfaceCache
 	// SharedPacketInMeters installs the previous design of the punt stage:
 	// one meter per packet-in category for the whole node, instead of one
 	// per source (datapath/puntflows). Only the benchmark that compares the two
 	// sets it (the agent's hidden --packet-in-meters=shared).
 	SharedPacketInMeters bool
-	// MgmtSocket returns the OpenFlow endpoint of a bridge, over which the
-	// meters' drops are read (nil: they are not read).
-	MgmtSocket func(bridge string) string
-	// MeterStatsInterval is how often they are read (0:
+	// MeterStatsInterval is how often the meters' drops are read (0:
 	// DefaultMeterStatsInterval).
 	MeterStatsInterval time.Duration
 }
@@ -221,14 +213,12 @@ func (n *NodeNet) Sync(ctx context.Context) error {
 
 // Run implements feature.Feature.
 func (n *NodeNet) Run(ctx context.Context) {
-	if ifc := n.opts.Interfaces(); ifc != nil {
+	if ifc := n.h.Interfaces(); ifc != nil {
 		go ifc.OnChange(ctx, func() { poke(n.podsDirty) })
 	}
 	go n.watchNetlink(ctx)
 	go n.publishPipeline(ctx)
-	if n.opts.MgmtSocket != nil {
-		go n.runMeterStats(ctx)
-	}
+	go n.runMeterStats(ctx)
 	if n.warm != nil {
 		go n.warm.run(ctx)
 	}
@@ -518,7 +508,7 @@ func (n *NodeNet) syncHops() {
 // localPods returns the pods attached to br0, from the external_ids the CNI
 // plugin wrote on their interfaces.
 func (n *NodeNet) localPods() []nodeflows.Pod {
-	ifc := n.opts.Interfaces()
+	ifc := n.h.Interfaces()
 	if ifc == nil {
 		return nil
 	}
@@ -560,7 +550,12 @@ func (n *NodeNet) writeCNI() {
 	for _, p := range nd.PodCIDRs {
 		reserved = append(reserved, nodeflows.MgmtIP(p))
 	}
-	changed, err := netstack.WriteCNIConfig(netstack.CNIConfig{ConfDir: n.opts.CNIConfDir, DataDir: n.opts.CNIDataDir, OVSDB: n.opts.OVSDB,
+	// The CNI plugin reaches OVSDB where the agent does.
+	var endpoint string
+	if db := n.h.OVSDB(); db != nil {
+		endpoint = db.Endpoint()
+	}
+	changed, err := netstack.WriteCNIConfig(netstack.CNIConfig{ConfDir: n.opts.CNIConfDir, DataDir: n.opts.CNIDataDir, OVSDB: endpoint,
 		DatapathType: n.opts.DatapathType, MTU: nd.MTU, Subnets: nd.PodCIDRs, Reserved: reserved, ReservedFor: n.opts.MgmtPortName})
 	if err != nil {
 		n.log.WithError(err).Error("cni configuration")

@@ -8,12 +8,12 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"nodeflow/agent/feature"
 	"nodeflow/datapath/nodeflows"
 	"nodeflow/datapath/plan"
 	"nodeflow/datapath/puntflows"
 	"nodeflow/datapath/reconcile"
 	"nodeflow/lib/openflow"
-	"nodeflow/lib/openflow/ofconn"
 )
 
 // The punt stage's sources (datapath/puntflows): every local pod's port, whose
@@ -199,40 +199,25 @@ type meterCount struct {
 }
 
 // runMeterStats reads br0's meter statistics every MeterStatsInterval
-// until ctx ends, over one connection that it keeps, and adds each
-// packet-in meter's new drops to its series.
+// until ctx ends, on the agent's connection of br0
+// (feature.Host.MeterStats), and adds each packet-in meter's new drops to
+// its series.
 func (n *NodeNet) runMeterStats(ctx context.Context) {
 	last := map[uint32]meterCount{}
-	ofconn.Poller{
-		Addr:     func() string { return n.opts.MgmtSocket(n.h.Node().PodBridge) },
-		Options:  ofconn.Options{Logger: n.log},
+	feature.CounterPoll{
 		Interval: n.opts.MeterStatsInterval,
-		DialFailed: func(err error) {
-			n.meters.reads.WithLabelValues("error").Inc()
-			n.log.WithError(err).Debug("cannot connect to read the meters")
-		},
-		Read: func(ctx context.Context, c *ofconn.Conn) error {
-			rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-			stats, err := readMeterStats(rctx, c)
-			cancel()
+		Reads:    n.meters.reads,
+		Log:      n.log,
+		What:     "the meters",
+		Read: func(ctx context.Context) error {
+			stats, err := n.h.MeterStats(ctx, plan.Pod)
 			if err != nil {
-				n.meters.reads.WithLabelValues("error").Inc()
-				n.log.WithError(err).Debug("cannot read the meters")
-				return err
+				return fmt.Errorf("nodenet: meter stats: %w", err)
 			}
-			n.meters.reads.WithLabelValues("ok").Inc()
 			n.addMeterDrops(stats, last)
 			return nil
 		},
 	}.Run(ctx)
-}
-
-func readMeterStats(ctx context.Context, c *ofconn.Conn) ([]openflow.MeterStats, error) {
-	rep, err := c.MultipartReply(ctx, &openflow.MeterStatsRequest{MeterID: openflow.MeterAll})
-	if err != nil {
-		return nil, fmt.Errorf("nodenet: meter stats: %w", err)
-	}
-	return rep.MeterStats()
 }
 
 // addMeterDrops adds each packet-in meter's drops since the last read (all

@@ -14,7 +14,6 @@ import (
 	"nodeflow/agent/feature"
 	"nodeflow/datapath/plan"
 	"nodeflow/host/netstack"
-	"nodeflow/lib/ovsdb"
 	"nodeflow/lib/syncloop"
 	"nodeflow/model/vnet"
 )
@@ -25,11 +24,6 @@ type Options struct {
 	// Dynamic reads and writes the vnet.nodeflow.io objects; nil builds
 	// one from the host's API client configuration.
 	Dynamic dynamic.Interface
-	// OVSDB returns the agent's OVSDB client (nil until it is connected):
-	// the attachments' ports are added through it, and its Interface cache
-	// (one monitor, shared with the rest of the agent) reports their
-	// changes.
-	OVSDB func() *ovsdb.Client
 	// HostNetns is the network namespace br0's ports are in ("" for the
 	// agent's own); NetnsDir holds the attachments' namespaces
 	// (DefaultNetnsDir); ProcSysNet is where /proc/sys/net is writable

@@ -382,7 +382,7 @@ func TestFeatureOnSwitch(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = db.Close() })
-	r.f.opts.OVSDB = func() *ovsdb.Client { return db }
+	r.h.DB = db
 	r.f.opts.HostNetns = filepath.Join(DefaultNetnsDir, sb.Netns)
 	r.f.opts.ProcSysNet = "/proc/sys/net"
 	name, netnsName := ifname("uid-2"), NetnsName(ns, "a1")
@@ -445,7 +445,7 @@ func TestFeatureWaitsForOVSDB(t *testing.T) {
 	t.Cleanup(func() { _ = db.Close() })
 	var connected atomic.Bool
 	var dials atomic.Int32
-	r.f.opts.OVSDB = func() *ovsdb.Client {
+	r.h.DBFunc = func() *ovsdb.Client {
 		dials.Add(1)
 		if !connected.Load() {
 			return nil

@@ -177,10 +177,10 @@ func (p *plumbing) collect(ctx context.Context, keep map[string]string) ([]strin
 // dialOVSDB takes the agent's OVSDB client and its Interface cache, which
 // reports the attachments' ports' changes (watchPorts) until ctx ends.
 func (f *Agent) dialOVSDB(ctx context.Context) error {
-	var db *ovsdb.Client
-	if f.opts.OVSDB != nil {
-		db = f.opts.OVSDB()
-	}
+	// The attachments' ports are added through the agent's OVSDB client
+	// (feature.Host.OVSDB), and its Interface cache (one monitor, shared
+	// with the rest of the agent) reports their changes.
+	db := f.h.OVSDB()
 	if db == nil {
 		return errors.New("vnetagent: the agent's OVSDB client is not connected yet")
 	}

@@ -1,8 +1,10 @@
 // Package featuretest provides a feature.Host for unit tests of features:
 // real reconciler stores for both bridges, a fake clientset with its
 // informer factories, a Prometheus registry, and records of what the
-// feature sent. There is no switch: Flush returns at once, and ReadFlows
-// returns what the test put in Installed.
+// feature sent. There is no switch: Flush returns at once, ReadFlows
+// returns what the test put in Installed, FlowStats and MeterStats what it
+// put in Counters and Meters; Interfaces and OVSDB return what it put in
+// Ifc and DB (nil: none, as before the agent has connected).
 package featuretest
 
 import (
@@ -28,6 +30,7 @@ import (
 	"nodeflow/datapath/reconcile"
 	"nodeflow/host/repair"
 	"nodeflow/lib/openflow"
+	"nodeflow/lib/ovsdb"
 )
 
 // Host is a feature.Host for tests. Its fields may be set before the
@@ -43,8 +46,19 @@ type Host struct {
 
 	// Installed is what ReadFlows returns, by bridge.
 	Installed map[plan.Bridge][]openflow.Flow
-	// ReadErr makes ReadFlows fail.
+	// ReadErr makes ReadFlows, FlowStats and MeterStats fail.
 	ReadErr error
+	// Counters and Meters are what FlowStats and MeterStats return, by
+	// bridge; set them before the feature runs.
+	Counters map[plan.Bridge][]openflow.FlowStats
+	Meters   map[plan.Bridge][]openflow.MeterStats
+	// Ifc and DB are what Interfaces and OVSDB return; set them before
+	// the feature runs.
+	Ifc *ovsdb.InterfaceCache
+	DB  *ovsdb.Client
+	// DBFunc, when set, is what OVSDB returns instead of DB: a test that
+	// connects the client while the feature runs answers through it.
+	DBFunc func() *ovsdb.Client
 	// Tracker is what Repairs returns; its metrics are in Reg.
 	Tracker *repair.Tracker
 
@@ -118,10 +132,10 @@ func (h *Host) Start(ctx context.Context) {
 	h.local.WaitForCacheSync(ctx.Done())
 }
 
-// OnBridgeReady implements feature.Host.
 // Repairs implements feature.Host.
 func (h *Host) Repairs() *repair.Tracker { return h.Tracker }
 
+// OnBridgeReady implements feature.Host.
 func (h *Host) OnBridgeReady(f func(b plan.Bridge)) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -243,6 +257,40 @@ func (h *Host) ReadFlows(_ context.Context, b plan.Bridge, t plan.TableID, f pla
 	return out, nil
 }
 
+// FlowStats implements feature.Host: the test's Counters of b in table t
+// with cookies of feature f.
+func (h *Host) FlowStats(_ context.Context, b plan.Bridge, t plan.TableID, f plan.Feature) ([]openflow.FlowStats, error) {
+	if h.ReadErr != nil {
+		return nil, h.ReadErr
+	}
+	var out []openflow.FlowStats
+	for _, s := range h.Counters[b] {
+		if s.Table == uint8(t) && plan.Cookie(s.Cookie).Feature() == f {
+			out = append(out, s)
+		}
+	}
+	return out, nil
+}
+
+// MeterStats implements feature.Host: the test's Meters of b.
+func (h *Host) MeterStats(_ context.Context, b plan.Bridge) ([]openflow.MeterStats, error) {
+	if h.ReadErr != nil {
+		return nil, h.ReadErr
+	}
+	return h.Meters[b], nil
+}
+
+// Interfaces implements feature.Host: the test's Ifc.
+func (h *Host) Interfaces() *ovsdb.InterfaceCache { return h.Ifc }
+
+// OVSDB implements feature.Host: the test's DBFunc's answer, else DB.
+func (h *Host) OVSDB() *ovsdb.Client {
+	if h.DBFunc != nil {
+		return h.DBFunc()
+	}
+	return h.DB
+}
+
 // SetSendError makes Send fail with err (nil: succeed again), as it
 // does while the agent is not connected.
 func (h *Host) SetSendError(err error) {
@@ -313,3 +361,5 @@ func (n *NamespaceIDs) OnChange(f func(string)) {
 	defer n.mu.Unlock()
 	n.on = append(n.on, f)
 }
+
+var _ feature.Host = (*Host)(nil)
