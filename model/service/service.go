@@ -156,6 +156,8 @@ func ServicePorts(svc *v1.Service) (map[ServicePortName]*ServicePort, []error) {
 	return m, errs
 }
 
+// processService reads svc into its service ports, as ServicePorts says;
+// nil for a Service this proxy does not serve or whose ClusterIP is bad.
 func processService(svc *v1.Service) (*serviceInfo, []error) {
 	if svc == nil || !proxied(svc) {
 		return nil, nil
