@@ -117,12 +117,6 @@ type Config struct {
 	Masquerade conntrack.Plan
 }
 
-// RouterIP returns the router address of a pod subnet: its first host.
-func RouterIP(p netip.Prefix) netip.Addr { return p.Masked().Addr().Next() }
-
-// MgmtIP returns mp0's address in a pod subnet: its second host.
-func MgmtIP(p netip.Prefix) netip.Addr { return p.Masked().Addr().Next().Next() }
-
 // Validate reports the first problem of c, naming the field.
 func (c Config) Validate() error {
 	if c.TunnelPort == 0 || c.PatchPort == 0 || c.MgmtPort == 0 {
@@ -353,12 +347,12 @@ func NodeFlows(c Config) ([]openflow.Flow, error) {
 	// Table 5: ARP for the router and mp0, ND for the IPv6 router.
 	for _, p := range c.PodCIDRs {
 		if !p.Addr().Is4() {
-			add(RouterNDFlows(RouterIP(p), c.RouterMAC, p)...)
+			add(RouterNDFlows(plan.RouterIP(p), c.RouterMAC, p)...)
 			continue
 		}
 		add(
-			flow(plan.PodARP, plan.PriorityOverride, ARPReply(RouterIP(p), c.RouterMAC), ethTypeARP, openflow.ARPOp(1), openflow.ARPTpa(RouterIP(p))),
-			flow(plan.PodARP, plan.PriorityOverride, ARPReply(MgmtIP(p), c.MgmtMAC), ethTypeARP, openflow.ARPOp(1), openflow.ARPTpa(MgmtIP(p))),
+			flow(plan.PodARP, plan.PriorityOverride, ARPReply(plan.RouterIP(p), c.RouterMAC), ethTypeARP, openflow.ARPOp(1), openflow.ARPTpa(plan.RouterIP(p))),
+			flow(plan.PodARP, plan.PriorityOverride, ARPReply(plan.MgmtIP(p), c.MgmtMAC), ethTypeARP, openflow.ARPOp(1), openflow.ARPTpa(plan.MgmtIP(p))),
 		)
 	}
 
@@ -416,7 +410,7 @@ func NodeFlows(c Config) ([]openflow.Flow, error) {
 		f := famOfPrefix(p)
 		add(
 			flow(plan.PodRouting, plan.PriorityNormal, then(nil, plan.PodIngressPolicy), f.eth(), f.dstNet(p)),
-			flow(plan.PodRouting, PriorityHost, then(nil, plan.PodLocalDelivery), f.eth(), f.dst(MgmtIP(p))),
+			flow(plan.PodRouting, PriorityHost, then(nil, plan.PodLocalDelivery), f.eth(), f.dst(plan.MgmtIP(p))),
 		)
 	}
 	for _, ip := range c.NodeIPs {
@@ -473,7 +467,7 @@ func NodeFlows(c Config) ([]openflow.Flow, error) {
 	toHostHairpin := apply(setEthSrc(c.RouterMAC), setEthDst(c.MgmtMAC), out(openflow.PortInPort))
 	hostIPs := slices.Clone(c.NodeIPs)
 	for _, p := range c.PodCIDRs {
-		hostIPs = append(hostIPs, MgmtIP(p))
+		hostIPs = append(hostIPs, plan.MgmtIP(p))
 	}
 	for _, ip := range hostIPs {
 		f := famOf(ip)
@@ -533,7 +527,7 @@ func (c Config) clusterNets(f family) [][]openflow.Field {
 func (c Config) snatAddrs() []netip.Addr {
 	out := slices.Clone(c.NodeIPs)
 	for _, p := range c.PodCIDRs {
-		out = append(out, RouterIP(p))
+		out = append(out, plan.RouterIP(p))
 	}
 	return out
 }
@@ -566,7 +560,7 @@ func (c Config) nodeIP(v6 bool) (netip.Addr, bool) {
 func (c Config) router(v6 bool) (netip.Addr, bool) {
 	for _, p := range c.PodCIDRs {
 		if p.Addr().Is6() == v6 {
-			return RouterIP(p), true
+			return plan.RouterIP(p), true
 		}
 	}
 	return netip.Addr{}, false

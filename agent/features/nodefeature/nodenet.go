@@ -98,7 +98,7 @@ type NodeNet struct {
 	pods     map[string]nodeflows.Pod    // owner -> model installed
 	remotes  map[string]nodeflows.Remote // owner -> model installed
 	ndPorts  []uint32
-	hops     []nodeflows.NextHop
+	hops     []plan.NextHop
 	probed   map[netip.Addr]time.Time
 	remoteIP []netip.Addr
 	// hostDone is set once the host side was complete: what is put back
@@ -510,7 +510,7 @@ func (n *NodeNet) syncHops() {
 	if n.set(n.pod, nodeflows.OwnerNextHops, fs) {
 		n.hops = hops
 		if n.hops == nil {
-			n.hops = []nodeflows.NextHop{}
+			n.hops = []plan.NextHop{}
 		}
 	}
 }
@@ -558,7 +558,7 @@ func (n *NodeNet) writeCNI() {
 	nd := n.h.Node()
 	var reserved []netip.Addr
 	for _, p := range nd.PodCIDRs {
-		reserved = append(reserved, nodeflows.MgmtIP(p))
+		reserved = append(reserved, plan.MgmtIP(p))
 	}
 	changed, err := netstack.WriteCNIConfig(netstack.CNIConfig{ConfDir: n.opts.CNIConfDir, DataDir: n.opts.CNIDataDir, OVSDB: n.opts.OVSDB,
 		DatapathType: n.opts.DatapathType, MTU: nd.MTU, Subnets: nd.PodCIDRs, Reserved: reserved, ReservedFor: n.opts.MgmtPortName})
