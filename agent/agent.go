@@ -45,7 +45,6 @@ import (
 	"nodeflow/cluster/namespaceid"
 	"nodeflow/datapath/conntrack"
 	"nodeflow/datapath/gatewayflows"
-	"nodeflow/datapath/nodeflows"
 	"nodeflow/datapath/plan"
 	"nodeflow/datapath/reconcile"
 	"nodeflow/host/cni"
@@ -553,8 +552,8 @@ func (a *Agent) waitLocalNode(ctx context.Context) error {
 				}
 				a.updateNode(func(fn *feature.Node) {
 					fn.PodCIDRs = cidrs
-					fn.RouterMAC = conntrack.MAC(nodeflows.RouterIP(router))
-					fn.MgmtMAC = conntrack.MAC(nodeflows.MgmtIP(mgmt))
+					fn.RouterMAC = conntrack.MAC(plan.RouterIP(router))
+					fn.MgmtMAC = conntrack.MAC(plan.MgmtIP(mgmt))
 				})
 				return nil
 			}

@@ -150,25 +150,47 @@ func Flows(c Config) ([]openflow.Flow, error) {
 		return nil, err
 	}
 	var out []openflow.Flow
+	for _, part := range []func(Config) []openflow.Flow{
+		underlayFlows,      // table 0, p600
+		masqueradeFlows,    // table 0, p500
+		gatewayCommitFlows, // table 0, p100 and p50
+		uplinkReturnFlows,  // table 1
+		macRewriteFlows,    // tables 2 and 3
+		hairpinFlows,       // tables 4 and 5
+	} {
+		out = append(out, part(c)...)
+	}
+	return out, nil
+}
+
+// underlayFlows returns table 0's passage of the VXLAN underlay to and
+// from the node IPs, without conntrack (none with NoUnderlay).
+func underlayFlows(c Config) []openflow.Flow {
+	if c.NoUnderlay {
+		return nil
+	}
+	local := openflow.InPort(openflow.PortLocal)
+	uplink := openflow.InPort(c.UplinkPort)
+	var out []openflow.Flow
+	for _, ip := range c.NodeIPs {
+		f := famOf(ip)
+		out = append(out,
+			flow(plan.GatewayClassifier, PriorityUnderlay, apply(openflow.OutputPort(openflow.PortLocal)),
+				openflow.EthType(f.ethType), uplink, openflow.IPProto(f.protoUDP), f.dst(ip), openflow.UDPDst(plan.VXLANPort)),
+			flow(plan.GatewayClassifier, PriorityUnderlay, apply(openflow.OutputPort(c.UplinkPort)),
+				openflow.EthType(f.ethType), local, openflow.IPProto(f.protoUDP), f.src(ip), openflow.UDPDst(plan.VXLANPort)),
+		)
+	}
+	return out
+}
+
+// masqueradeFlows returns table 0's priority-500 masquerade flows, per
+// node IP: the host to services and back, and the hairpins to the host's
+// own addresses.
+func masqueradeFlows(c Config) []openflow.Flow {
 	local := openflow.InPort(openflow.PortLocal)
 	patch := openflow.InPort(c.PatchPort)
-	uplink := openflow.InPort(c.UplinkPort)
-	fams := families(c)
-
-	// Table 0: the VXLAN underlay passes without conntrack.
-	if !c.NoUnderlay {
-		for _, ip := range c.NodeIPs {
-			f := famOf(ip)
-			out = append(out,
-				flow(plan.GatewayClassifier, PriorityUnderlay, apply(openflow.OutputPort(openflow.PortLocal)),
-					openflow.EthType(f.ethType), uplink, openflow.IPProto(f.protoUDP), f.dst(ip), openflow.UDPDst(plan.VXLANPort)),
-				flow(plan.GatewayClassifier, PriorityUnderlay, apply(openflow.OutputPort(c.UplinkPort)),
-					openflow.EthType(f.ethType), local, openflow.IPProto(f.protoUDP), f.src(ip), openflow.UDPDst(plan.VXLANPort)),
-			)
-		}
-	}
-
-	// Table 0: the seed's priority-500 masquerade flows.
+	var out []openflow.Flow
 	for _, ip := range c.NodeIPs {
 		f := famOf(ip)
 		m, _ := c.Masquerade.For(ip)
@@ -198,40 +220,60 @@ func Flows(c Config) ([]openflow.Flow, error) {
 				apply(ct(false, conntrack.ZoneRouterMasquerade, plan.GatewayHairpinReturn, openflow.NAT{})),
 				eth, local, f.dst(m.Router)),
 		)
-		seen := map[netip.Addr]bool{}
-		for _, sec := range c.SecondaryIPs {
-			// The node IP has its own hairpin flow, and a masquerade
-			// address would take the place of one: neither is an
-			// endpoint's secondary address.
-			if sec.Is6() != f.v6 || seen[sec] || sec == ip || m.Subnet.Contains(sec) {
-				continue
-			}
-			seen[sec] = true
-			// Hairpin to a secondary host address: committed, not DNATed.
-			out = append(out, flow(plan.GatewayClassifier, plan.PriorityMasquerade,
-				apply(ct(true, conntrack.ZoneHostMasquerade, plan.GatewayHostHairpin)),
-				eth, patch, f.src(ip), f.dst(sec)))
-		}
+		out = append(out, secondaryHairpinFlows(c, ip, m)...)
 	}
+	return out
+}
 
-	// Table 0: commits toward the uplink, and the uplink into zone 64000.
-	for _, f := range fams {
+// secondaryHairpinFlows returns table 0's hairpins, for node IP ip with
+// masquerade addresses m, to the host's secondary addresses of ip's
+// family: committed, not DNATed. The node IP has its own hairpin flow,
+// and a masquerade address would take the place of one: neither is an
+// endpoint's secondary address.
+func secondaryHairpinFlows(c Config, ip netip.Addr, m conntrack.Masquerade) []openflow.Flow {
+	f := famOf(ip)
+	var out []openflow.Flow
+	seen := map[netip.Addr]bool{}
+	for _, sec := range c.SecondaryIPs {
+		if sec.Is6() != f.v6 || seen[sec] || sec == ip || m.Subnet.Contains(sec) {
+			continue
+		}
+		seen[sec] = true
+		out = append(out, flow(plan.GatewayClassifier, plan.PriorityMasquerade,
+			apply(ct(true, conntrack.ZoneHostMasquerade, plan.GatewayHostHairpin)),
+			openflow.EthType(f.ethType), openflow.InPort(c.PatchPort), f.src(ip), f.dst(sec)))
+	}
+	return out
+}
+
+// gatewayCommitFlows returns table 0's commits toward the uplink in the
+// gateway zone, marked by origin (br0 or the host), and the uplink's
+// traffic into that zone.
+func gatewayCommitFlows(c Config) []openflow.Flow {
+	var out []openflow.Flow
+	for _, f := range families(c) {
 		eth := openflow.EthType(f.ethType)
 		out = append(out,
 			flow(plan.GatewayClassifier, plan.PriorityGatewayCommit,
 				apply(ct(true, conntrack.ZoneGateway, plan.TableID(openflow.CTNoRecirc), ctMark(uint32(plan.OriginRouter.Value()))), openflow.OutputPort(c.UplinkPort)),
-				eth, patch),
+				eth, openflow.InPort(c.PatchPort)),
 			flow(plan.GatewayClassifier, plan.PriorityGatewayCommit,
 				apply(ct(true, conntrack.ZoneGateway, plan.TableID(openflow.CTNoRecirc), ctMark(uint32(plan.OriginHost.Value()))), openflow.OutputPort(c.UplinkPort)),
-				eth, local),
+				eth, openflow.InPort(openflow.PortLocal)),
 			flow(plan.GatewayClassifier, plan.PriorityUplinkConntrack,
 				apply(ct(false, conntrack.ZoneGateway, plan.GatewayUplinkReturn, openflow.NAT{})),
-				eth, uplink),
+				eth, openflow.InPort(c.UplinkPort)),
 		)
 	}
+	return out
+}
 
-	// Table 1: replies by where the connection came from.
-	for _, f := range fams {
+// uplinkReturnFlows returns table 1's flows: established and related
+// replies by where their connection came from, and the host's MAC to
+// LOCAL.
+func uplinkReturnFlows(c Config) []openflow.Flow {
+	var out []openflow.Flow
+	for _, f := range families(c) {
 		eth := openflow.EthType(f.ethType)
 		for _, st := range []uint32{openflow.CtEst, openflow.CtRel} {
 			state := openflow.CtState(st|openflow.CtTrk, st|openflow.CtTrk)
@@ -243,18 +285,25 @@ func Flows(c Config) ([]openflow.Flow, error) {
 			)
 		}
 	}
-	out = append(out, flow(plan.GatewayUplinkReturn, plan.PriorityBridgeMAC, apply(openflow.OutputPort(openflow.PortLocal)),
+	return append(out, flow(plan.GatewayUplinkReturn, plan.PriorityBridgeMAC, apply(openflow.OutputPort(openflow.PortLocal)),
 		openflow.EthDst(c.HostMAC)))
+}
 
-	// Tables 2 and 3: MAC rewrites toward br0 and toward the host.
-	out = append(out,
+// macRewriteFlows returns tables 2 and 3: the MAC rewrites toward br0 and
+// toward the host.
+func macRewriteFlows(c Config) []openflow.Flow {
+	return []openflow.Flow{
 		flow(plan.GatewayToRouter, plan.PriorityNormal,
 			apply(openflow.SetField{Field: openflow.EthDst(c.RouterMAC)}, openflow.OutputPort(c.PatchPort))),
 		flow(plan.GatewayToHost, plan.PriorityNormal,
 			apply(openflow.RegMove{Src: ethDst, Dst: ethSrc}, openflow.SetField{Field: openflow.EthDst(c.HostMAC)}, openflow.OutputPort(openflow.PortLocal))),
-	)
+	}
+}
 
-	// Tables 4 and 5: the hairpin's second masquerade and its return.
+// hairpinFlows returns tables 4 and 5: the hairpin's second masquerade
+// and its return.
+func hairpinFlows(c Config) []openflow.Flow {
+	var out []openflow.Flow
 	for _, ip := range c.NodeIPs {
 		f := famOf(ip)
 		m, _ := c.Masquerade.For(ip)
@@ -266,7 +315,7 @@ func Flows(c Config) ([]openflow.Flow, error) {
 				apply(ct(true, conntrack.ZoneHostMasquerade, plan.GatewayToRouter, openflow.NAT{})), eth),
 		)
 	}
-	return out, nil
+	return out
 }
 
 // families returns the IP families the node has an address in, IPv4 first.

@@ -33,7 +33,6 @@ import (
 	"strconv"
 
 	"nodeflow/datapath/conntrack"
-	"nodeflow/datapath/nodeflows"
 	"nodeflow/datapath/plan"
 	"nodeflow/datapath/puntflows"
 	"nodeflow/lib/openflow"
@@ -462,7 +461,7 @@ func BaseFlows(c Config) ([]openflow.Flow, error) {
 				if p.Addr().Is6() != f.v6 {
 					continue
 				}
-				fs = append(fs, flow(t, plan.PriorityPolicyExempt, goTo(next), f.eth, f.src(nodeflows.RouterIP(p))))
+				fs = append(fs, flow(t, plan.PriorityPolicyExempt, goTo(next), f.eth, f.src(plan.RouterIP(p))))
 				if d == Egress {
 					fs = append(fs,
 						flow(t, plan.PriorityPolicyLocalNew, goTo(next), f.eth, ctNewPlain, f.dst(p)),

@@ -117,12 +117,6 @@ type Config struct {
 	Masquerade conntrack.Plan
 }
 
-// RouterIP returns the router address of a pod subnet: its first host.
-func RouterIP(p netip.Prefix) netip.Addr { return p.Masked().Addr().Next() }
-
-// MgmtIP returns mp0's address in a pod subnet: its second host.
-func MgmtIP(p netip.Prefix) netip.Addr { return p.Masked().Addr().Next().Next() }
-
 // Validate reports the first problem of c, naming the field.
 func (c Config) Validate() error {
 	if c.TunnelPort == 0 || c.PatchPort == 0 || c.MgmtPort == 0 {
@@ -339,50 +333,87 @@ func NodeFlows(c Config) ([]openflow.Flow, error) {
 		return nil, err
 	}
 	var fs []openflow.Flow
-	add := func(f ...openflow.Flow) { fs = append(fs, f...) }
+	for _, table := range []func(Config) []openflow.Flow{
+		classifierFlows,    // table 0
+		arpFlows,           // table 5
+		unSNATFlows,        // table 20
+		serviceZoneFlows,   // table 25
+		snatFlows,          // table 40
+		egressBypassFlows,  // table 50
+		localRouteFlows,    // table 60
+		tunnelPeerFlows,    // table 60
+		gatewayRouteFlows,  // table 60
+		localDeliveryFlows, // table 70
+		egressSNATFlows,    // table 90
+	} {
+		fs = append(fs, table(c)...)
+	}
+	return fs, nil
+}
 
-	// Table 0: classifier.
-	add(
+// classifierFlows returns table 0's flows for vxlan0, the patch port and
+// mp0, by in_port, and for mp0's ARP and neighbour discovery.
+func classifierFlows(c Config) []openflow.Flow {
+	fs := []openflow.Flow{
 		flow(plan.PodClassifier, plan.PriorityNormal, then([]openflow.Action{plan.FromTunnel.Load()}, plan.PodTunnelIngress), openflow.InPort(c.TunnelPort)),
 		flow(plan.PodClassifier, plan.PriorityNormal, then([]openflow.Action{plan.FromGateway.Load()}, plan.PodUnSNAT), openflow.InPort(c.PatchPort)),
 		flow(plan.PodClassifier, plan.PriorityNormal, then([]openflow.Action{plan.FromHost.Load()}, plan.PodUnSNAT), openflow.InPort(c.MgmtPort)),
 		flow(plan.PodClassifier, PriorityARP, then(nil, plan.PodARP), ethTypeARP, openflow.InPort(c.MgmtPort)),
-	)
-	add(ndToARPTable(c.MgmtPort, c.MgmtMAC)...)
+	}
+	return append(fs, ndToARPTable(c.MgmtPort, c.MgmtMAC)...)
+}
 
-	// Table 5: ARP for the router and mp0, ND for the IPv6 router.
+// arpFlows returns table 5's answers: ARP for the router and mp0
+// addresses of each IPv4 pod subnet, neighbour solicitations for the
+// router of each IPv6 one.
+func arpFlows(c Config) []openflow.Flow {
+	var fs []openflow.Flow
 	for _, p := range c.PodCIDRs {
 		if !p.Addr().Is4() {
-			add(RouterNDFlows(RouterIP(p), c.RouterMAC, p)...)
+			fs = append(fs, RouterNDFlows(plan.RouterIP(p), c.RouterMAC, p)...)
 			continue
 		}
-		add(
-			flow(plan.PodARP, plan.PriorityOverride, ARPReply(RouterIP(p), c.RouterMAC), ethTypeARP, openflow.ARPOp(1), openflow.ARPTpa(RouterIP(p))),
-			flow(plan.PodARP, plan.PriorityOverride, ARPReply(MgmtIP(p), c.MgmtMAC), ethTypeARP, openflow.ARPOp(1), openflow.ARPTpa(MgmtIP(p))),
+		fs = append(fs,
+			flow(plan.PodARP, plan.PriorityOverride, ARPReply(plan.RouterIP(p), c.RouterMAC), ethTypeARP, openflow.ARPOp(1), openflow.ARPTpa(plan.RouterIP(p))),
+			flow(plan.PodARP, plan.PriorityOverride, ARPReply(plan.MgmtIP(p), c.MgmtMAC), ethTypeARP, openflow.ARPOp(1), openflow.ARPTpa(plan.MgmtIP(p))),
 		)
 	}
+	return fs
+}
 
-	// Table 20: un-SNAT only for packets to a SNAT address.
+// unSNATFlows returns table 20's un-SNAT, only for packets to an address
+// br0 SNATs to.
+func unSNATFlows(c Config) []openflow.Flow {
+	var fs []openflow.Flow
 	for _, ip := range c.snatAddrs() {
 		f := famOf(ip)
-		add(flow(plan.PodUnSNAT, plan.PriorityOverride, apply(ctAct(false, conntrack.ZoneSNAT, plan.PodConntrack, openflow.NAT{})), f.eth(), f.dst(ip)))
+		fs = append(fs, flow(plan.PodUnSNAT, plan.PriorityOverride, apply(ctAct(false, conntrack.ZoneSNAT, plan.PodConntrack, openflow.NAT{})), f.eth(), f.dst(ip)))
 	}
+	return fs
+}
 
-	// Table 25: the service zone for every IP packet.
+// serviceZoneFlows returns table 25's flows: every IP packet through the
+// service zone.
+func serviceZoneFlows(c Config) []openflow.Flow {
+	var fs []openflow.Flow
 	for _, f := range c.families() {
-		add(flow(plan.PodConntrack, plan.PriorityLow, apply(ctAct(false, conntrack.ZoneService, plan.PodServiceLB, openflow.NAT{})), f.eth()))
+		fs = append(fs, flow(plan.PodConntrack, plan.PriorityLow, apply(ctAct(false, conntrack.ZoneService, plan.PodServiceLB, openflow.NAT{})), f.eth()))
 	}
+	return fs
+}
 
-	// Table 40: SNAT after DNAT, per family.
-	newTrk := openflow.CtState(openflow.CtNew|openflow.CtTrk, openflow.CtNew|openflow.CtTrk)
-	estOrig := openflow.CtState(openflow.CtEst|openflow.CtTrk, openflow.CtEst|openflow.CtRpl|openflow.CtTrk)
+// snatFlows returns table 40's SNAT after DNAT, per family: to the node
+// IP when the service flows ask for it by ct_mark, and to the router
+// address for service connections from breth0 to a pod on another node.
+func snatFlows(c Config) []openflow.Flow {
+	var fs []openflow.Flow
 	for _, f := range c.families() {
 		nodeIP, okNode := c.nodeIP(f.v6)
 		router, okRouter := c.router(f.v6)
 		if okNode {
-			add(flow(plan.PodSNAT, plan.PriorityHigh, commitSNAT(nodeIP), f.eth(), newTrk, plan.SNATToNodeIP.Match()))
+			fs = append(fs, flow(plan.PodSNAT, plan.PriorityHigh, commitSNAT(nodeIP), f.eth(), newTracked, plan.SNATToNodeIP.Match()))
 		}
-		add(flow(plan.PodSNAT, PrioritySNATEstablished, reapplySNAT(), f.eth(), estOrig, plan.SNATToNodeIP.Match()))
+		fs = append(fs, flow(plan.PodSNAT, PrioritySNATEstablished, reapplySNAT(), f.eth(), establishedOriginal, plan.SNATToNodeIP.Match()))
 		if !okRouter {
 			continue
 		}
@@ -393,104 +424,143 @@ func NodeFlows(c Config) ([]openflow.Flow, error) {
 		// connection; a pod on this node answers through br0 anyway.
 		for _, p := range c.PodCIDRs {
 			if famOfPrefix(p).v6 == f.v6 {
-				add(flow(plan.PodSNAT, PriorityGatewayToLocalPod, then(nil, plan.PodEgressPolicy), f.eth(), plan.FromGateway.Match(), f.dstNet(p)))
+				fs = append(fs, flow(plan.PodSNAT, PriorityGatewayToLocalPod, then(nil, plan.PodEgressPolicy), f.eth(), plan.FromGateway.Match(), f.dstNet(p)))
 			}
 		}
-		dsts := c.clusterNets(f)
-		for _, d := range dsts {
-			add(
+		for _, d := range c.clusterNets(f) {
+			fs = append(fs,
 				flow(plan.PodSNAT, PriorityGatewayToPodNew, commitSNAT(router), append([]openflow.Field{f.eth(), plan.FromGateway.Match(), newDNAT}, d...)...),
 				flow(plan.PodSNAT, PriorityGatewayToPodEstablished, reapplySNAT(), append([]openflow.Field{f.eth(), plan.FromGateway.Match(), estDNAT}, d...)...),
 			)
 		}
 	}
+	return fs
+}
 
-	// Table 50: cluster and service destinations skip the egress firewall.
+// egressBypassFlows returns table 50's flows: cluster and service
+// destinations skip the egress firewall.
+func egressBypassFlows(c Config) []openflow.Flow {
+	var fs []openflow.Flow
 	for _, p := range append(slices.Clone(c.ClusterCIDRs), c.ServiceCIDRs...) {
 		f := famOfPrefix(p)
-		add(flow(plan.PodEgressFirewall, plan.PriorityEgressFirewallBypass, then(nil, plan.PodRouting), f.eth(), f.dstNet(p)))
+		fs = append(fs, flow(plan.PodEgressFirewall, plan.PriorityEgressFirewallBypass, then(nil, plan.PodRouting), f.eth(), f.dstNet(p)))
 	}
+	return fs
+}
 
-	// Table 60: routing.
+// localRouteFlows returns table 60's routes to this node: the local pod
+// subnets, and the host's addresses (mp0's, the node IPs) with the guard
+// against underlay traffic to a node IP.
+func localRouteFlows(c Config) []openflow.Flow {
+	var fs []openflow.Flow
 	for _, p := range c.PodCIDRs {
 		f := famOfPrefix(p)
-		add(
+		fs = append(fs,
 			flow(plan.PodRouting, plan.PriorityNormal, then(nil, plan.PodIngressPolicy), f.eth(), f.dstNet(p)),
-			flow(plan.PodRouting, PriorityHost, then(nil, plan.PodLocalDelivery), f.eth(), f.dst(MgmtIP(p))),
+			flow(plan.PodRouting, PriorityHost, then(nil, plan.PodLocalDelivery), f.eth(), f.dst(plan.MgmtIP(p))),
 		)
 	}
 	for _, ip := range c.NodeIPs {
 		f := famOf(ip)
-		add(flow(plan.PodRouting, PriorityHost, then(nil, plan.PodLocalDelivery), f.eth(), f.dst(ip)))
-		add(underlayGuard(ip))
+		fs = append(fs, flow(plan.PodRouting, PriorityHost, then(nil, plan.PodLocalDelivery), f.eth(), f.dst(ip)))
+		fs = append(fs, underlayGuard(ip))
 	}
-	// A connection from another node's host (SNATed to its node IP)
-	// through the tunnel to a local pod is committed with the tunnel
-	// endpoint it came from, and its replies go back the same way: out of
-	// the uplink, they would reach a host that does not know them.
-	// Connections from the pod networks need no state for that.
-	newTrkOnly := openflow.CtState(openflow.CtNew|openflow.CtTrk, openflow.CtNew|openflow.CtTrk)
+	return fs
+}
+
+// tunnelPeerFlows returns table 60's flows for connections from another
+// node's host (SNATed to its node IP) through the tunnel to a local pod:
+// they are committed with the tunnel endpoint they came from, and their
+// replies go back the same way: out of the uplink, they would reach a
+// host that does not know them. Connections from the pod networks need no
+// state for that.
+func tunnelPeerFlows(c Config) []openflow.Flow {
+	var fs []openflow.Flow
 	for _, p := range c.PodCIDRs {
 		f := famOfPrefix(p)
 		for _, src := range c.ClusterCIDRs {
 			if famOfPrefix(src).v6 == f.v6 {
-				add(flow(plan.PodRouting, PriorityTunnelPodSource, then(nil, plan.PodIngressPolicy),
-					f.eth(), plan.FromTunnel.Match(), newTrkOnly, f.srcNet(src), f.dstNet(p)))
+				fs = append(fs, flow(plan.PodRouting, PriorityTunnelPodSource, then(nil, plan.PodIngressPolicy),
+					f.eth(), plan.FromTunnel.Match(), newTracked, f.srcNet(src), f.dstNet(p)))
 			}
 		}
-		add(flow(plan.PodRouting, PriorityTunnelPeer, []openflow.Instruction{
+		fs = append(fs, flow(plan.PodRouting, PriorityTunnelPeer, []openflow.Instruction{
 			openflow.ApplyActions{Actions: []openflow.Action{ctAct(true, conntrack.ZoneService, plan.TableID(openflow.CTNoRecirc),
 				plan.ReturnByTunnel.Load(),
 			)}},
 			openflow.GotoTable{Table: uint8(plan.PodIngressPolicy)},
-		}, f.eth(), plan.FromTunnel.Match(), newTrkOnly, f.dstNet(p)))
+		}, f.eth(), plan.FromTunnel.Match(), newTracked, f.dstNet(p)))
 	}
 	for _, f := range c.families() {
 		// Their replies, to the tunnel table, which sends them to the node
 		// whose node IP they are for (RemoteFlows).
-		add(flow(plan.PodRouting, PriorityTunnelReturn, then(nil, plan.PodTunnelEgress), f.eth(),
+		fs = append(fs, flow(plan.PodRouting, PriorityTunnelReturn, then(nil, plan.PodTunnelEgress), f.eth(),
 			openflow.CtState(openflow.CtRpl|openflow.CtTrk, openflow.CtRpl|openflow.CtTrk), plan.ReturnByTunnel.Match()))
 	}
+	return fs
+}
 
+// gatewayRouteFlows returns table 60's routes out through the gateway:
+// replies to it, connections already SNATed, the masquerade subnet, and
+// the default route for pods (through egress SNAT).
+func gatewayRouteFlows(c Config) []openflow.Flow {
+	var fs []openflow.Flow
 	for _, f := range c.families() {
 		// Replies of connections that came in from the gateway (a
 		// NodePort client, the host through the masquerade) go back to it.
-		add(flow(plan.PodRouting, PriorityReply, then(nil, plan.PodGatewayOutput), f.eth(),
+		fs = append(fs, flow(plan.PodRouting, PriorityReply, then(nil, plan.PodGatewayOutput), f.eth(),
 			openflow.CtState(openflow.CtRpl|openflow.CtTrk, openflow.CtRpl|openflow.CtTrk)))
 		// Outside the cluster, SNAT already done (a host endpoint): to the
 		// gateway.
-		add(flow(plan.PodRouting, PrioritySNATDone, then(nil, plan.PodGatewayOutput), f.eth(),
+		fs = append(fs, flow(plan.PodRouting, PrioritySNATDone, then(nil, plan.PodGatewayOutput), f.eth(),
 			openflow.CtState(openflow.CtSNAT|openflow.CtTrk, openflow.CtSNAT|openflow.CtRpl|openflow.CtTrk)))
 		// The default route, only for pods: egress SNAT.
-		add(flow(plan.PodRouting, plan.PriorityLow, then(nil, plan.PodEgressSNAT), f.eth(), plan.FromPod.Match()))
+		fs = append(fs, flow(plan.PodRouting, plan.PriorityLow, then(nil, plan.PodEgressSNAT), f.eth(), plan.FromPod.Match()))
 		if m, ok := c.masq(f.v6); ok {
-			add(flow(plan.PodRouting, plan.PriorityHigh, then(nil, plan.PodGatewayOutput), f.eth(), f.dstNet(m.Subnet)))
+			fs = append(fs, flow(plan.PodRouting, plan.PriorityHigh, then(nil, plan.PodGatewayOutput), f.eth(), f.dstNet(m.Subnet)))
 		}
 	}
+	return fs
+}
 
-	// Table 70: mp0 for the host's addresses.
+// localDeliveryFlows returns table 70's delivery to mp0 of packets for
+// the host's addresses (the node IPs and mp0's), hairpinned when they
+// come from mp0.
+func localDeliveryFlows(c Config) []openflow.Flow {
 	toHost := apply(setEthSrc(c.RouterMAC), setEthDst(c.MgmtMAC), out(c.MgmtPort))
 	toHostHairpin := apply(setEthSrc(c.RouterMAC), setEthDst(c.MgmtMAC), out(openflow.PortInPort))
 	hostIPs := slices.Clone(c.NodeIPs)
 	for _, p := range c.PodCIDRs {
-		hostIPs = append(hostIPs, MgmtIP(p))
+		hostIPs = append(hostIPs, plan.MgmtIP(p))
 	}
+	var fs []openflow.Flow
 	for _, ip := range hostIPs {
 		f := famOf(ip)
-		add(
+		fs = append(fs,
 			flow(plan.PodLocalDelivery, plan.PriorityNormal, toHost, f.eth(), f.dst(ip)),
 			flow(plan.PodLocalDelivery, PriorityHost, toHostHairpin, f.eth(), openflow.InPort(c.MgmtPort), f.dst(ip)),
 		)
 	}
+	return fs
+}
 
-	// Table 90: pod egress SNAT to the node IP.
+// egressSNATFlows returns table 90's pod egress SNAT to the node IP.
+func egressSNATFlows(c Config) []openflow.Flow {
+	var fs []openflow.Flow
 	for _, ip := range c.NodeIPs {
 		f := famOf(ip)
-		add(flow(plan.PodEgressSNAT, plan.PriorityNormal,
+		fs = append(fs, flow(plan.PodEgressSNAT, plan.PriorityNormal,
 			apply(ctAct(true, conntrack.ZoneSNAT, plan.PodGatewayOutput, openflow.NAT{Src: true, MinAddr: ip})), f.eth()))
 	}
-	return fs, nil
+	return fs
 }
+
+// Conntrack states of new connections, and of established ones in the
+// original direction.
+var (
+	newTracked          = openflow.CtState(openflow.CtNew|openflow.CtTrk, openflow.CtNew|openflow.CtTrk)
+	establishedOriginal = openflow.CtState(openflow.CtEst|openflow.CtTrk, openflow.CtEst|openflow.CtRpl|openflow.CtTrk)
+)
 
 // Table 40's conntrack states of service connections (their destination
 // NATed in the service zone): new, and established in the original
@@ -533,7 +603,7 @@ func (c Config) clusterNets(f family) [][]openflow.Field {
 func (c Config) snatAddrs() []netip.Addr {
 	out := slices.Clone(c.NodeIPs)
 	for _, p := range c.PodCIDRs {
-		out = append(out, RouterIP(p))
+		out = append(out, plan.RouterIP(p))
 	}
 	return out
 }
@@ -566,7 +636,7 @@ func (c Config) nodeIP(v6 bool) (netip.Addr, bool) {
 func (c Config) router(v6 bool) (netip.Addr, bool) {
 	for _, p := range c.PodCIDRs {
 		if p.Addr().Is6() == v6 {
-			return RouterIP(p), true
+			return plan.RouterIP(p), true
 		}
 	}
 	return netip.Addr{}, false

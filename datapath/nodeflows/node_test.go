@@ -55,11 +55,11 @@ func testPod() Pod {
 		IPs: []netip.Addr{netip.MustParseAddr("10.244.0.5"), netip.MustParseAddr("fd00:10:244::5")}}
 }
 
-func testHops() []NextHop {
-	return []NextHop{
-		{netip.MustParsePrefix("0.0.0.0/0"), mac("02:00:00:00:00:01")},
-		{netip.MustParsePrefix("172.30.0.12/32"), mac("02:00:00:00:00:12")},
-		{netip.MustParsePrefix("::/0"), mac("02:00:00:00:00:01")},
+func testHops() []plan.NextHop {
+	return []plan.NextHop{
+		{Prefix: netip.MustParsePrefix("0.0.0.0/0"), MAC: mac("02:00:00:00:00:01")},
+		{Prefix: netip.MustParsePrefix("172.30.0.12/32"), MAC: mac("02:00:00:00:00:12")},
+		{Prefix: netip.MustParsePrefix("::/0"), MAC: mac("02:00:00:00:00:01")},
 	}
 }
 
@@ -205,7 +205,7 @@ func TestValidation(t *testing.T) {
 		{"pod without IP", func() error { p := testPod(); p.IPs = nil; _, err := PodFlows(c, p); return err }, "pod default/a: no IP"},
 		{"pod namespace id too wide", func() error { p := testPod(); p.NamespaceID = 1 << 24; _, err := PodFlows(c, p); return err }, "namespace id"},
 		{"bad next hop", func() error {
-			_, err := GatewayOutputFlows(c, []NextHop{{netip.MustParsePrefix("10.0.0.1/8"), mac("02:00:00:00:00:01")}})
+			_, err := GatewayOutputFlows(c, []plan.NextHop{{Prefix: netip.MustParsePrefix("10.0.0.1/8"), MAC: mac("02:00:00:00:00:01")}})
 			return err
 		}, "next hop"},
 	} {

@@ -216,19 +216,11 @@ func PodFlows(c Config, p Pod) ([]openflow.Flow, error) {
 	return fs, nil
 }
 
-// NextHop says which MAC to send to for destinations in Prefix when br0
-// routes them out through breth0: the default gateway for 0.0.0.0/0, a
-// neighbour on the uplink's subnet for its /32.
-type NextHop struct {
-	Prefix netip.Prefix
-	MAC    net.HardwareAddr
-}
-
 // GatewayOutputFlows returns table 95 (owner OwnerNextHops): for each next
 // hop (longest prefix first by priority), and for the masquerade subnet
 // (the dummy next hop's MAC), set the MACs and output to the patch port,
 // or IN_PORT when the packet came from it.
-func GatewayOutputFlows(c Config, hops []NextHop) ([]openflow.Flow, error) {
+func GatewayOutputFlows(c Config, hops []plan.NextHop) ([]openflow.Flow, error) {
 	var fs []openflow.Flow
 	emit := func(prio plan.Priority, src, dst net.HardwareAddr, f family, match ...openflow.Field) {
 		fromGateway := append([]openflow.Field{f.eth(), openflow.InPort(c.PatchPort)}, match...)

@@ -1,7 +1,8 @@
 // Package plan is nodeflow's pipeline plan: the tables of both bridges with
 // their explicit, stable numbers, the register, ct_mark and ct_label
 // fields, the cookie layout (feature, owner, generation), the priorities,
-// and the group and meter id ranges.
+// the group and meter id ranges, and the node's address plan (the router
+// and mp0 addresses of each pod subnet, the next hops out of breth0).
 //
 // Everything is a typed value. A register field cannot end past bit 31, a
 // mark cannot hold a value wider than its field, and a test fails when two

@@ -139,39 +139,13 @@ type DiffOptions struct {
 	Now time.Time
 }
 
-// unit is a set of owners whose changes must be applied together.
-type unit struct {
-	parent *unit
-	owners []string // disjoint from every other unit's
-	name   string   // smallest owner name, for a stable order
-	size   int
-	err    error
-
-	groupsBefore []groupChange
-	groupsAfter  []groupChange
-	meters       []meterChange
-	// flowDeletes and flowUpdates count the unit's flow changes, which
-	// are in the diff's one list (see diff).
-	flowDeletes, flowUpdates int
-	// batch is the index of the root unit's batch, -1 for none.
-	batch int
-}
-
-func (u *unit) root() *unit {
-	for u.parent != nil {
-		u = u.parent
-	}
-	return u
-}
-
-// foreignOwner names the unit of the flows and groups that nobody wants
-// and no known owner wrote.
-const foreignOwner = "(foreign)"
-
 // diff takes every queued change and turns it into a Diff. The changes it
 // returns are no longer queued: the caller must report each batch and
 // meter change as applied (commit*) or not (abort*). Changes it holds back
 // stay queued.
+//
+// Owners whose changes must go together are joined into units (see
+// unitSet); units go whole into batches, or are held back whole.
 func (s *Store) diff(opts DiffOptions) *Diff {
 	now := opts.Now
 	if now.IsZero() {
@@ -181,268 +155,333 @@ func (s *Store) diff(opts DiffOptions) *Diff {
 	defer s.mu.Unlock()
 
 	d := &Diff{Blocked: map[string]error{}, Version: s.version}
-	// Units are keyed by owner name: an owner's entries from before its
-	// latest Set belong to an older *owner with the same name.
-	units := map[string]*unit{}
-	unitOf := func(o *owner) *unit {
-		name := foreignOwner
-		if o != nil {
-			name = o.name
-		}
-		u, ok := units[name]
-		if !ok {
-			u = &unit{owners: []string{name}, name: name, batch: -1}
-			units[name] = u
-		}
-		return u.root()
-	}
-	union := func(a, b *unit) *unit {
-		a, b = a.root(), b.root()
-		if a == b {
-			return a
-		}
-		if len(b.owners) > len(a.owners) {
-			a, b = b, a
-		}
-		b.parent = a
-		a.owners = append(a.owners, b.owners...)
-		b.owners = nil
-		if b.name < a.name {
-			a.name = b.name
-		}
-		if a.err == nil {
-			a.err = b.err
-		}
-		a.size += b.size
-		a.groupsBefore = append(a.groupsBefore, b.groupsBefore...)
-		a.groupsAfter = append(a.groupsAfter, b.groupsAfter...)
-		a.meters = append(a.meters, b.meters...)
-		a.flowDeletes += b.flowDeletes
-		a.flowUpdates += b.flowUpdates
-		b.groupsBefore, b.groupsAfter, b.meters = nil, nil, nil
-		return a
-	}
-	owning := func(to, from *owner) *owner {
-		if to != nil {
-			return to
-		}
-		return from
-	}
-	block := func(u *unit, err error) {
-		u = u.root()
-		if u.err == nil {
-			u.err = err
-		}
-	}
-
+	units := newUnitSet()
 	// Groups first, so flows can find the group changes they depend on.
-	gch := map[uint32]bool{}
-	dirtyG := s.dirtyG
+	changingGroups := s.takeGroupChanges(units)
+	s.takeMeterChanges(units)
+	flows := s.takeFlowChanges(units, changingGroups)
+	cuts := s.cutBatches(d, s.rootUnits(units, now), opts.MaxBundle)
+	d.addBatches(cuts)
+	s.placeFlows(d, flows)
+	for _, b := range d.Batches {
+		b.sort()
+	}
+	return d
+}
+
+// takeGroupChanges takes the queued group changes into their owners'
+// units and returns the ids of the groups that change. A group changing
+// hands joins its old and new owner's units; a unit is blocked when it
+// deletes a group that desired flows or buckets still use, or adds one
+// whose buckets use a group or meter that no owner wants.
+func (s *Store) takeGroupChanges(units *unitSet) map[uint32]bool {
+	changing := map[uint32]bool{}
+	dirty := s.dirtyG
 	s.dirtyG = nil
-	takeChanges(s.groups, dirtyG, func(id uint32, kind ChangeKind, from, to *groupEntry) {
+	takeChanges(s.groups, dirty, func(id uint32, kind ChangeKind, from, to *groupEntry) {
 		c := groupChange{id: id, kind: kind, from: from, to: to}
-		u := unitOf(changeOwner(c.to, c.from))
+		u := units.of(changeOwner(c.to, c.from))
 		if c.from != nil && c.to != nil && c.from.owner != nil && c.from.owner.name != c.to.owner.name {
-			u = union(u, unitOf(c.from.owner))
+			u = units.union(u, units.of(c.from.owner))
 		}
 		if c.kind == Delete {
 			if n := s.refs[refKey{false, id}]; n > 0 {
-				block(u, fmt.Errorf("group %d: nobody wants it but %d desired flows or buckets still use it", id, n))
+				u.block(fmt.Errorf("group %d: nobody wants it but %d desired flows or buckets still use it", id, n))
 			}
 			u.groupsAfter = append(u.groupsAfter, c)
 		} else {
 			u.groupsBefore = append(u.groupsBefore, c)
-			// Buckets may chain to other groups and use meters.
-			for _, ref := range c.to.refs {
-				if ref.meter {
-					if rs := s.meters[ref.id]; rs == nil || rs.desired == nil {
-						block(u, fmt.Errorf("group %d: bucket uses meter %d, which no owner wants", id, ref.id))
-					}
-				} else if rs := s.groups[ref.id]; rs == nil || rs.desired == nil {
-					block(u, fmt.Errorf("group %d: bucket uses group %d, which no owner wants", id, ref.id))
-				}
-			}
+			s.checkBuckets(u, c)
 		}
 		u.size += 1 + c.groupBuckets()/256
-		gch[id] = true
+		changing[id] = true
 	})
+	return changing
+}
 
-	// Meters.
-	dirtyM := s.dirtyM
+// checkBuckets blocks u when a bucket of the group that c adds or
+// modifies chains to a group or uses a meter that no owner wants.
+func (s *Store) checkBuckets(u *unit, c groupChange) {
+	for _, ref := range c.to.refs {
+		if ref.meter {
+			if !s.meterWanted(ref.id) {
+				u.block(fmt.Errorf("group %d: bucket uses meter %d, which no owner wants", c.id, ref.id))
+			}
+		} else if !s.groupWanted(ref.id) {
+			u.block(fmt.Errorf("group %d: bucket uses group %d, which no owner wants", c.id, ref.id))
+		}
+	}
+}
+
+// groupWanted reports whether an owner wants group id.
+func (s *Store) groupWanted(id uint32) bool {
+	gs := s.groups[id]
+	return gs != nil && gs.desired != nil
+}
+
+// meterWanted reports whether an owner wants meter id.
+func (s *Store) meterWanted(id uint32) bool {
+	ms := s.meters[id]
+	return ms != nil && ms.desired != nil
+}
+
+// takeMeterChanges takes the queued meter changes into their owners'
+// units; a unit is blocked when it deletes a meter that desired flows or
+// buckets still use.
+func (s *Store) takeMeterChanges(units *unitSet) {
+	dirty := s.dirtyM
 	s.dirtyM = nil
-	takeChanges(s.meters, dirtyM, func(id uint32, kind ChangeKind, from, to *meterEntry) {
+	takeChanges(s.meters, dirty, func(id uint32, kind ChangeKind, from, to *meterEntry) {
 		c := meterChange{id: id, kind: kind, from: from, to: to}
-		u := unitOf(changeOwner(c.to, c.from))
+		u := units.of(changeOwner(c.to, c.from))
 		if c.kind == Delete {
 			if n := s.refs[refKey{true, id}]; n > 0 {
-				block(u, fmt.Errorf("meter %d: nobody wants it but %d desired flows or buckets still use it", id, n))
+				u.block(fmt.Errorf("meter %d: nobody wants it but %d desired flows or buckets still use it", id, n))
 			}
 		}
 		u.meters = append(u.meters, c)
 	})
+}
 
-	// Flows, in one list with the unit each joined (units merge later):
-	// a start-up diff has a change for every flow, and a list of its own
-	// for each unit, grown by appending, would allocate several times
-	// what the changes need.
-	dirtyF := s.dirtyF
+// flowChanges are a diff's flow changes in one list, each with the unit
+// it joined (units merge later, so its root is looked up at the end): a
+// start-up diff has a change for every flow, and a list of its own for
+// each unit, grown by appending, would allocate several times what the
+// changes need.
+type flowChanges struct {
+	changes []flowChange
+	units   []*unit
+}
+
+// takeFlowChanges takes the queued flow changes, each into its unit (see
+// flowUnit).
+func (s *Store) takeFlowChanges(units *unitSet, changingGroups map[uint32]bool) flowChanges {
+	dirty := s.dirtyF
 	s.dirtyF = nil
-	flows := make([]flowChange, 0, len(dirtyF))
-	flowUnits := make([]*unit, 0, len(dirtyF))
-	for _, k := range dirtyF {
-		sl, ok := s.flows[k]
-		if !ok || !sl.dirty {
+	fc := flowChanges{changes: make([]flowChange, 0, len(dirty)), units: make([]*unit, 0, len(dirty))}
+	for _, k := range dirty {
+		c, ok := s.takeFlowChange(k)
+		if !ok {
 			continue
 		}
-		sl.dirty = false
-		c := flowChange{from: sl.installed, to: sl.desired}
-		step, kind := sl.step(s.flowsDiffer)
-		if step == stepEmpty {
-			delete(s.flows, k)
-			continue
-		}
-		s.flows[k] = sl
-		if step != stepChange {
-			continue
-		}
-		c.kind = kind
-		var fromOwner, toOwner *owner
-		if c.from != nil {
-			fromOwner = c.from.owner
-		}
-		if c.to != nil {
-			toOwner = c.to.owner
-		}
-		u := unitOf(owning(toOwner, fromOwner))
-		if c.to != nil && c.from != nil && fromOwner != nil && fromOwner.name != toOwner.name {
-			// A flow changing hands: both owners go together, or the
-			// switch could see it deleted before it is re-added.
-			u = union(u, unitOf(fromOwner))
-		}
-		link := func(id uint32) {
-			if _, changing := gch[id]; changing {
-				if gs := s.groups[id]; gs != nil {
-					var go_ *owner
-					if gs.desired != nil {
-						go_ = gs.desired.owner
-					} else if gs.installed != nil {
-						go_ = gs.installed.owner
-					}
-					u = union(u, unitOf(go_))
-				}
-			}
-		}
-		if c.to != nil {
-			c.to.visitRefs(func(id uint32) {
-				link(id)
-				if gs := s.groups[id]; gs == nil || gs.desired == nil {
-					block(u, fmt.Errorf("flow%s: uses group %d, which no owner wants", c.to.String(), id))
-				}
-			}, func(id uint32) {
-				if ms := s.meters[id]; ms == nil || ms.desired == nil {
-					block(u, fmt.Errorf("flow%s: uses meter %d, which no owner wants", c.to.String(), id))
-				}
-			})
-		}
-		if c.from != nil {
-			c.from.visitRefs(link, func(uint32) {})
-		}
+		u := s.flowUnit(units, c, changingGroups)
 		if c.kind == Delete {
 			u.flowDeletes++
 		} else {
 			u.flowUpdates++
 		}
 		u.size++
-		flows = append(flows, c)
-		flowUnits = append(flowUnits, u)
+		fc.changes = append(fc.changes, c)
+		fc.units = append(fc.units, u)
 	}
+	return fc
+}
 
-	// Collect the root units, drop the blocked ones, and pack the rest.
-	seen := map[*unit]bool{}
-	var roots []*unit
-	for _, u := range units {
-		r := u.root()
-		if seen[r] {
-			continue
+// takeFlowChange marks flow k's slot clean and returns the change it asks
+// for, if any, settling a slot in step and dropping an empty one.
+func (s *Store) takeFlowChange(k openflow.FlowKey) (flowChange, bool) {
+	sl, ok := s.flows[k]
+	if !ok || !sl.dirty {
+		return flowChange{}, false
+	}
+	sl.dirty = false
+	c := flowChange{from: sl.installed, to: sl.desired}
+	step, kind := sl.step(s.flowsDiffer)
+	if step == stepEmpty {
+		delete(s.flows, k)
+		return flowChange{}, false
+	}
+	s.flows[k] = sl
+	if step != stepChange {
+		return flowChange{}, false
+	}
+	c.kind = kind
+	return c, true
+}
+
+// flowUnit returns the unit that flow change c joins: its owner's, joined
+// with its previous owner's when the flow changes hands, and with the
+// owner of each changing group that the flow uses or used. It blocks the
+// unit when the flow uses a group or meter that no owner wants.
+func (s *Store) flowUnit(units *unitSet, c flowChange, changingGroups map[uint32]bool) *unit {
+	var fromOwner, toOwner *owner
+	if c.from != nil {
+		fromOwner = c.from.owner
+	}
+	if c.to != nil {
+		toOwner = c.to.owner
+	}
+	o := toOwner
+	if o == nil {
+		o = fromOwner
+	}
+	u := units.of(o)
+	if c.to != nil && c.from != nil && fromOwner != nil && fromOwner.name != toOwner.name {
+		// A flow changing hands: both owners go together, or the
+		// switch could see it deleted before it is re-added.
+		u = units.union(u, units.of(fromOwner))
+	}
+	joinGroup := func(id uint32) {
+		if gu := s.changingGroupUnit(units, changingGroups, id); gu != nil {
+			u = units.union(u, gu)
 		}
-		seen[r] = true
+	}
+	if c.to != nil {
+		c.to.visitRefs(func(id uint32) {
+			joinGroup(id)
+			if !s.groupWanted(id) {
+				u.block(fmt.Errorf("flow%s: uses group %d, which no owner wants", c.to.String(), id))
+			}
+		}, func(id uint32) {
+			if !s.meterWanted(id) {
+				u.block(fmt.Errorf("flow%s: uses meter %d, which no owner wants", c.to.String(), id))
+			}
+		})
+	}
+	if c.from != nil {
+		c.from.visitRefs(joinGroup, func(uint32) {})
+	}
+	return u
+}
+
+// changingGroupUnit returns the unit of the owner of group id (the one
+// that wants it, else the one that wrote it) when the group changes in
+// this diff, or nil.
+func (s *Store) changingGroupUnit(units *unitSet, changingGroups map[uint32]bool, id uint32) *unit {
+	if !changingGroups[id] {
+		return nil
+	}
+	gs := s.groups[id]
+	if gs == nil {
+		return nil
+	}
+	var o *owner
+	if gs.desired != nil {
+		o = gs.desired.owner
+	} else if gs.installed != nil {
+		o = gs.installed.owner
+	}
+	return units.of(o)
+}
+
+// rootUnits returns the root units that change something, in name order,
+// each blocked when one of its owners is backing off after a failure.
+func (s *Store) rootUnits(units *unitSet, now time.Time) []*unit {
+	var roots []*unit
+	units.roots(func(r *unit) {
 		for _, name := range r.owners {
 			if o := s.owners[name]; o != nil && o.waitingAt(now) {
-				block(r, o.fail.err)
+				r.block(o.fail.err)
 			}
 		}
 		if r.size == 0 && len(r.meters) == 0 {
-			continue
+			return
 		}
 		roots = append(roots, r)
-	}
+	})
 	sort.Slice(roots, func(i, j int) bool { return roots[i].name < roots[j].name })
+	return roots
+}
 
-	// Cut the units into batches first, then fill each batch's slices,
-	// made to the size they need: a start-up diff holds a change for
-	// every flow, and growing its slices by appending would allocate about
-	// twice that.
+// cutBatches holds the blocked units back, puts the others' meter changes
+// in d, and cuts the units with flow or group changes into batches, in
+// order: a new batch starts, between units, when the last one would grow
+// past maxBundle changes (zero: never). It sets each unit's batch index
+// and returns the units of each batch.
+func (s *Store) cutBatches(d *Diff, roots []*unit, maxBundle int) [][]*unit {
 	var cuts [][]*unit
 	size := 0 // the changes in the last cut, as Batch.Len counts them
 	for _, u := range roots {
 		if u.err != nil {
-			for _, name := range u.owners {
-				if name != foreignOwner {
-					d.Blocked[name] = u.err
-					if o := s.owners[name]; o != nil && o.lastErr() == nil {
-						// Visible in Errors until it goes through; no
-						// back-off: it waits for the change it needs.
-						o.fail = &ownerFailure{err: u.err}
-					}
-				}
-			}
-			s.requeueUnit(u)
+			s.holdBack(d, u)
 			continue
 		}
-		for _, c := range u.meters {
-			if c.kind == Delete {
-				d.MetersAfter = append(d.MetersAfter, c)
-			} else {
-				d.MetersBefore = append(d.MetersBefore, c)
-			}
-			d.Stats.countMeter(c.kind)
-		}
+		d.addMeters(u.meters)
 		if u.size == 0 {
 			continue
 		}
-		if len(cuts) == 0 || (opts.MaxBundle > 0 && size > 0 && size+u.size > opts.MaxBundle) {
+		if len(cuts) == 0 || (maxBundle > 0 && size > 0 && size+u.size > maxBundle) {
 			cuts = append(cuts, nil)
 			size = 0
 		}
 		cuts[len(cuts)-1] = append(cuts[len(cuts)-1], u)
-		size += len(u.groupsBefore) + u.flowDeletes + u.flowUpdates + len(u.groupsAfter)
+		size += u.changes()
 		u.batch = len(cuts) - 1
 	}
-	for _, us := range cuts {
-		var owners, gb, fd, fu, ga int
-		for _, u := range us {
-			owners += len(u.owners)
-			gb, fd, fu, ga = gb+len(u.groupsBefore), fd+u.flowDeletes, fu+u.flowUpdates, ga+len(u.groupsAfter)
+	return cuts
+}
+
+// holdBack keeps blocked unit u out of d: its owners are in d.Blocked
+// with its reason, and its group and meter changes go back in the queues
+// (placeFlows requeues its flow changes).
+func (s *Store) holdBack(d *Diff, u *unit) {
+	for _, name := range u.owners {
+		if name == foreignOwner {
+			continue
 		}
-		b := &Batch{owners: make([]string, 0, owners), groupsBefore: make([]groupChange, 0, gb),
-			flowDeletes: make([]flowChange, 0, fd), flowUpdates: make([]flowChange, 0, fu), groupsAfter: make([]groupChange, 0, ga)}
-		d.Batches = append(d.Batches, b)
-		for _, u := range us {
-			b.owners = append(b.owners, u.owners...)
-			b.groupsBefore = append(b.groupsBefore, u.groupsBefore...)
-			b.groupsAfter = append(b.groupsAfter, u.groupsAfter...)
-			for _, c := range u.groupsBefore {
-				d.Stats.countGroup(c.kind)
-			}
-			for _, c := range u.groupsAfter {
-				d.Stats.countGroup(c.kind)
-			}
+		d.Blocked[name] = u.err
+		if o := s.owners[name]; o != nil && o.lastErr() == nil {
+			// Visible in Errors until it goes through; no
+			// back-off: it waits for the change it needs.
+			o.fail = &ownerFailure{err: u.err}
 		}
 	}
-	// Each flow change goes to its unit's batch, or back in the queue
-	// when its unit is held back.
-	for i, c := range flows {
-		r := flowUnits[i].root()
+	s.requeueUnit(u)
+}
+
+// addMeters puts meter changes in d: deletes after the batches, the rest
+// before.
+func (d *Diff) addMeters(changes []meterChange) {
+	for _, c := range changes {
+		if c.kind == Delete {
+			d.MetersAfter = append(d.MetersAfter, c)
+		} else {
+			d.MetersBefore = append(d.MetersBefore, c)
+		}
+		d.Stats.countMeter(c.kind)
+	}
+}
+
+// addBatches adds a batch to d for each cut, with its units' owners and
+// group changes (placeFlows adds the flow changes).
+func (d *Diff) addBatches(cuts [][]*unit) {
+	for _, us := range cuts {
+		b := newBatch(us)
+		d.Batches = append(d.Batches, b)
+		for _, c := range b.groupsBefore {
+			d.Stats.countGroup(c.kind)
+		}
+		for _, c := range b.groupsAfter {
+			d.Stats.countGroup(c.kind)
+		}
+	}
+}
+
+// newBatch returns the batch of units us, with their owners and group
+// changes, its slices made to the size they need: a start-up diff holds a
+// change for every flow, and growing its slices by appending would
+// allocate about twice that.
+func newBatch(us []*unit) *Batch {
+	var owners, gb, fd, fu, ga int
+	for _, u := range us {
+		owners += len(u.owners)
+		gb, fd, fu, ga = gb+len(u.groupsBefore), fd+u.flowDeletes, fu+u.flowUpdates, ga+len(u.groupsAfter)
+	}
+	b := &Batch{owners: make([]string, 0, owners), groupsBefore: make([]groupChange, 0, gb),
+		flowDeletes: make([]flowChange, 0, fd), flowUpdates: make([]flowChange, 0, fu), groupsAfter: make([]groupChange, 0, ga)}
+	for _, u := range us {
+		b.owners = append(b.owners, u.owners...)
+		b.groupsBefore = append(b.groupsBefore, u.groupsBefore...)
+		b.groupsAfter = append(b.groupsAfter, u.groupsAfter...)
+	}
+	return b
+}
+
+// placeFlows puts each flow change in its unit's batch, or back in the
+// queue when its unit is held back.
+func (s *Store) placeFlows(d *Diff, flows flowChanges) {
+	for i, c := range flows.changes {
+		r := flows.units[i].root()
 		if r.err != nil {
 			s.requeueFlow(c.key())
 			continue
@@ -455,15 +494,16 @@ func (s *Store) diff(opts DiffOptions) *Diff {
 		}
 		d.Stats.countFlow(c.kind)
 	}
-	for _, b := range d.Batches {
-		sort.Strings(b.owners)
-		// The version note goes last, so that a bridge whose note is
-		// current has everything before it.
-		sort.SliceStable(b.flowUpdates, func(i, j int) bool {
-			return !isMeta(b.flowUpdates[i]) && isMeta(b.flowUpdates[j])
-		})
-	}
-	return d
+}
+
+// sort sorts the batch's owners, and puts the version note last among its
+// flow updates, so that a bridge whose note is current has everything
+// before it.
+func (b *Batch) sort() {
+	sort.Strings(b.owners)
+	sort.SliceStable(b.flowUpdates, func(i, j int) bool {
+		return !isMeta(b.flowUpdates[i]) && isMeta(b.flowUpdates[j])
+	})
 }
 
 // idEntry is a group or meter entry: it has an owner, and can tell whether

@@ -687,125 +687,183 @@ func (r *Reconciler) sync(ctx context.Context, c *ofconn.Conn, rep *SyncReport, 
 // (or when one of them was refused), and leaves it for the caller to send
 // otherwise.
 func (r *Reconciler) apply(ctx context.Context, c *ofconn.Conn, d *Diff, after *[]openflow.Message) error {
-	v := c.Version()
-	gen := r.Generation()
-	now := r.clock().Now()
-	var firstErr error
-	keep := func(err error) {
-		if firstErr == nil {
-			firstErr = err
-		}
-	}
-	sent, err := r.applyMeters(ctx, c, d.MetersBefore)
-	if err != nil {
-		for _, ch := range d.MetersBefore {
-			r.store.abortMeter(ch, nil, now)
-		}
-		r.abortRest(d, 0, now)
+	p := &applyPass{r: r, ctx: ctx, c: c, d: d, after: after, v: c.Version(), gen: r.Generation(), now: r.clock().Now()}
+	if err := p.metersBefore(); err != nil {
 		return err
 	}
-	for i, ch := range d.MetersBefore {
+	for i, b := range d.Batches {
+		if err := p.batch(i, b); err != nil {
+			return err
+		}
+	}
+	p.metersAfter()
+	return p.firstErr
+}
+
+// applyPass is one apply: what it sends, over which connection, and the
+// first error that did not stop it (a refused change: the pass goes on
+// with the others).
+type applyPass struct {
+	r     *Reconciler
+	ctx   context.Context
+	c     *ofconn.Conn
+	d     *Diff
+	after *[]openflow.Message
+	v     openflow.Version
+	gen   plan.Generation
+	now   time.Time
+
+	firstErr error
+}
+
+// keep records err as the pass's error, unless it has one already.
+func (p *applyPass) keep(err error) {
+	if p.firstErr == nil {
+		p.firstErr = err
+	}
+}
+
+// lost reports whether err means that the connection is gone (or the
+// pass cancelled): then nothing more can be sent.
+func (p *applyPass) lost(err error) bool {
+	return errors.Is(err, ofconn.ErrDisconnected) || errors.Is(err, ofconn.ErrClosed) || p.ctx.Err() != nil
+}
+
+// metersBefore adds and modifies the diff's meters, all at once and then
+// those the switch refused one by one. Its error is a lost connection's:
+// then every change of the diff goes back in the queues.
+func (p *applyPass) metersBefore() error {
+	r, store, chs := p.r, p.r.store, p.d.MetersBefore
+	sent, err := r.applyMeters(p.ctx, p.c, chs)
+	if err != nil {
+		for _, ch := range chs {
+			store.abortMeter(ch, nil, p.now)
+		}
+		r.abortRest(p.d, 0, p.now)
+		return err
+	}
+	for i, ch := range chs {
 		if sent[i] {
-			r.store.commitMeter(ch)
+			store.commitMeter(ch)
 			continue
 		}
-		if err := r.applyMeter(ctx, c, ch); err != nil {
-			if errors.Is(err, ofconn.ErrDisconnected) || errors.Is(err, ofconn.ErrClosed) || ctx.Err() != nil {
-				for _, rest := range d.MetersBefore[i:] {
-					r.store.abortMeter(rest, nil, now)
+		if err := r.applyMeter(p.ctx, p.c, ch); err != nil {
+			if p.lost(err) {
+				for _, rest := range chs[i:] {
+					store.abortMeter(rest, nil, p.now)
 				}
-				r.abortRest(d, 0, now)
+				r.abortRest(p.d, 0, p.now)
 				return err
 			}
-			r.store.abortMeter(ch, err, now)
-			keep(err)
+			store.abortMeter(ch, err, p.now)
+			p.keep(err)
 			continue
 		}
-		r.store.commitMeter(ch)
+		store.commitMeter(ch)
 	}
-	for i, b := range d.Batches {
-		msgs, origin, err := batchMessages(b, v, gen)
-		if err != nil {
-			r.store.abortBatch(b, err, now)
-			keep(err)
-			continue
-		}
-		own := len(msgs)
-		carries := len(*after) > 0 && i == len(d.Batches)-1
-		if carries {
-			msgs = append(msgs, *after...)
-		}
-		if own == 1 && carries {
-			// One change needs no bundle (see ofconn.Conn.Bundle): it
-			// and the messages after it go in order with one barrier, a
-			// round trip instead of two. They run after the change as
-			// they would after the bundle, and after a refused change as
-			// they would after a failed bundle.
-			err = c.Apply(ctx, msgs...)
-			*after = nil // sent, or lost with the connection
-			if err != nil && !changeRefused(err, own) {
-				// The switch refused only messages after the change
-				// (a lost connection is no *BatchError): it is applied.
-				keep(fmt.Errorf("reconcile: %s: a message sent after the changes: %w", r.opts.Bridge, err))
-				err = nil
-			}
-		} else {
-			err = c.Bundle(ctx, msgs)
-		}
-		if err == nil {
-			r.store.commitBatch(b)
-			if carries {
-				*after = nil
-			}
-			continue
-		}
-		if errors.Is(err, ofconn.ErrDisconnected) || errors.Is(err, ofconn.ErrClosed) || ctx.Err() != nil {
-			r.abortRest(d, i, now)
-			return fmt.Errorf("reconcile: %s: %w", r.opts.Bridge, err)
-		}
-		var me *ofconn.MessageError
-		if carries && errors.As(err, &me) && me.Index >= own {
-			// A message sent after the changes failed, not a change: drop
-			// them and let the next pass send the changes alone.
-			*after = nil
-			r.store.abortBatch(b, nil, now)
-			keep(fmt.Errorf("reconcile: %s: a message sent after the changes: %w", r.opts.Bridge, err))
-			r.poke()
-			continue
-		}
-		// Find the owner of the failing message, hold it back, and let the
-		// next pass send the others.
-		bad := ""
-		what := ""
-		if errors.As(err, &me) {
-			bad = ownerOfMessage(b, v, me.Index)
-			what = origin(me.Index)
-		}
-		r.store.abortBatch(b, nil, now)
-		ferr := fmt.Errorf("reconcile: %s: %s: %w", r.opts.Bridge, what, err)
-		if bad != "" && bad != foreignOwner {
-			r.store.mu.Lock()
-			r.store.failOwner(bad, ferr, now)
-			r.store.mu.Unlock()
-		} else {
-			r.store.mu.Lock()
-			for _, o := range b.owners {
-				r.store.failOwner(o, ferr, now)
-			}
-			r.store.mu.Unlock()
-		}
-		keep(ferr)
+	return nil
+}
+
+// batch sends batch i, b, with *after at the end of the last batch. Its
+// error is a lost connection's: then b and the rest of the diff go back in
+// the queues.
+func (p *applyPass) batch(i int, b *Batch) error {
+	msgs, origin, err := batchMessages(b, p.v, p.gen)
+	if err != nil {
+		p.r.store.abortBatch(b, err, p.now)
+		p.keep(err)
+		return nil
+	}
+	own := len(msgs)
+	carries := len(*p.after) > 0 && i == len(p.d.Batches)-1
+	if carries {
+		msgs = append(msgs, *p.after...)
+	}
+	if err := p.send(msgs, own, carries); err != nil {
+		return p.batchFailed(i, b, err, own, carries, origin)
+	}
+	p.r.store.commitBatch(b)
+	if carries {
+		*p.after = nil
+	}
+	return nil
+}
+
+// send sends a batch's messages, the first own of which are its changes,
+// in a bundle; carries says whether *after follows them.
+func (p *applyPass) send(msgs []openflow.Message, own int, carries bool) error {
+	if own != 1 || !carries {
+		return p.c.Bundle(p.ctx, msgs)
+	}
+	// One change needs no bundle (see ofconn.Conn.Bundle): it and the
+	// messages after it go in order with one barrier, a round trip
+	// instead of two. They run after the change as they would after the
+	// bundle, and after a refused change as they would after a failed
+	// bundle.
+	err := p.c.Apply(p.ctx, msgs...)
+	*p.after = nil // sent, or lost with the connection
+	if err != nil && !changeRefused(err, own) {
+		// The switch refused only messages after the change (a lost
+		// connection is no *BatchError): it is applied.
+		p.keep(fmt.Errorf("reconcile: %s: a message sent after the changes: %w", p.r.opts.Bridge, err))
+		return nil
+	}
+	return err
+}
+
+// batchFailed puts batch i, b, back in the queues after sending it failed
+// with err, and holds back the owner of the failing message (every owner
+// of the batch when it is not known) so that the next pass sends the
+// others. The error it returns is a lost connection's: then the rest of
+// the diff goes back in the queues too.
+func (p *applyPass) batchFailed(i int, b *Batch, err error, own int, carries bool, origin func(int) string) error {
+	r, store := p.r, p.r.store
+	if p.lost(err) {
+		r.abortRest(p.d, i, p.now)
+		return fmt.Errorf("reconcile: %s: %w", r.opts.Bridge, err)
+	}
+	var me *ofconn.MessageError
+	if carries && errors.As(err, &me) && me.Index >= own {
+		// A message sent after the changes failed, not a change: drop
+		// them and let the next pass send the changes alone.
+		*p.after = nil
+		store.abortBatch(b, nil, p.now)
+		p.keep(fmt.Errorf("reconcile: %s: a message sent after the changes: %w", r.opts.Bridge, err))
 		r.poke()
+		return nil
 	}
-	for _, ch := range d.MetersAfter {
-		if err := c.Apply(ctx, meterMessage(ch, openflow.MeterDelete)); err != nil {
-			r.store.abortMeter(ch, err, now)
-			keep(err)
+	bad := ""
+	what := ""
+	if errors.As(err, &me) {
+		bad = ownerOfMessage(b, p.v, me.Index)
+		what = origin(me.Index)
+	}
+	store.abortBatch(b, nil, p.now)
+	ferr := fmt.Errorf("reconcile: %s: %s: %w", r.opts.Bridge, what, err)
+	store.mu.Lock()
+	if bad != "" && bad != foreignOwner {
+		store.failOwner(bad, ferr, p.now)
+	} else {
+		for _, o := range b.owners {
+			store.failOwner(o, ferr, p.now)
+		}
+	}
+	store.mu.Unlock()
+	p.keep(ferr)
+	r.poke()
+	return nil
+}
+
+// metersAfter deletes the diff's meters that nobody wants any more.
+func (p *applyPass) metersAfter() {
+	for _, ch := range p.d.MetersAfter {
+		if err := p.c.Apply(p.ctx, meterMessage(ch, openflow.MeterDelete)); err != nil {
+			p.r.store.abortMeter(ch, err, p.now)
+			p.keep(err)
 			continue
 		}
-		r.store.commitMeter(ch)
+		p.r.store.commitMeter(ch)
 	}
-	return firstErr
 }
 
 // changeRefused reports whether err names one of the first own messages

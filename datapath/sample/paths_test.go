@@ -9,7 +9,6 @@ import (
 	"testing"
 
 	"nodeflow/datapath/conntrack"
-	"nodeflow/datapath/nodeflows"
 	"nodeflow/datapath/plan"
 )
 
@@ -88,7 +87,7 @@ func fromOutside(sport uint16, port uint16) func(c *Config) segment {
 // node IP, VNI 0.
 func fromRemoteHost(sport uint16, dst netip.AddrPort) func(c *Config) segment {
 	return func(c *Config) segment {
-		return segment{srcMAC: conntrack.MAC(nodeflows.RouterIP(c.Remote.PodCIDRs[0])), dstMAC: c.RouterMAC(),
+		return segment{srcMAC: conntrack.MAC(plan.RouterIP(c.Remote.PodCIDRs[0])), dstMAC: c.RouterMAC(),
 			src: netip.AddrPortFrom(c.Remote.IPs[0], sport), dst: dst, syn: true,
 			tunnel: &underlay{srcMAC: c.Remote.MAC, dstMAC: c.Local.MAC, src: c.Remote.IPs[0], dst: c.Local.IPs[0]}}
 	}
@@ -98,7 +97,7 @@ func fromRemoteHost(sport uint16, dst netip.AddrPort) func(c *Config) segment {
 // as the other node sends it.
 func fromRemotePod(sport uint16, dst netip.AddrPort) func(c *Config) segment {
 	return func(c *Config) segment {
-		return segment{srcMAC: conntrack.MAC(nodeflows.RouterIP(c.Remote.PodCIDRs[0])), dstMAC: c.RouterMAC(),
+		return segment{srcMAC: conntrack.MAC(plan.RouterIP(c.Remote.PodCIDRs[0])), dstMAC: c.RouterMAC(),
 			src: netip.AddrPortFrom(remotePod, sport), dst: dst, syn: true,
 			tunnel: &underlay{srcMAC: c.Remote.MAC, dstMAC: c.Local.MAC, src: c.Remote.IPs[0], dst: c.Local.IPs[0], vni: c.Pods[0].NamespaceID}}
 	}

@@ -56,7 +56,7 @@ type Config struct {
 	Pods []nodeflows.Pod
 	// NextHops are what the host's neighbour table and default routes say
 	// about the uplink's subnet.
-	NextHops []nodeflows.NextHop
+	NextHops []plan.NextHop
 	// Services are the cluster's service ports, each with all of its
 	// endpoints.
 	Services []ServicePort
@@ -79,12 +79,12 @@ type ServicePort struct {
 // RouterMAC returns the MAC of br0's virtual router: the masquerade-plan
 // MAC of the IPv4 pod subnet's router address, as the agent derives it.
 func (c *Config) RouterMAC() net.HardwareAddr {
-	return conntrack.MAC(nodeflows.RouterIP(c.Local.PodCIDRs[0]))
+	return conntrack.MAC(plan.RouterIP(c.Local.PodCIDRs[0]))
 }
 
 // MgmtMAC returns mp0's MAC, derived as the agent does.
 func (c *Config) MgmtMAC() net.HardwareAddr {
-	return conntrack.MAC(nodeflows.MgmtIP(c.Local.PodCIDRs[0]))
+	return conntrack.MAC(plan.MgmtIP(c.Local.PodCIDRs[0]))
 }
 
 // Pod returns this node's pod namespace/name, or false.
@@ -200,7 +200,7 @@ func Default() Config {
 			{Namespace: VNetNamespace, Name: "v3", IP: remoteAtt, MAC: vnet.MACOf(VNI, remoteAtt), HostIP: node2.IPs[0]},
 			{Namespace: VNetNamespace, Name: "v7", IP: remoteAtt6, MAC: vnet.MACOf(VNI, remoteAtt6), HostIP: node2.IPs[0]},
 		}},
-		NextHops: []nodeflows.NextHop{
+		NextHops: []plan.NextHop{
 			{Prefix: prefix("0.0.0.0/0"), MAC: DefaultGatewayMAC},
 			{Prefix: prefix("::/0"), MAC: DefaultGatewayMAC},
 			{Prefix: netip.PrefixFrom(DefaultGateway, 32), MAC: DefaultGatewayMAC},

@@ -16,7 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"nodeflow/datapath/conntrack"
-	"nodeflow/datapath/nodeflows"
+	"nodeflow/datapath/plan"
 	"nodeflow/host/cni"
 )
 
@@ -397,12 +397,12 @@ func ensureMgmt(p HostPlan, mp netlink.Link, r HostReport) {
 		}
 	}
 	for _, pc := range p.PodCIDRs {
-		addr := &netlink.Addr{IPNet: ipNet(netip.PrefixFrom(nodeflows.MgmtIP(pc), pc.Bits()))}
+		addr := &netlink.Addr{IPNet: ipNet(netip.PrefixFrom(plan.MgmtIP(pc), pc.Bits()))}
 		if pc.Addr().Is6() {
 			addr.Flags = unix.IFA_F_NODAD
 		}
 		r.to(RepairMgmtPort)(ensureAddr(mp, addr, false))
-		router := nodeflows.RouterIP(pc)
+		router := plan.RouterIP(pc)
 		if pc.Addr().Is6() {
 			// br0 answers the pods' neighbour solicitations for the
 			// router; the host answers those that reach it (proxy NDP), as

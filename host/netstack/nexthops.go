@@ -7,7 +7,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 
-	"nodeflow/datapath/nodeflows"
+	"nodeflow/datapath/plan"
 )
 
 // usableNeigh reports whether a neighbour entry has a MAC worth using.
@@ -24,7 +24,7 @@ func usableNeigh(n netlink.Neigh) bool {
 // prefix), skipping addresses inside skip (the masquerade subnets, whose
 // MACs br0 knows). It returns the addresses it wants but found unresolved,
 // for the caller to probe.
-func NextHops(gateway string, want []netip.Addr, skip []netip.Prefix) ([]nodeflows.NextHop, []netip.Addr, error) {
+func NextHops(gateway string, want []netip.Addr, skip []netip.Prefix) ([]plan.NextHop, []netip.Addr, error) {
 	link, err := netlink.LinkByName(gateway)
 	if err != nil {
 		return nil, nil, err
@@ -49,7 +49,7 @@ func NextHops(gateway string, want []netip.Addr, skip []netip.Prefix) ([]nodeflo
 			}
 		}
 	}
-	var hops []nodeflows.NextHop
+	var hops []plan.NextHop
 	var missing []netip.Addr
 	for _, fam := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
 		rs, err := netlink.RouteList(link, fam)
@@ -63,27 +63,27 @@ func NextHops(gateway string, want []netip.Addr, skip []netip.Prefix) ([]nodeflo
 			gw := toAddr(r.Gw)
 			prefix := netip.PrefixFrom(unspecified(gw), 0)
 			if mac, ok := macs[gw]; ok {
-				hops = append(hops, nodeflows.NextHop{Prefix: prefix, MAC: mac})
+				hops = append(hops, plan.NextHop{Prefix: prefix, MAC: mac})
 			} else {
 				missing = append(missing, gw)
 			}
 		}
 	}
 	for ip, mac := range macs {
-		hops = append(hops, nodeflows.NextHop{Prefix: hostPrefix(ip), MAC: mac})
+		hops = append(hops, plan.NextHop{Prefix: hostPrefix(ip), MAC: mac})
 	}
 	for _, ip := range want {
 		if _, ok := macs[ip]; !ok {
 			missing = append(missing, ip)
 		}
 	}
-	slices.SortFunc(hops, func(a, b nodeflows.NextHop) int {
+	slices.SortFunc(hops, func(a, b plan.NextHop) int {
 		if c := a.Prefix.Addr().Compare(b.Prefix.Addr()); c != 0 {
 			return c
 		}
 		return a.Prefix.Bits() - b.Prefix.Bits()
 	})
-	hops = slices.CompactFunc(hops, func(a, b nodeflows.NextHop) bool { return a.Prefix == b.Prefix })
+	hops = slices.CompactFunc(hops, func(a, b plan.NextHop) bool { return a.Prefix == b.Prefix })
 	return hops, missing, nil
 }
 

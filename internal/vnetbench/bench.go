@@ -147,48 +147,13 @@ func (r Result) Print(w io.Writer) {
 // Run creates the objects, waits until every attachment is assigned (and,
 // on nodes with an agent, made), and reports.
 func Run(ctx context.Context, o Options) (Result, error) {
-	if o.Dynamic == nil || o.Kube == nil {
-		return Result{}, errors.New("vnet-bench: Dynamic and Kube are required")
-	}
-	if o.Attachments <= 0 || o.VNIs <= 0 || o.Concurrency <= 0 {
-		return Result{}, fmt.Errorf("vnet-bench: attachments (%d), VNIs (%d) and concurrency (%d) must be positive", o.Attachments, o.VNIs, o.Concurrency)
-	}
-	if o.FirstVNI == 0 {
-		o.FirstVNI = vnet.MinVNI + 0x1000
-	}
-	if last := o.FirstVNI + uint32(o.VNIs) - 1; !vnet.ValidVNI(o.FirstVNI) || !vnet.ValidVNI(last) {
-		return Result{}, fmt.Errorf("vnet-bench: VNIs %d..%d: %w", o.FirstVNI, last, vnet.ErrVNIRange)
-	}
-	prefix, err := netip.ParsePrefix(o.SubnetCIDR)
+	o, prefix, err := o.checked()
 	if err != nil {
-		return Result{}, fmt.Errorf("vnet-bench: subnet CIDR %q: %w", o.SubnetCIDR, err)
+		return Result{}, err
 	}
-	perVNI := (o.Attachments + o.VNIs - 1) / o.VNIs
-	if bits := prefix.Addr().BitLen() - prefix.Bits(); bits < 31 && 1<<bits-2 < perVNI {
-		return Result{}, fmt.Errorf("vnet-bench: subnet CIDR %s holds fewer than the %d attachments of each VNI", prefix, perVNI)
-	}
-	if o.Timeout <= 0 {
-		o.Timeout = 30 * time.Minute
-	}
-	if o.Log == nil {
-		o.Log = logrus.StandardLogger()
-	}
-	nodes := o.Nodes
-	if len(nodes) == 0 {
-		l, err := o.Kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return Result{}, fmt.Errorf("vnet-bench: list nodes: %w", err)
-		}
-		for _, n := range l.Items {
-			nodes = append(nodes, n.Name)
-		}
-	}
-	real := len(nodes)
-	for i := range o.FakeNodes {
-		nodes = append(nodes, fmt.Sprintf("vnet-bench-%d", i))
-	}
-	if len(nodes) == 0 {
-		return Result{}, errors.New("vnet-bench: no nodes")
+	nodes, real, err := listNodes(ctx, o)
+	if err != nil {
+		return Result{}, err
 	}
 	if err := setUp(ctx, o, nodes[real:], prefix); err != nil {
 		return Result{}, err
@@ -210,14 +175,93 @@ func Run(ctx context.Context, o Options) (Result, error) {
 			res.OnAgents++
 		}
 	}
-	// An informer, not a bare watch: the API server ends a watch that
-	// falls behind, and the informer lists and watches again.
-	changed := make(chan struct{}, 1)
+	changed, stopInformer, err := watchAttachments(ctx, o, t, waitReal, nodes)
+	if err != nil {
+		return res, err
+	}
+	defer stopInformer()
+	createErr := make(chan error, 1)
+	go func() { createErr <- createAll(ctx, o, nodes, t) }()
+	if err := waitAll(ctx, o, t, res.OnAgents, changed, createErr); err != nil {
+		return res, err
+	}
+	if o.Ready != nil {
+		o.Ready()
+	}
+	res.measure(o, t)
+	if after, aerr := apiRequests(ctx, o.Kube); berr == nil && aerr == nil {
+		res.countRequests(before, after)
+	}
+	return res, nil
+}
+
+// checked returns o with its defaults filled in, and its subnet CIDR, or
+// an error naming the option that is wrong.
+func (o Options) checked() (Options, netip.Prefix, error) {
+	if o.Dynamic == nil || o.Kube == nil {
+		return o, netip.Prefix{}, errors.New("vnet-bench: Dynamic and Kube are required")
+	}
+	if o.Attachments <= 0 || o.VNIs <= 0 || o.Concurrency <= 0 {
+		return o, netip.Prefix{}, fmt.Errorf("vnet-bench: attachments (%d), VNIs (%d) and concurrency (%d) must be positive", o.Attachments, o.VNIs, o.Concurrency)
+	}
+	if o.FirstVNI == 0 {
+		o.FirstVNI = vnet.MinVNI + 0x1000
+	}
+	if last := o.FirstVNI + uint32(o.VNIs) - 1; !vnet.ValidVNI(o.FirstVNI) || !vnet.ValidVNI(last) {
+		return o, netip.Prefix{}, fmt.Errorf("vnet-bench: VNIs %d..%d: %w", o.FirstVNI, last, vnet.ErrVNIRange)
+	}
+	prefix, err := netip.ParsePrefix(o.SubnetCIDR)
+	if err != nil {
+		return o, netip.Prefix{}, fmt.Errorf("vnet-bench: subnet CIDR %q: %w", o.SubnetCIDR, err)
+	}
+	perVNI := (o.Attachments + o.VNIs - 1) / o.VNIs
+	if bits := prefix.Addr().BitLen() - prefix.Bits(); bits < 31 && 1<<bits-2 < perVNI {
+		return o, netip.Prefix{}, fmt.Errorf("vnet-bench: subnet CIDR %s holds fewer than the %d attachments of each VNI", prefix, perVNI)
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = 30 * time.Minute
+	}
+	if o.Log == nil {
+		o.Log = logrus.StandardLogger()
+	}
+	return o, prefix, nil
+}
+
+// listNodes returns the nodes to spread the attachments over: the real
+// ones (o.Nodes, or every Node of the cluster), then o.FakeNodes fake
+// ones; real is how many are real.
+func listNodes(ctx context.Context, o Options) (nodes []string, real int, err error) {
+	nodes = o.Nodes
+	if len(nodes) == 0 {
+		l, err := o.Kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return nil, 0, fmt.Errorf("vnet-bench: list nodes: %w", err)
+		}
+		for _, n := range l.Items {
+			nodes = append(nodes, n.Name)
+		}
+	}
+	real = len(nodes)
+	for i := range o.FakeNodes {
+		nodes = append(nodes, fmt.Sprintf("vnet-bench-%d", i))
+	}
+	if len(nodes) == 0 {
+		return nil, 0, errors.New("vnet-bench: no nodes")
+	}
+	return nodes, real, nil
+}
+
+// watchAttachments starts an informer on the attachments that passes
+// each to t and signals changed; stop stops it. An informer, not a bare
+// watch: the API server ends a watch that falls behind, and the informer
+// lists and watches again.
+func watchAttachments(ctx context.Context, o Options, t *tracker, waitReal int, nodes []string) (changed <-chan struct{}, stop func(), err error) {
+	ch := make(chan struct{}, 1)
 	observe := func(obj any) {
 		if u, ok := obj.(*unstructured.Unstructured); ok {
 			t.observe(u, waitReal, nodes)
 			select {
-			case changed <- struct{}{}:
+			case ch <- struct{}{}:
 			default:
 			}
 		}
@@ -227,54 +271,62 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		AddFunc:    observe,
 		UpdateFunc: func(_, obj any) { observe(obj) },
 	}); err != nil {
-		return res, fmt.Errorf("vnet-bench: watch attachments: %w", err)
+		return nil, nil, fmt.Errorf("vnet-bench: watch attachments: %w", err)
 	}
 	ictx, stopInformer := context.WithCancel(ctx)
-	defer stopInformer()
 	go inf.RunWithContext(ictx)
 	if !cache.WaitForCacheSync(ictx.Done(), inf.HasSynced) {
-		return res, errors.New("vnet-bench: the attachments' informer did not sync")
+		stopInformer()
+		return nil, nil, errors.New("vnet-bench: the attachments' informer did not sync")
 	}
-	createErr := make(chan error, 1)
-	go func() { createErr <- createAll(ctx, o, nodes, t) }()
+	return ch, stopInformer, nil
+}
 
+// waitAll waits until t has every attachment assigned and the onAgents
+// on agents' nodes made, until creating them fails (createErr), or until
+// o.Timeout.
+func waitAll(ctx context.Context, o Options, t *tracker, onAgents int, changed <-chan struct{}, createErr chan error) error {
 	deadline := time.NewTimer(o.Timeout)
 	defer deadline.Stop()
-	for !t.done(res.OnAgents) {
+	for !t.done(onAgents) {
 		select {
 		case err := <-createErr:
 			if err != nil {
-				return res, err
+				return err
 			}
 			createErr = nil
 		case <-changed:
 		case <-deadline.C:
-			return res, fmt.Errorf("vnet-bench: after %s: %d of %d assigned, %d of %d made on their nodes", o.Timeout, t.assignedN, o.Attachments, t.hostN, res.OnAgents)
+			return fmt.Errorf("vnet-bench: after %s: %d of %d assigned, %d of %d made on their nodes", o.Timeout, t.assignedN, o.Attachments, t.hostN, onAgents)
 		case <-ctx.Done():
-			return res, ctx.Err()
+			return ctx.Err()
 		}
 	}
-	if o.Ready != nil {
-		o.Ready()
-	}
-	res.Created = t.lastCreate.Sub(t.first)
-	res.CreateRate = float64(o.Attachments) / res.Created.Seconds()
-	res.Assigned = t.lastAssign.Sub(t.first)
-	res.AssignRate = float64(o.Attachments) / res.Assigned.Seconds()
-	res.AssignLatency = quantiles(t.assignLat)
-	res.HostLatency = quantiles(t.hostLat)
-	res.HostReady = t.hostN
-	if after, aerr := apiRequests(ctx, o.Kube); berr == nil && aerr == nil {
-		res.Requests = after.total - before.total
-		res.APIServerCPU = time.Duration((after.cpu - before.cpu) * float64(time.Second))
-		res.RequestsByObject = map[string]float64{}
-		for k, v := range after.byResource {
-			if d := v - before.byResource[k]; d > 0 {
-				res.RequestsByObject[k] = d
-			}
+	return nil
+}
+
+// measure fills in the times, rates and latencies t recorded.
+func (r *Result) measure(o Options, t *tracker) {
+	r.Created = t.lastCreate.Sub(t.first)
+	r.CreateRate = float64(o.Attachments) / r.Created.Seconds()
+	r.Assigned = t.lastAssign.Sub(t.first)
+	r.AssignRate = float64(o.Attachments) / r.Assigned.Seconds()
+	r.AssignLatency = quantiles(t.assignLat)
+	r.HostLatency = quantiles(t.hostLat)
+	r.HostReady = t.hostN
+}
+
+// countRequests fills in the API server's requests and CPU between before
+// and after.
+func (r *Result) countRequests(before, after requestCounts) {
+	r.Requests = after.total - before.total
+	r.APIServerCPU = time.Duration((after.cpu - before.cpu) * float64(time.Second))
+	r.RequestsByObject = map[string]float64{}
+	for k, v := range after.byResource {
+		if d := v - before.byResource[k]; d > 0 {
+			r.RequestsByObject[k] = d
 		}
 	}
-	return res, nil
 }
 
 // setUp creates the namespace, the fake Nodes and one Subnet per VNI.

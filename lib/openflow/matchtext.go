@@ -503,58 +503,81 @@ func (m Match) String() string {
 	if len(m.Fields) == 0 {
 		return ""
 	}
-	var w mtView
-	w.load(m.Fields)
-	var t mtWriter
+	var r mtRender
+	r.w.load(m.Fields)
+	r.conntrack()
+	protoDone, typeDone := r.packetType()
+	r.registers()
+	r.tunnel()
+	r.ethernet(typeDone)
+	r.network(protoDone)
+	r.transport()
+	for _, i := range r.w.unknown {
+		r.t.item(m.Fields[i].String())
+	}
+	return r.t.sb.String()
+}
 
-	// field writes a plain field by its match name, if present.
-	field := func(id mfID) {
-		x := w.f[id]
-		if x.set {
-			t.kv(mtMatchName(mfReg.infos[id]), mtValue(mfReg.infos[id], x))
-		}
-	}
-	// portField writes a decimal field, masks as 0xVALUE/0xMASK.
-	portField := func(id mfID) {
-		x := w.f[id]
-		if !x.set {
-			return
-		}
-		name := mtMatchName(mfReg.infos[id])
-		if x.exact {
-			t.kv(name, strconv.FormatUint(mtUint(x.v), 10))
-		} else {
-			t.kv(name, mtHex0x(x.v)+"/"+mtHex0x(x.m))
-		}
-	}
-	// decField writes a field in decimal (ct_zone is hex in set_field).
-	decField := func(id mfID) {
-		if x := w.f[id]; x.set {
-			t.kv(mtMatchName(mfReg.infos[id]), strconv.FormatUint(mtUint(x.v), 10))
-		}
-	}
+// mtRender writes a match's fields, as its view holds them, in Open
+// vSwitch's canonical order, one group of fields per method.
+type mtRender struct {
+	w mtView
+	t mtWriter
+}
 
-	field(mfPktMark)
-	field(mfRecircID)
-	field(mfDpHash)
-	field(mfConjID)
-	field(mfActsetOutput)
-	field(mfCtState)
-	decField(mfCtZone)
-	field(mfCtMark)
-	field(mfCtLabel)
-	field(mfCtNwSrc)
-	field(mfCtNwDst)
-	field(mfCtIPv6Src)
-	field(mfCtIPv6Dst)
-	field(mfCtNwProto)
-	if w.f[mfCtNwProto].set {
+// field writes a plain field by its match name, if present.
+func (r *mtRender) field(id mfID) {
+	x := r.w.f[id]
+	if x.set {
+		r.t.kv(mtMatchName(mfReg.infos[id]), mtValue(mfReg.infos[id], x))
+	}
+}
+
+// fields writes the plain fields ids, in order.
+func (r *mtRender) fields(ids ...mfID) {
+	for _, id := range ids {
+		r.field(id)
+	}
+}
+
+// portField writes a decimal field, masks as 0xVALUE/0xMASK.
+func (r *mtRender) portField(id mfID) {
+	x := r.w.f[id]
+	if !x.set {
+		return
+	}
+	name := mtMatchName(mfReg.infos[id])
+	if x.exact {
+		r.t.kv(name, strconv.FormatUint(mtUint(x.v), 10))
+	} else {
+		r.t.kv(name, mtHex0x(x.v)+"/"+mtHex0x(x.m))
+	}
+}
+
+// decField writes a field in decimal (ct_zone is hex in set_field).
+func (r *mtRender) decField(id mfID) {
+	if x := r.w.f[id]; x.set {
+		r.t.kv(mtMatchName(mfReg.infos[id]), strconv.FormatUint(mtUint(x.v), 10))
+	}
+}
+
+// conntrack writes the packet's metadata and conntrack fields.
+func (r *mtRender) conntrack() {
+	r.fields(mfPktMark, mfRecircID, mfDpHash, mfConjID, mfActsetOutput, mfCtState)
+	r.decField(mfCtZone)
+	r.fields(mfCtMark, mfCtLabel, mfCtNwSrc, mfCtNwDst, mfCtIPv6Src, mfCtIPv6Dst, mfCtNwProto)
+	if r.w.f[mfCtNwProto].set {
 		// Like ovs-ofctl, show the ports only with the protocol.
-		portField(mfCtTpSrc)
-		portField(mfCtTpDst)
+		r.portField(mfCtTpSrc)
+		r.portField(mfCtTpDst)
 	}
+}
 
-	// Packet type, then the protocol shorthand.
+// packetType writes the packet type, then the protocol shorthand (ip,
+// tcp6, arp, ...), and reports whether the shorthand stands for ip_proto
+// (protoDone) and for eth_type (typeDone).
+func (r *mtRender) packetType() (protoDone, typeDone bool) {
+	w, t := &r.w, &r.t
 	eth := w.hasEthernetField()
 	if pt := w.f[mfPacketType]; pt.set {
 		if binary.BigEndian.Uint32(pt.v) != 0 {
@@ -566,7 +589,6 @@ func (m Match) String() string {
 	if eth && w.f[mfRecircID].set {
 		t.item("eth")
 	}
-	protoDone, typeDone := false, false
 	if et := w.f[mfEthType]; et.set {
 		proto := w.f[mfIPProto]
 		short := mtShorthand(binary.BigEndian.Uint16(et.v), proto.set, proto.v)
@@ -576,86 +598,79 @@ func (m Match) String() string {
 			protoDone = proto.set && short != "ip" && short != "ipv6"
 		}
 	}
+	return protoDone, typeDone
+}
 
+// registers writes reg0 to reg15, each with its mask unless it is exact.
+func (r *mtRender) registers() {
 	for n := 0; n < 16; n++ {
-		if w.regMask[n] == 0 {
+		if r.w.regMask[n] == 0 {
 			continue
 		}
-		v := mtHex(binary.BigEndian.AppendUint32(nil, w.regs[n]))
-		if w.regMask[n] != ^uint32(0) {
-			v += "/" + mtHex(binary.BigEndian.AppendUint32(nil, w.regMask[n]))
+		v := mtHex(binary.BigEndian.AppendUint32(nil, r.w.regs[n]))
+		if r.w.regMask[n] != ^uint32(0) {
+			v += "/" + mtHex(binary.BigEndian.AppendUint32(nil, r.w.regMask[n]))
 		}
-		t.kv("reg"+strconv.Itoa(n), v)
+		r.t.kv("reg"+strconv.Itoa(n), v)
 	}
+}
 
-	field(mfTunID)
-	field(mfTunSrc)
-	field(mfTunDst)
-	field(mfTunIPv6Src)
-	field(mfTunIPv6Dst)
-	portField(mfTunGBPID)
-	if x := w.f[mfTunGBPFlags]; x.set {
-		t.kv("tun_gbp_flags", mtHex0x(x.v))
+// tunnel writes the tunnel fields, and the metadata after them.
+func (r *mtRender) tunnel() {
+	r.fields(mfTunID, mfTunSrc, mfTunDst, mfTunIPv6Src, mfTunIPv6Dst)
+	r.portField(mfTunGBPID)
+	if x := r.w.f[mfTunGBPFlags]; x.set {
+		r.t.kv("tun_gbp_flags", mtHex0x(x.v))
 	}
-	if x := w.f[mfTunFlags]; x.set {
-		t.kv("tun_flags", mtFlags(uint32(mtUint(x.v)), uint32(mtUint(x.m)), mtTunFlagNames, mtTunFlagsAll, false))
+	if x := r.w.f[mfTunFlags]; x.set {
+		r.t.kv("tun_flags", mtFlags(uint32(mtUint(x.v)), uint32(mtUint(x.m)), mtTunFlagNames, mtTunFlagsAll, false))
 	}
-	field(mfMetadata)
-	if w.hasPort {
-		t.kv("in_port", mtPort32(w.inPort))
-	}
-	w.writeVlan(&t)
-	field(mfEthSrc)
-	field(mfEthDst)
-	if x := w.f[mfEthType]; x.set && !typeDone {
-		t.kv("dl_type", "0x"+hex.EncodeToString(x.v))
-	}
+	r.field(mfMetadata)
+}
 
-	field(mfIPv6Src)
-	field(mfIPv6Dst)
-	if x := w.f[mfIPv6Label]; x.set {
+// ethernet writes in_port, the VLAN, the MACs, and dl_type unless the
+// shorthand stood for it (typeDone).
+func (r *mtRender) ethernet(typeDone bool) {
+	if r.w.hasPort {
+		r.t.kv("in_port", mtPort32(r.w.inPort))
+	}
+	r.w.writeVlan(&r.t)
+	r.fields(mfEthSrc, mfEthDst)
+	if x := r.w.f[mfEthType]; x.set && !typeDone {
+		r.t.kv("dl_type", "0x"+hex.EncodeToString(x.v))
+	}
+}
+
+// network writes the IP and ARP fields, with ip_proto unless the
+// shorthand stood for it (protoDone), and the MPLS fields.
+func (r *mtRender) network(protoDone bool) {
+	r.fields(mfIPv6Src, mfIPv6Dst)
+	if x := r.w.f[mfIPv6Label]; x.set {
 		v := fmt.Sprintf("0x%05x", mtUint(x.v))
 		if !x.exact {
 			v += fmt.Sprintf("/0x%05x", mtUint(x.m))
 		}
-		t.kv("ipv6_label", v)
+		r.t.kv("ipv6_label", v)
 	}
-	field(mfIPv4Src)
-	field(mfIPv4Dst)
-	field(mfARPSpa)
-	field(mfARPTpa)
+	r.fields(mfIPv4Src, mfIPv4Dst, mfARPSpa, mfARPTpa)
 	if !protoDone {
-		field(mfIPProto)
+		r.field(mfIPProto)
 	}
-	field(mfARPOp)
-	if w.tos.set {
-		t.kv("nw_tos", strconv.Itoa(int(w.tos.v[0])))
+	r.field(mfARPOp)
+	if r.w.tos.set {
+		r.t.kv("nw_tos", strconv.Itoa(int(r.w.tos.v[0])))
 	}
-	field(mfIPECN)
-	field(mfNwTTL)
-	field(mfIPFrag)
-	field(mfMPLSLabel)
-	field(mfMPLSTC)
-	field(mfMPLSTTL)
-	field(mfMPLSBOS)
-	field(mfICMPv4Type)
-	field(mfICMPv4Code)
-	field(mfICMPv6Type)
-	field(mfICMPv6Code)
-	for _, id := range []mfID{mfTCPSrc, mfTCPDst, mfUDPSrc, mfUDPDst, mfSCTPSrc, mfSCTPDst} {
-		portField(id)
-	}
-	field(mfNDTarget)
-	field(mfNDSLL)
-	field(mfARPSha)
-	field(mfNDTLL)
-	field(mfARPTha)
-	field(mfTCPFlags)
+	r.fields(mfIPECN, mfNwTTL, mfIPFrag, mfMPLSLabel, mfMPLSTC, mfMPLSTTL, mfMPLSBOS)
+}
 
-	for _, i := range w.unknown {
-		t.item(m.Fields[i].String())
+// transport writes the ICMP types and codes, the ports, neighbour
+// discovery and the ARP hardware addresses, and the TCP flags.
+func (r *mtRender) transport() {
+	r.fields(mfICMPv4Type, mfICMPv4Code, mfICMPv6Type, mfICMPv6Code)
+	for _, id := range []mfID{mfTCPSrc, mfTCPDst, mfUDPSrc, mfUDPDst, mfSCTPSrc, mfSCTPDst} {
+		r.portField(id)
 	}
-	return t.sb.String()
+	r.fields(mfNDTarget, mfNDSLL, mfARPSha, mfNDTLL, mfARPTha, mfTCPFlags)
 }
 
 // hasEthernetField reports a field that implies an Ethernet packet type.

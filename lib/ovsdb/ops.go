@@ -141,158 +141,197 @@ func (o Operation) MarshalJSON() ([]byte, error) {
 }
 
 func (o Operation) appendJSON(b []byte) ([]byte, error) {
-	b = append(b, `{"op":`...)
-	b = appendJSONString(b, o.Op)
-	var err error
-	needTable := func() error {
-		if o.Table == "" {
-			return errors.New("no table")
-		}
-		b = append(b, `,"table":`...)
-		b = appendJSONString(b, o.Table)
-		return nil
-	}
-	where := func() error {
-		b = append(b, `,"where":[`...)
-		for i, c := range o.Where {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = append(b, '[')
-			b = appendJSONString(b, c.Column)
-			b = append(b, ',')
-			b = appendJSONString(b, c.Function)
-			b = append(b, ',')
-			if b, err = appendValue(b, c.Value); err != nil {
-				return fmt.Errorf("where %d (%s): %w", i, c.Column, err)
-			}
-			b = append(b, ']')
-		}
-		b = append(b, ']')
-		return nil
-	}
-	columns := func() {
-		if o.Columns == nil {
-			return
-		}
-		b = append(b, `,"columns":[`...)
-		for i, c := range o.Columns {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = appendJSONString(b, c)
-		}
-		b = append(b, ']')
-	}
-	row := func() error {
-		b = append(b, `,"row":`...)
-		if b, err = appendRow(b, o.Row); err != nil {
-			return fmt.Errorf("row: %w", err)
-		}
-		return nil
-	}
+	e := opEncoder{b: b}
+	e.b = append(e.b, `{"op":`...)
+	e.b = appendJSONString(e.b, o.Op)
 	switch o.Op {
 	case "insert":
-		if err := needTable(); err != nil {
-			return nil, err
-		}
-		if err := row(); err != nil {
-			return nil, err
-		}
-		if o.UUIDName != "" {
-			if !ValidID(o.UUIDName) {
-				return nil, fmt.Errorf("uuid-name %q is not an <id>", o.UUIDName)
-			}
-			b = append(b, `,"uuid-name":`...)
-			b = appendJSONString(b, o.UUIDName)
-		}
+		e.table(o.Table)
+		e.row(o.Row)
+		e.uuidName(o.UUIDName)
 	case "select":
-		if err := needTable(); err != nil {
-			return nil, err
-		}
-		if err := where(); err != nil {
-			return nil, err
-		}
-		columns()
+		e.table(o.Table)
+		e.where(o.Where)
+		e.columns(o.Columns)
 	case "update":
-		if err := needTable(); err != nil {
-			return nil, err
-		}
-		if err := where(); err != nil {
-			return nil, err
-		}
-		if err := row(); err != nil {
-			return nil, err
-		}
+		e.table(o.Table)
+		e.where(o.Where)
+		e.row(o.Row)
 	case "mutate":
-		if err := needTable(); err != nil {
-			return nil, err
-		}
-		if err := where(); err != nil {
-			return nil, err
-		}
-		b = append(b, `,"mutations":[`...)
-		for i, m := range o.Mutations {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = append(b, '[')
-			b = appendJSONString(b, m.Column)
-			b = append(b, ',')
-			b = appendJSONString(b, m.Mutator)
-			b = append(b, ',')
-			if b, err = appendValue(b, m.Value); err != nil {
-				return nil, fmt.Errorf("mutation %d (%s %s): %w", i, m.Column, m.Mutator, err)
-			}
-			b = append(b, ']')
-		}
-		b = append(b, ']')
+		e.table(o.Table)
+		e.where(o.Where)
+		e.mutations(o.Mutations)
 	case "delete":
-		if err := needTable(); err != nil {
-			return nil, err
-		}
-		if err := where(); err != nil {
-			return nil, err
-		}
+		e.table(o.Table)
+		e.where(o.Where)
 	case "wait":
-		if err := needTable(); err != nil {
-			return nil, err
-		}
-		if err := where(); err != nil {
-			return nil, err
-		}
-		columns()
-		if o.Until != "==" && o.Until != "!=" {
-			return nil, fmt.Errorf("until %q (want == or !=)", o.Until)
-		}
-		b = append(b, `,"until":`...)
-		b = appendJSONString(b, o.Until)
-		b = append(b, `,"rows":[`...)
-		for i, r := range o.Rows {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			if b, err = appendRow(b, r); err != nil {
-				return nil, fmt.Errorf("rows %d: %w", i, err)
-			}
-		}
-		b = append(b, ']')
-		if o.Timeout != nil {
-			b = append(b, `,"timeout":`...)
-			b = strconv.AppendInt(b, int64(*o.Timeout), 10)
-		}
+		e.table(o.Table)
+		e.where(o.Where)
+		e.columns(o.Columns)
+		e.until(o.Until, o.Rows, o.Timeout)
 	case "comment":
-		b = append(b, `,"comment":`...)
-		enc, _ := json.Marshal(o.Comment)
-		b = append(b, enc...)
+		e.comment(o.Comment)
 	case "commit":
-		b = append(b, `,"durable":`...)
-		b = strconv.AppendBool(b, o.Durable)
+		e.b = append(e.b, `,"durable":`...)
+		e.b = strconv.AppendBool(e.b, o.Durable)
 	case "abort":
 	default:
 		return nil, fmt.Errorf("unknown operation %q", o.Op)
 	}
-	return append(b, '}'), nil
+	if e.err != nil {
+		return nil, e.err
+	}
+	return append(e.b, '}'), nil
+}
+
+// opEncoder appends the members of an operation to b, keeping the first
+// error: after one, it appends nothing more.
+type opEncoder struct {
+	b   []byte
+	err error
+}
+
+// table appends the "table" member; an operation on a table needs one.
+func (e *opEncoder) table(table string) {
+	if e.err != nil {
+		return
+	}
+	if table == "" {
+		e.err = errors.New("no table")
+		return
+	}
+	e.b = append(e.b, `,"table":`...)
+	e.b = appendJSONString(e.b, table)
+}
+
+// where appends the "where" member: [column, function, value] per
+// condition.
+func (e *opEncoder) where(where []Condition) {
+	if e.err != nil {
+		return
+	}
+	e.b = append(e.b, `,"where":[`...)
+	for i, c := range where {
+		if i > 0 {
+			e.b = append(e.b, ',')
+		}
+		e.b = append(e.b, '[')
+		e.b = appendJSONString(e.b, c.Column)
+		e.b = append(e.b, ',')
+		e.b = appendJSONString(e.b, c.Function)
+		e.b = append(e.b, ',')
+		var err error
+		if e.b, err = appendValue(e.b, c.Value); err != nil {
+			e.err = fmt.Errorf("where %d (%s): %w", i, c.Column, err)
+			return
+		}
+		e.b = append(e.b, ']')
+	}
+	e.b = append(e.b, ']')
+}
+
+// columns appends the "columns" member, unless columns is nil (all of
+// them).
+func (e *opEncoder) columns(columns []string) {
+	if e.err != nil || columns == nil {
+		return
+	}
+	e.b = append(e.b, `,"columns":[`...)
+	for i, c := range columns {
+		if i > 0 {
+			e.b = append(e.b, ',')
+		}
+		e.b = appendJSONString(e.b, c)
+	}
+	e.b = append(e.b, ']')
+}
+
+// row appends the "row" member.
+func (e *opEncoder) row(r Row) {
+	if e.err != nil {
+		return
+	}
+	e.b = append(e.b, `,"row":`...)
+	var err error
+	if e.b, err = appendRow(e.b, r); err != nil {
+		e.err = fmt.Errorf("row: %w", err)
+	}
+}
+
+// uuidName appends an insert's "uuid-name" member, if it has one.
+func (e *opEncoder) uuidName(name string) {
+	if e.err != nil || name == "" {
+		return
+	}
+	if !ValidID(name) {
+		e.err = fmt.Errorf("uuid-name %q is not an <id>", name)
+		return
+	}
+	e.b = append(e.b, `,"uuid-name":`...)
+	e.b = appendJSONString(e.b, name)
+}
+
+// mutations appends the "mutations" member: [column, mutator, value] per
+// mutation.
+func (e *opEncoder) mutations(ms []Mutation) {
+	if e.err != nil {
+		return
+	}
+	e.b = append(e.b, `,"mutations":[`...)
+	for i, m := range ms {
+		if i > 0 {
+			e.b = append(e.b, ',')
+		}
+		e.b = append(e.b, '[')
+		e.b = appendJSONString(e.b, m.Column)
+		e.b = append(e.b, ',')
+		e.b = appendJSONString(e.b, m.Mutator)
+		e.b = append(e.b, ',')
+		var err error
+		if e.b, err = appendValue(e.b, m.Value); err != nil {
+			e.err = fmt.Errorf("mutation %d (%s %s): %w", i, m.Column, m.Mutator, err)
+			return
+		}
+		e.b = append(e.b, ']')
+	}
+	e.b = append(e.b, ']')
+}
+
+// until appends a wait's "until", "rows" and, when it has one, "timeout"
+// members.
+func (e *opEncoder) until(until string, rows []Row, timeout *int) {
+	if e.err != nil {
+		return
+	}
+	if until != "==" && until != "!=" {
+		e.err = fmt.Errorf("until %q (want == or !=)", until)
+		return
+	}
+	e.b = append(e.b, `,"until":`...)
+	e.b = appendJSONString(e.b, until)
+	e.b = append(e.b, `,"rows":[`...)
+	for i, r := range rows {
+		if i > 0 {
+			e.b = append(e.b, ',')
+		}
+		var err error
+		if e.b, err = appendRow(e.b, r); err != nil {
+			e.err = fmt.Errorf("rows %d: %w", i, err)
+			return
+		}
+	}
+	e.b = append(e.b, ']')
+	if timeout != nil {
+		e.b = append(e.b, `,"timeout":`...)
+		e.b = strconv.AppendInt(e.b, int64(*timeout), 10)
+	}
+}
+
+// comment appends a comment's "comment" member.
+func (e *opEncoder) comment(text string) {
+	enc, _ := json.Marshal(text)
+	e.b = append(e.b, `,"comment":`...)
+	e.b = append(e.b, enc...)
 }
 
 // OpResult is the result of one operation.

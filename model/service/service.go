@@ -156,30 +156,71 @@ func ServicePorts(svc *v1.Service) (map[ServicePortName]*ServicePort, []error) {
 	return m, errs
 }
 
+// processService reads svc into its service ports, as ServicePorts says;
+// nil for a Service this proxy does not serve or whose ClusterIP is bad.
 func processService(svc *v1.Service) (*serviceInfo, []error) {
-	if svc == nil {
+	if svc == nil || !proxied(svc) {
 		return nil, nil
 	}
-	var errs []error
-	bad := func(field string, err error) {
-		errs = append(errs, &InputError{Kind: "Service", Namespace: svc.Namespace, Name: svc.Name, Field: field, Err: err})
+	sp := &serviceParser{svc: svc}
+	info := &serviceInfo{key: types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}, created: svc.CreationTimestamp.Time}
+	var ok bool
+	if info.clusterIPs, ok = sp.clusterIPs(); !ok {
+		return nil, sp.errs
 	}
-	key := types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}
+	base := sp.servicePort(info.clusterIPs)
+	for i, port := range svc.Spec.Ports {
+		p := sp.port(i, port, info.key, base)
+		if p == nil {
+			continue
+		}
+		// A name given twice (the API server refuses it): the last wins.
+		if k := slices.IndexFunc(info.ports, func(q *ServicePort) bool { return q.Name == p.Name }); k >= 0 {
+			info.ports[k] = p
+		} else {
+			info.ports = append(info.ports, p)
+		}
+	}
+	return info, sp.errs
+}
+
+// proxied reports whether this proxy serves svc: a Service with a
+// ClusterIP, not labelled headless, and not another service proxy's.
+func proxied(svc *v1.Service) bool {
 	if svc.Spec.Type == v1.ServiceTypeExternalName || svc.Spec.ClusterIP == v1.ClusterIPNone || svc.Spec.ClusterIP == "" {
-		return nil, nil
+		return false
 	}
 	if name, ok := svc.Labels[ServiceProxyNameLabel]; ok && name != ProxyName {
-		return nil, nil // another service proxy's
+		return false // another service proxy's
 	}
 	if _, ok := svc.Labels[HeadlessLabel]; ok {
-		return nil, nil // headless by its label, whatever its ClusterIP
+		return false // headless by its label, whatever its ClusterIP
 	}
-	ips := svc.Spec.ClusterIPs
+	return true
+}
+
+// serviceParser reads one Service's fields, collecting an *InputError for
+// each bad one.
+type serviceParser struct {
+	svc  *v1.Service
+	errs []error
+}
+
+// bad records that field of the Service is bad.
+func (sp *serviceParser) bad(field string, err error) {
+	sp.errs = append(sp.errs, &InputError{Kind: "Service", Namespace: sp.svc.Namespace, Name: sp.svc.Name, Field: field, Err: err})
+}
+
+// clusterIPs returns the Service's ClusterIPs, one per family (the first
+// of each), sorted; false when one does not parse, which rejects the
+// Service.
+func (sp *serviceParser) clusterIPs() ([]netip.Addr, bool) {
+	ips := sp.svc.Spec.ClusterIPs
 	field := "spec.clusterIPs"
 	if len(ips) == 0 {
-		ips, field = []string{svc.Spec.ClusterIP}, "spec.clusterIP"
+		ips, field = []string{sp.svc.Spec.ClusterIP}, "spec.clusterIP"
 	}
-	info := &serviceInfo{key: key, created: svc.CreationTimestamp.Time}
+	var out []netip.Addr
 	have := map[Family]bool{}
 	for i, s := range ips {
 		a, err := netip.ParseAddr(s)
@@ -188,37 +229,64 @@ func processService(svc *v1.Service) (*serviceInfo, []error) {
 			if field == "spec.clusterIPs" {
 				f = fmt.Sprintf("%s[%d]", field, i)
 			}
-			bad(f, fmt.Errorf("%w %q", ErrBadIP, s))
-			return nil, errs
+			sp.bad(f, fmt.Errorf("%w %q", ErrBadIP, s))
+			return nil, false
 		}
 		a = a.Unmap()
 		if have[FamilyOf(a)] {
 			continue
 		}
 		have[FamilyOf(a)] = true
-		info.clusterIPs = append(info.clusterIPs, a)
+		out = append(out, a)
 	}
-	slices.SortFunc(info.clusterIPs, netip.Addr.Compare)
+	slices.SortFunc(out, netip.Addr.Compare)
+	return out, true
+}
 
-	// parseOne parses an ExternalIP or ingress IP; an address of a family
-	// the Service has no ClusterIP of is dropped, as kube-proxy does.
+// servicePort returns what every port of the Service shares: its
+// addresses, source ranges, affinity, traffic policies, health check
+// port and idling.
+func (sp *serviceParser) servicePort(clusterIPs []netip.Addr) ServicePort {
+	spec := &sp.svc.Spec
+	externalIPs, lbIPs := sp.externalAddresses(clusterIPs)
+	restricted, ranges := sp.sourceRanges()
+	etpLocal := spec.ExternalTrafficPolicy == v1.ServiceExternalTrafficPolicyLocal
+	_, idled := sp.svc.Annotations[IdledAtAnnotation]
+	return ServicePort{
+		ClusterIPs:          clusterIPs,
+		ExternalIPs:         externalIPs,
+		LoadBalancerIPs:     lbIPs,
+		SourcesRestricted:   restricted,
+		SourceRanges:        ranges,
+		AffinityTimeout:     affinityTimeout(sp.svc),
+		ExternalPolicyLocal: etpLocal,
+		InternalPolicyLocal: spec.InternalTrafficPolicy != nil && *spec.InternalTrafficPolicy == v1.ServiceInternalTrafficPolicyLocal,
+		HealthCheckNodePort: sp.healthCheckNodePort(etpLocal),
+		Idled:               idled,
+	}
+}
+
+// externalAddresses returns the Service's ExternalIPs and load-balancer
+// ingress IPs, each sorted and without duplicates. An address of a family
+// the Service has no ClusterIP of is dropped, as kube-proxy does, and so
+// is an ingress in Proxy IP mode.
+func (sp *serviceParser) externalAddresses(clusterIPs []netip.Addr) (externalIPs, lbIPs []netip.Addr) {
 	parseOne := func(field, s string, out []netip.Addr) []netip.Addr {
 		a, err := netip.ParseAddr(s)
 		if err != nil {
-			bad(field, fmt.Errorf("%w %q", ErrBadIP, s))
+			sp.bad(field, fmt.Errorf("%w %q", ErrBadIP, s))
 			return out
 		}
 		a = a.Unmap()
-		if have[FamilyOf(a)] && !slices.Contains(out, a) {
+		if slices.ContainsFunc(clusterIPs, func(c netip.Addr) bool { return FamilyOf(c) == FamilyOf(a) }) && !slices.Contains(out, a) {
 			out = append(out, a)
 		}
 		return out
 	}
-	var externalIPs, lbIPs []netip.Addr
-	for i, s := range svc.Spec.ExternalIPs {
+	for i, s := range sp.svc.Spec.ExternalIPs {
 		externalIPs = parseOne(fmt.Sprintf("spec.externalIPs[%d]", i), s, externalIPs)
 	}
-	for i, in := range svc.Status.LoadBalancer.Ingress {
+	for i, in := range sp.svc.Status.LoadBalancer.Ingress {
 		if in.IP == "" || (in.IPMode != nil && *in.IPMode == v1.LoadBalancerIPModeProxy) {
 			continue
 		}
@@ -226,92 +294,92 @@ func processService(svc *v1.Service) (*serviceInfo, []error) {
 	}
 	slices.SortFunc(externalIPs, netip.Addr.Compare)
 	slices.SortFunc(lbIPs, netip.Addr.Compare)
-	var ranges []netip.Prefix
-	restricted := svc.Spec.Type == v1.ServiceTypeLoadBalancer && len(svc.Spec.LoadBalancerSourceRanges) > 0
-	if restricted {
-		for i, s := range svc.Spec.LoadBalancerSourceRanges {
-			r, err := netip.ParsePrefix(strings.TrimSpace(s))
-			if err == nil {
-				r = netip.PrefixFrom(r.Addr().Unmap(), r.Bits()-unmapBits(r.Addr())).Masked()
-			}
-			if err != nil || !r.IsValid() {
-				bad(fmt.Sprintf("spec.loadBalancerSourceRanges[%d]", i), fmt.Errorf("%w %q: left out, the rest still restrict the sources", ErrBadCIDR, s))
-				continue
-			}
-			if !slices.Contains(ranges, r) {
-				ranges = append(ranges, r)
-			}
-		}
-		slices.SortFunc(ranges, comparePrefix)
-	}
+	return externalIPs, lbIPs
+}
 
-	var affinity time.Duration
-	if svc.Spec.SessionAffinity == v1.ServiceAffinityClientIP {
-		affinity = DefaultAffinityTimeout
-		if c := svc.Spec.SessionAffinityConfig; c != nil && c.ClientIP != nil && c.ClientIP.TimeoutSeconds != nil {
-			affinity = time.Duration(*c.ClientIP.TimeoutSeconds) * time.Second
-		}
+// sourceRanges reports whether a LoadBalancer Service restricts its
+// sources, and the ranges it allows, sorted and without duplicates. A bad
+// range is left out; the rest still restrict the sources.
+func (sp *serviceParser) sourceRanges() (restricted bool, ranges []netip.Prefix) {
+	spec := &sp.svc.Spec
+	if spec.Type != v1.ServiceTypeLoadBalancer || len(spec.LoadBalancerSourceRanges) == 0 {
+		return false, nil
 	}
-	etpLocal := svc.Spec.ExternalTrafficPolicy == v1.ServiceExternalTrafficPolicyLocal
-	itpLocal := svc.Spec.InternalTrafficPolicy != nil && *svc.Spec.InternalTrafficPolicy == v1.ServiceInternalTrafficPolicyLocal
-	var hc uint16
-	if etpLocal && svc.Spec.Type == v1.ServiceTypeLoadBalancer && svc.Spec.HealthCheckNodePort != 0 {
-		if p := svc.Spec.HealthCheckNodePort; p < 1 || p > 65535 {
-			bad("spec.healthCheckNodePort", fmt.Errorf("%w: %d (1-65535)", ErrPortRange, p))
-		} else {
-			hc = uint16(p)
+	for i, s := range spec.LoadBalancerSourceRanges {
+		r, err := netip.ParsePrefix(strings.TrimSpace(s))
+		if err == nil {
+			r = netip.PrefixFrom(r.Addr().Unmap(), r.Bits()-unmapBits(r.Addr())).Masked()
 		}
-	}
-	_, idled := svc.Annotations[IdledAtAnnotation]
-	nodePorts := svc.Spec.Type == v1.ServiceTypeNodePort || svc.Spec.Type == v1.ServiceTypeLoadBalancer
-
-	for i, sp := range svc.Spec.Ports {
-		f := fmt.Sprintf("spec.ports[%d]", i)
-		proto := sp.Protocol
-		if proto == "" {
-			proto = v1.ProtocolTCP
-		}
-		switch proto {
-		case v1.ProtocolTCP, v1.ProtocolUDP, v1.ProtocolSCTP:
-		default:
-			bad(f+".protocol", fmt.Errorf("%w %q", ErrProtocol, proto))
+		if err != nil || !r.IsValid() {
+			sp.bad(fmt.Sprintf("spec.loadBalancerSourceRanges[%d]", i), fmt.Errorf("%w %q: left out, the rest still restrict the sources", ErrBadCIDR, s))
 			continue
 		}
-		if sp.Port < 1 || sp.Port > 65535 {
-			bad(f+".port", fmt.Errorf("%w: %d (1-65535)", ErrPortRange, sp.Port))
-			continue
-		}
-		var np uint16
-		if nodePorts && sp.NodePort != 0 {
-			if sp.NodePort < 1 || sp.NodePort > 65535 {
-				bad(f+".nodePort", fmt.Errorf("%w: %d (1-65535)", ErrPortRange, sp.NodePort))
-			} else {
-				np = uint16(sp.NodePort)
-			}
-		}
-		name := ServicePortName{NamespacedName: key, Port: sp.Name, Protocol: proto}
-		port := &ServicePort{
-			Name:                name,
-			Protocol:            proto,
-			Port:                uint16(sp.Port),
-			NodePort:            np,
-			ClusterIPs:          info.clusterIPs,
-			ExternalIPs:         externalIPs,
-			LoadBalancerIPs:     lbIPs,
-			SourcesRestricted:   restricted,
-			SourceRanges:        ranges,
-			AffinityTimeout:     affinity,
-			ExternalPolicyLocal: etpLocal,
-			InternalPolicyLocal: itpLocal,
-			HealthCheckNodePort: hc,
-			Idled:               idled,
-		}
-		// A name given twice (the API server refuses it): the last wins.
-		if k := slices.IndexFunc(info.ports, func(p *ServicePort) bool { return p.Name == name }); k >= 0 {
-			info.ports[k] = port
-		} else {
-			info.ports = append(info.ports, port)
+		if !slices.Contains(ranges, r) {
+			ranges = append(ranges, r)
 		}
 	}
-	return info, errs
+	slices.SortFunc(ranges, comparePrefix)
+	return true, ranges
+}
+
+// affinityTimeout returns the Service's ClientIP affinity timeout, or 0
+// for no affinity.
+func affinityTimeout(svc *v1.Service) time.Duration {
+	if svc.Spec.SessionAffinity != v1.ServiceAffinityClientIP {
+		return 0
+	}
+	if c := svc.Spec.SessionAffinityConfig; c != nil && c.ClientIP != nil && c.ClientIP.TimeoutSeconds != nil {
+		return time.Duration(*c.ClientIP.TimeoutSeconds) * time.Second
+	}
+	return DefaultAffinityTimeout
+}
+
+// healthCheckNodePort returns the health check node port of a
+// LoadBalancer Service with externalTrafficPolicy Local (etpLocal), or 0.
+func (sp *serviceParser) healthCheckNodePort(etpLocal bool) uint16 {
+	p := sp.svc.Spec.HealthCheckNodePort
+	if !etpLocal || sp.svc.Spec.Type != v1.ServiceTypeLoadBalancer || p == 0 {
+		return 0
+	}
+	if p < 1 || p > 65535 {
+		sp.bad("spec.healthCheckNodePort", fmt.Errorf("%w: %d (1-65535)", ErrPortRange, p))
+		return 0
+	}
+	return uint16(p)
+}
+
+// port returns spec.ports[i], p, as a port of the Service key that shares
+// the rest with base; nil when its protocol or port is bad.
+// A bad node port is left out.
+func (sp *serviceParser) port(i int, p v1.ServicePort, key types.NamespacedName, base ServicePort) *ServicePort {
+	f := fmt.Sprintf("spec.ports[%d]", i)
+	proto := p.Protocol
+	if proto == "" {
+		proto = v1.ProtocolTCP
+	}
+	switch proto {
+	case v1.ProtocolTCP, v1.ProtocolUDP, v1.ProtocolSCTP:
+	default:
+		sp.bad(f+".protocol", fmt.Errorf("%w %q", ErrProtocol, proto))
+		return nil
+	}
+	if p.Port < 1 || p.Port > 65535 {
+		sp.bad(f+".port", fmt.Errorf("%w: %d (1-65535)", ErrPortRange, p.Port))
+		return nil
+	}
+	var np uint16
+	nodePorts := sp.svc.Spec.Type == v1.ServiceTypeNodePort || sp.svc.Spec.Type == v1.ServiceTypeLoadBalancer
+	if nodePorts && p.NodePort != 0 {
+		if p.NodePort < 1 || p.NodePort > 65535 {
+			sp.bad(f+".nodePort", fmt.Errorf("%w: %d (1-65535)", ErrPortRange, p.NodePort))
+		} else {
+			np = uint16(p.NodePort)
+		}
+	}
+	port := base
+	port.Name = ServicePortName{NamespacedName: key, Port: p.Name, Protocol: proto}
+	port.Protocol = proto
+	port.Port = uint16(p.Port)
+	port.NodePort = np
+	return &port
 }

@@ -16,7 +16,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
-	"nodeflow/datapath/nodeflows"
 	"nodeflow/datapath/plan"
 	"nodeflow/testbed"
 )
@@ -61,7 +60,7 @@ func routerOf(t *testing.T, e *env, name string, v6 bool) netip.Addr {
 	}
 	for _, s := range n.Spec.PodCIDRs {
 		if p, err := netip.ParsePrefix(s); err == nil && p.Addr().Is6() == v6 {
-			return nodeflows.RouterIP(p)
+			return plan.RouterIP(p)
 		}
 	}
 	t.Fatalf("node %s has no %s pod subnet (%v)", name, family(v6), n.Spec.PodCIDRs)

@@ -90,7 +90,7 @@ type NodeNet struct {
 	pods     map[string]nodeflows.Pod    // owner -> model installed
 	remotes  map[string]nodeflows.Remote // owner -> model installed
 	ndPorts  []uint32
-	hops     []nodeflows.NextHop
+	hops     []plan.NextHop
 	probed   map[netip.Addr]time.Time
 	remoteIP []netip.Addr
 	// hostDone is set once the host side was complete: what is put back
@@ -500,7 +500,7 @@ func (n *NodeNet) syncHops() {
 	if n.set(n.pod, nodeflows.OwnerNextHops, fs) {
 		n.hops = hops
 		if n.hops == nil {
-			n.hops = []nodeflows.NextHop{}
+			n.hops = []plan.NextHop{}
 		}
 	}
 }
@@ -548,7 +548,7 @@ func (n *NodeNet) writeCNI() {
 	nd := n.h.Node()
 	var reserved []netip.Addr
 	for _, p := range nd.PodCIDRs {
-		reserved = append(reserved, nodeflows.MgmtIP(p))
+		reserved = append(reserved, plan.MgmtIP(p))
 	}
 	// The CNI plugin reaches OVSDB where the agent does.
 	var endpoint string

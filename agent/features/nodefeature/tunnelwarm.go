@@ -13,7 +13,6 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"nodeflow/agent/feature"
-	"nodeflow/datapath/nodeflows"
 	"nodeflow/datapath/plan"
 	"nodeflow/lib/openflow"
 	"nodeflow/lib/packet"
@@ -47,10 +46,10 @@ type tunnelWarmer struct {
 	kick chan struct{}
 
 	mu          sync.Mutex
-	hops        []nodeflows.NextHop // the latest next hops, from syncHops
-	tunnels     []netip.Addr        // the other nodes' tunnel addresses
-	reconnected bool                // the gateway bridge is ready after a connection
-	everReady   bool                // it has been once: nothing is sent before
+	hops        []plan.NextHop // the latest next hops, from syncHops
+	tunnels     []netip.Addr   // the other nodes' tunnel addresses
+	reconnected bool           // the gateway bridge is ready after a connection
+	everReady   bool           // it has been once: nothing is sent before
 
 	// Owned by run: when each neighbour was last asked, and the last MAC
 	// the host's neighbour table gave it (which ovs-vswitchd's restart
@@ -71,7 +70,7 @@ func newTunnelWarmer(h feature.Host, log logrus.FieldLogger) *tunnelWarmer {
 
 // offer hands over the current next hops and the other nodes' tunnel
 // addresses.
-func (w *tunnelWarmer) offer(hops []nodeflows.NextHop, tunnels []netip.Addr) {
+func (w *tunnelWarmer) offer(hops []plan.NextHop, tunnels []netip.Addr) {
 	w.mu.Lock()
 	w.hops, w.tunnels = hops, tunnels
 	w.mu.Unlock()

@@ -16,7 +16,6 @@ import (
 	"github.com/gopacket/gopacket/layers"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"nodeflow/datapath/nodeflows"
 	"nodeflow/datapath/plan"
 	"nodeflow/internal/testutil/featuretest"
 	"nodeflow/lib/openflow"
@@ -43,7 +42,7 @@ func TestTunnelWarm(t *testing.T) {
 	h.OnBridgeReady(w.ready) // as Init registers it
 	peer, router := mustMAC("02:00:00:00:00:12"), mustMAC("02:00:00:00:00:01")
 	bcast := mustMAC("ff:ff:ff:ff:ff:ff")
-	hops := []nodeflows.NextHop{
+	hops := []plan.NextHop{
 		{Prefix: netip.MustParsePrefix("0.0.0.0/0"), MAC: router},         // the default route: no address to ask
 		{Prefix: netip.MustParsePrefix("172.30.0.1/32"), MAC: router},     // the router itself
 		{Prefix: netip.MustParsePrefix("172.30.0.12/32"), MAC: peer},      // another node
