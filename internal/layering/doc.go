@@ -3,8 +3,9 @@
 // a package imports only its own floor and the floors below it:
 //
 //	lib/       wire libraries and generic tools (OpenFlow, OVSDB, packets,
-//	           DNS messages, the sync loop): nothing of Kubernetes, nothing
-//	           of the rest of the project
+//	           DNS messages, the sync loop): no Kubernetes API (its generic
+//	           tools only: clocks, rate limiters), nothing of the project
+//	           above lib/
 //	model/     the semantics of each concept (services, network policy,
 //	           egress firewall, idling, virtual networks): pure, over lib/
 //	datapath/  the pipeline plan, the reconciler and one flow builder per

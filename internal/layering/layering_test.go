@@ -95,6 +95,18 @@ func allowed(from, to string) string {
 	return ""
 }
 
+// kubernetesAPI reports whether imp speaks Kubernetes: its API types,
+// clients, informers and listers. The Kubernetes modules' generic tools
+// (clocks, rate limiters, wait loops) are not that, and lib may use them.
+func kubernetesAPI(imp string) bool {
+	for _, generic := range []string{"k8s.io/utils/", "k8s.io/apimachinery/pkg/util/", "k8s.io/client-go/util/"} {
+		if strings.HasPrefix(imp, generic) {
+			return false
+		}
+	}
+	return strings.HasPrefix(imp, "k8s.io/") || strings.HasPrefix(imp, "sigs.k8s.io/")
+}
+
 func TestLayering(t *testing.T) {
 	out, err := exec.Command("go", "list", "-json", module+"...").Output()
 	if err != nil {
@@ -113,7 +125,7 @@ func TestLayering(t *testing.T) {
 		from := strings.TrimPrefix(p.ImportPath, module)
 		for _, imp := range p.Imports {
 			if !strings.HasPrefix(imp, module) {
-				if under(from, "lib") && (strings.HasPrefix(imp, "k8s.io/api") || strings.HasPrefix(imp, "k8s.io/client-go")) {
+				if under(from, "lib") && kubernetesAPI(imp) {
 					t.Errorf("%s imports %s: lib knows nothing of Kubernetes", from, imp)
 				}
 				continue
@@ -153,6 +165,16 @@ func TestRules(t *testing.T) {
 	} {
 		if allowed(c.from, c.to) == "" {
 			t.Errorf("%s may import %s; the rules must refuse it", c.from, c.to)
+		}
+	}
+	for _, imp := range []string{"k8s.io/api/core/v1", "k8s.io/client-go/kubernetes", "k8s.io/client-go/informers", "k8s.io/apimachinery/pkg/apis/meta/v1"} {
+		if !kubernetesAPI(imp) {
+			t.Errorf("lib may import %s; the rules must refuse it", imp)
+		}
+	}
+	for _, imp := range []string{"k8s.io/utils/clock", "k8s.io/client-go/util/workqueue", "k8s.io/apimachinery/pkg/util/wait", "github.com/sirupsen/logrus"} {
+		if kubernetesAPI(imp) {
+			t.Errorf("lib may not import %s; the rules must allow it", imp)
 		}
 	}
 	for _, c := range []struct{ from, to string }{
