@@ -37,9 +37,9 @@ type KeyedOptions struct {
 // the loop, whose passes take every key marked since the last one. Keys
 // that fail are marked again and retried after their back-off.
 //
-// Unlike Runner, Loop's first pass is not full: a feature does its full
-// sync itself before its loop starts (feature.Feature's Sync), and the
-// first pass takes what was marked since.
+// Unlike Runner, Loop's first pass is not full: a user does its full sync
+// itself before the loop starts (MarkAll then SyncNow, say), and the first
+// pass takes what was marked since.
 type Keyed[K comparable] struct {
 	fn      KeyedFunc[K]
 	r       *Runner

@@ -47,6 +47,7 @@ func TestKeyedTimeline(t *testing.T) {
 	}, KeyedOptions{MinInterval: time.Second, MaxInterval: 60 * time.Second,
 		RetryInterval: 2 * time.Second, MaxRetryInterval: 8 * time.Second, Clock: clk})
 	armed := waitersOf(t, clk)
+	ran := ranOf(k.r)
 	expect := func(at time.Duration, full bool, keys ...string) {
 		t.Helper()
 		select {
@@ -54,6 +55,7 @@ func TestKeyedTimeline(t *testing.T) {
 			if p.at != at || p.full != full || !slices.Equal(p.keys, keys) {
 				t.Fatalf("pass at %v full=%v keys %q, want at %v full=%v keys %q", p.at, p.full, p.keys, at, full, keys)
 			}
+			ran(t)
 		case <-time.After(5 * time.Second):
 			t.Fatalf("no pass (want one at %v)", at)
 		}
@@ -187,6 +189,7 @@ func TestRunnerRunAfter(t *testing.T) {
 		return nil
 	}, RunnerOptions{MinInterval: time.Second, Clock: clk})
 	r.SyncedFull(start)
+	ran := ranOf(r)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { r.Loop(ctx); close(done) }()
@@ -198,6 +201,7 @@ func TestRunnerRunAfter(t *testing.T) {
 			if c != at {
 				t.Fatalf("sync at %v, want at %v", c, at)
 			}
+			ran(t)
 		case <-time.After(5 * time.Second):
 			t.Fatalf("no sync (want one at %v)", at)
 		}

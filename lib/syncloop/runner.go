@@ -40,6 +40,9 @@ type Runner struct {
 	// fullOnError: a failed sync is retried after RetryInterval, full;
 	// false for Keyed, which schedules its own retries through laterAt.
 	fullOnError bool
+	// ran, when set (by tests), is called after each of Loop's syncs, once
+	// its timers are armed.
+	ran func()
 
 	mu       sync.Mutex
 	lastErr  error
@@ -131,6 +134,8 @@ func (r *Runner) Loop(ctx context.Context) {
 	defer due.stop()
 	defer periodic.stop()
 	defer later.stop()
+	var laterFor time.Time // the time later is armed for
+	var laterChanged func()
 	run := func() {
 		r.mu.Lock()
 		full := r.needFull
@@ -148,6 +153,31 @@ func (r *Runner) Loop(ctx context.Context) {
 		if r.opts.MaxInterval > 0 {
 			periodic.set(r.opts.MaxInterval)
 		}
+		// A later request the sync made (Keyed's retries) is armed now.
+		select {
+		case <-r.later:
+			laterChanged()
+		default:
+		}
+		if r.ran != nil {
+			r.ran()
+		}
+	}
+	laterChanged = func() {
+		r.mu.Lock()
+		at := r.laterAt
+		r.mu.Unlock()
+		switch wait := at.Sub(clk.Now()); {
+		case at.IsZero():
+			later.stop()
+		case wait <= 0:
+			later.stop()
+			r.clearLater(at)
+			r.Run() // through the loop, not from inside a sync
+		default:
+			later.set(wait)
+			laterFor = at
+		}
 	}
 	request := func() {
 		if due.armed {
@@ -160,7 +190,6 @@ func (r *Runner) Loop(ctx context.Context) {
 			due.set(wait)
 		}
 	}
-	var laterFor time.Time // the time later is armed for
 	run()
 	for {
 		select {
@@ -169,20 +198,7 @@ func (r *Runner) Loop(ctx context.Context) {
 		case <-r.req:
 			request()
 		case <-r.later:
-			r.mu.Lock()
-			at := r.laterAt
-			r.mu.Unlock()
-			switch wait := at.Sub(clk.Now()); {
-			case at.IsZero():
-				later.stop()
-			case wait <= 0:
-				later.stop()
-				r.clearLater(at)
-				request()
-			default:
-				later.set(wait)
-				laterFor = at
-			}
+			laterChanged()
 		case <-later.fired():
 			later.armed = false
 			r.clearLater(laterFor)

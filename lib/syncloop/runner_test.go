@@ -40,6 +40,7 @@ func TestRunnerTimeline(t *testing.T) {
 		}
 		return nil
 	}, RunnerOptions{MinInterval: time.Second, RetryInterval: 2 * time.Second, MaxInterval: 30 * time.Second, Clock: clk})
+	ran := ranOf(r)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { r.Loop(ctx); close(done) }()
@@ -52,6 +53,7 @@ func TestRunnerTimeline(t *testing.T) {
 			if c.at.Sub(start) != at || c.full != full {
 				t.Fatalf("sync at %v full=%v, want at %v full=%v", c.at.Sub(start), c.full, at, full)
 			}
+			ran(t)
 		case <-time.After(5 * time.Second):
 			t.Fatalf("no sync (want one at %v)", at)
 		}
@@ -119,6 +121,21 @@ func TestRunnerTimeline(t *testing.T) {
 	clk.Step(time.Millisecond)
 	expect(37*time.Second, true)
 	expectNone()
+}
+
+// ranOf makes r report each of its loop's syncs, once its timers are
+// armed, and returns a function that waits for the next report.
+func ranOf(r *Runner) func(t *testing.T) {
+	ch := make(chan struct{}, 16)
+	r.ran = func() { ch <- struct{}{} }
+	return func(t *testing.T) {
+		t.Helper()
+		select {
+		case <-ch:
+		case <-time.After(5 * time.Second):
+			t.Fatal("the sync did not end")
+		}
+	}
 }
 
 // waitersOf returns a function that waits until clk has n timers armed.

@@ -210,7 +210,9 @@ func (l *learner) released(batch []heldReply) {
 // answers and by lookups, and every namespace waiting for a sync: when it
 // returns, every address the cache holds is set in the namespaces' owners.
 func (f *Firewall) syncNow(observed []string) {
-	f.loop.Mark(f.namespacesUsing(observed)...)
+	if nss := f.namespacesUsing(observed); len(nss) > 0 {
+		f.loop.Mark(nss...)
+	}
 	if f.loop.SyncNow(context.Background()) {
 		f.loop.Mark() // the loop retries what failed
 	}

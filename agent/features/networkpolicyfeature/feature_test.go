@@ -79,7 +79,7 @@ func TestFeature(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !featuretest.WaitFor(10*time.Second, func() bool {
-		f.process()
+		f.loop.SyncNow(ctx)
 		return strings.Contains(flows("netpol/src/10.244.1.7/32"), "nw_src=10.244.1.7 actions=conjunction(")
 	}) {
 		t.Fatalf("the relabelled client got no source clause; owners %v; pod %+v", h.Stores[plan.Pod].Owners("netpol/"), f.idx.pods["shop/client"].pod)
@@ -94,7 +94,7 @@ func TestFeature(t *testing.T) {
 	}
 	var ev string
 	if !featuretest.WaitFor(10*time.Second, func() bool {
-		f.process()
+		f.loop.SyncNow(ctx)
 		select {
 		case ev = <-h.Events.Events:
 			return true

@@ -35,6 +35,7 @@ import (
 	"nodeflow/datapath/reconcile"
 	"nodeflow/host/cni"
 	"nodeflow/lib/openflow"
+	"nodeflow/lib/syncloop"
 	"nodeflow/model/networkpolicy"
 )
 
@@ -54,11 +55,9 @@ type Feature struct {
 
 	pods, namespaces, policies cache.SharedIndexInformer
 
-	mu                       sync.Mutex
-	dirtyPods, dirtyPolicies map[string]bool
-	dirtyNS                  map[string]bool
-	ports, config            bool // OVSDB's ports, the node's facts changed
-	kick                     chan struct{}
+	// loop processes the changes marked: objects, OVSDB's ports, the
+	// node's facts.
+	loop *syncloop.Keyed[change]
 
 	// Owned by the loop (and Sync before it); the counters read the index
 	// under idxMu.
@@ -78,13 +77,31 @@ type metrics struct {
 	errors          prometheus.Counter
 }
 
+// change is what the sync loop is told changed: an object (its kind and
+// namespace/name key), or OVSDB's ports or the node's facts (key empty).
+type change struct {
+	kind changeKind
+	key  string
+}
+
+type changeKind uint8
+
+const (
+	podChanged changeKind = iota
+	namespaceChanged
+	policyChanged
+	portsChanged  // OVSDB's ports
+	configChanged // the node's facts
+)
+
 // New returns the feature.
 func New(opts Options) *Feature {
 	if opts.CounterInterval <= 0 {
 		opts.CounterInterval = DefaultCounterInterval
 	}
-	return &Feature{opts: opts, dirtyPods: map[string]bool{}, dirtyPolicies: map[string]bool{}, dirtyNS: map[string]bool{},
-		kick: make(chan struct{}, 1), podPorts: map[string]uint32{}, warned: map[string]string{}}
+	f := &Feature{opts: opts, podPorts: map[string]uint32{}, warned: map[string]string{}}
+	f.loop = syncloop.NewKeyed(f.pass, syncloop.KeyedOptions{})
+	return f
 }
 
 // Name implements feature.Feature.
@@ -112,16 +129,14 @@ func (f *Feature) Init(h feature.Host) error {
 	if err := f.policies.SetTransform(stripManagedFields); err != nil {
 		return fmt.Errorf("netpolicy: policies: %w", err)
 	}
-	// The dirty sets are swapped for fresh ones by process: the handlers
-	// pick the current one under the lock.
 	handlers := []struct {
-		inf   cache.SharedIndexInformer
-		dirty func() map[string]bool
-		what  string
+		inf  cache.SharedIndexInformer
+		kind changeKind
+		what string
 	}{
-		{f.pods, func() map[string]bool { return f.dirtyPods }, "pods"},
-		{f.namespaces, func() map[string]bool { return f.dirtyNS }, "namespaces"},
-		{f.policies, func() map[string]bool { return f.dirtyPolicies }, "networkpolicies"},
+		{f.pods, podChanged, "pods"},
+		{f.namespaces, namespaceChanged, "namespaces"},
+		{f.policies, policyChanged, "networkpolicies"},
 	}
 	for _, hd := range handlers {
 		mark := func(obj any) {
@@ -129,10 +144,7 @@ func (f *Feature) Init(h feature.Host) error {
 			if err != nil {
 				return
 			}
-			f.mu.Lock()
-			hd.dirty()[key] = true
-			f.mu.Unlock()
-			f.poke()
+			f.loop.Mark(change{hd.kind, key})
 		}
 		if _, err := hd.inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 			AddFunc: mark, UpdateFunc: func(_, cur any) { mark(cur) }, DeleteFunc: mark,
@@ -140,12 +152,7 @@ func (f *Feature) Init(h feature.Host) error {
 			return fmt.Errorf("netpolicy: %s: %w", hd.what, err)
 		}
 	}
-	h.OnNodeChange(func() {
-		f.mu.Lock()
-		f.config = true
-		f.mu.Unlock()
-		f.poke()
-	})
+	h.OnNodeChange(func() { f.loop.Mark(change{kind: configChanged}) })
 	return nil
 }
 
@@ -180,12 +187,7 @@ func (f *Feature) Sync(ctx context.Context) error {
 	// Changes from now on are marked again and processed by Run: clear
 	// the marks before reading the stores, not after, or a change that
 	// lands meanwhile would be lost.
-	f.mu.Lock()
-	clear(f.dirtyPods)
-	clear(f.dirtyNS)
-	clear(f.dirtyPolicies)
-	f.ports, f.config = false, false
-	f.mu.Unlock()
+	f.loop.Reset()
 	f.idx = NewIndex(f.config0())
 	f.readPorts()
 	for _, obj := range f.namespaces.GetStore().List() {
@@ -212,29 +214,10 @@ func (f *Feature) Sync(ctx context.Context) error {
 func (f *Feature) Run(ctx context.Context) {
 	if ifc := f.h.Interfaces(); ifc != nil {
 		// The local pods' ports come from OVSDB: re-read them.
-		go ifc.OnChange(ctx, func() {
-			f.mu.Lock()
-			f.ports = true
-			f.mu.Unlock()
-			f.poke()
-		})
+		go ifc.OnChange(ctx, func() { f.loop.Mark(change{kind: portsChanged}) })
 	}
 	go f.runCounters(ctx)
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-f.kick:
-			f.process()
-		}
-	}
-}
-
-func (f *Feature) poke() {
-	select {
-	case f.kick <- struct{}{}:
-	default:
-	}
+	f.loop.Loop(ctx)
 }
 
 // config0 returns the node's configuration of the policy flows.
@@ -273,17 +256,32 @@ func (f *Feature) readPorts() []string {
 	return changed
 }
 
-// process applies the changes marked since the last call.
-func (f *Feature) process() {
+// pass is the sync loop's function: it applies the changes marked since
+// the last pass. Nothing fails to be retried: an owner whose flows cannot
+// be set is counted and logged.
+func (f *Feature) pass(_ context.Context, changes []change, _ bool) []change {
+	if len(changes) == 0 {
+		return nil
+	}
 	start := time.Now()
 	f.idxMu.Lock()
 	defer f.idxMu.Unlock()
-	f.mu.Lock()
-	pods, nss, pols := f.dirtyPods, f.dirtyNS, f.dirtyPolicies
-	f.dirtyPods, f.dirtyNS, f.dirtyPolicies = map[string]bool{}, map[string]bool{}, map[string]bool{}
-	ports, config := f.ports, f.config
-	f.ports, f.config = false, false
-	f.mu.Unlock()
+	pods, nss, pols := map[string]bool{}, map[string]bool{}, map[string]bool{}
+	var ports, config bool
+	for _, c := range changes {
+		switch c.kind {
+		case podChanged:
+			pods[c.key] = true
+		case namespaceChanged:
+			nss[c.key] = true
+		case policyChanged:
+			pols[c.key] = true
+		case portsChanged:
+			ports = true
+		case configChanged:
+			config = true
+		}
+	}
 	if config {
 		// The base and rule flows follow the node's pod subnets.
 		f.idx.SetConfig(f.config0())
@@ -315,6 +313,7 @@ func (f *Feature) process() {
 	}
 	f.write()
 	f.metrics.latency.Observe(time.Since(start).Seconds())
+	return nil
 }
 
 // syncPolicy gives the index policy key's current version; one the model
