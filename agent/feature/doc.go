@@ -74,5 +74,18 @@
 // (PacketInHandler), each category with its own bounded queue, fair
 // between sources, and counters (Dispatcher).
 //
+// # The sync loop
+//
+// A feature's background work runs on one sync loop from lib/syncloop,
+// never on wake channels, dirty sets or retry timers of its own. A
+// feature whose state is independent parts (a namespace, a pod, an
+// object) uses syncloop.Keyed: its informer handlers and Host callbacks
+// Mark the keys that changed (MarkAll when the node's facts change), Sync
+// runs the first full pass in its own goroutine (SyncNow), and Run runs
+// Loop. The loop merges a burst of marks into one pass, keeps passes a
+// least interval apart, and retries each key the pass reports failed
+// after the feature's retry interval. A feature that recomputes its state
+// as a whole, as the service proxy does, uses syncloop.Runner.
+//
 // No feature reads or writes another feature's state.
 package feature
