@@ -5,14 +5,14 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"nodeflow/datapath/conntrack"
 	"nodeflow/datapath/plan"
-	"nodeflow/lib/openflow"
+	"nodeflow/internal/testutil/flowtest"
+	"nodeflow/internal/testutil/golden"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files")
@@ -47,33 +47,6 @@ func dualConfig() Config {
 	return c
 }
 
-// Render returns flows as dump-flows lines, one per line.
-func render(fs []openflow.Flow) string {
-	var sb strings.Builder
-	for _, f := range fs {
-		sb.WriteString(f.String())
-		sb.WriteByte('\n')
-	}
-	return sb.String()
-}
-
-func golden(t *testing.T, name, got string) {
-	t.Helper()
-	path := filepath.Join("testdata", name)
-	if *update {
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("read golden file (run with -update to create it): %v", err)
-	}
-	if got != string(want) {
-		t.Errorf("%s differs from the golden file:\n--- got\n%s--- want\n%s", name, got, want)
-	}
-}
-
 func TestGolden(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -87,11 +60,11 @@ func TestGolden(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			golden(t, tc.name, render(fs))
+			golden.Check(t, filepath.Join("testdata", tc.name), flowtest.Render(fs), *update)
 		})
 	}
 	t.Run("pipeline-breth0.flows", func(t *testing.T) {
-		golden(t, "pipeline-breth0.flows", render(PipelineFlows(plan.Gateway)))
+		golden.Check(t, filepath.Join("testdata", "pipeline-breth0.flows"), flowtest.Render(PipelineFlows(plan.Gateway)), *update)
 	})
 }
 

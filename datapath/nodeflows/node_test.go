@@ -4,7 +4,6 @@ import (
 	"flag"
 	"net"
 	"net/netip"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -13,6 +12,7 @@ import (
 	"nodeflow/datapath/gatewayflows"
 	"nodeflow/datapath/plan"
 	"nodeflow/internal/testutil/flowtest"
+	"nodeflow/internal/testutil/golden"
 	"nodeflow/lib/openflow"
 	"nodeflow/testbed/ovs"
 	"nodeflow/testbed/ovs/ovstest"
@@ -87,32 +87,10 @@ func all(t *testing.T) map[string][]openflow.Flow {
 	}
 }
 
-func render(fs []openflow.Flow) string {
-	var sb strings.Builder
-	for _, f := range fs {
-		sb.WriteString(f.String())
-		sb.WriteByte('\n')
-	}
-	return sb.String()
-}
-
 func TestGolden(t *testing.T) {
 	for name, fs := range all(t) {
 		t.Run(name, func(t *testing.T) {
-			got := render(fs)
-			path := filepath.Join("testdata", name)
-			if *update {
-				if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatalf("read golden file (run with -update to create it): %v", err)
-			}
-			if got != string(want) {
-				t.Errorf("differs from %s:\n--- got\n%s--- want\n%s", path, got, want)
-			}
+			golden.Check(t, filepath.Join("testdata", name), flowtest.Render(fs), *update)
 		})
 	}
 }

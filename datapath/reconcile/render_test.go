@@ -3,35 +3,20 @@ package reconcile
 import (
 	"flag"
 	"net/netip"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"nodeflow/datapath/plan"
+	"nodeflow/internal/testutil/golden"
 	"nodeflow/lib/openflow"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata")
 
-func golden(t *testing.T, name, got string) {
+func goldenFile(t *testing.T, name, got string) {
 	t.Helper()
-	path := filepath.Join("testdata", name)
-	if *update {
-		if err := os.MkdirAll("testdata", 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run with -update to create it)", err)
-	}
-	if got != string(want) {
-		t.Errorf("%s differs from the golden file (run with -update after checking):\n--- got\n%s\n--- want\n%s", name, got, want)
-	}
+	golden.Check(t, filepath.Join("testdata", name), got, *update)
 }
 
 func goldenStore(t *testing.T) *Store {
@@ -56,13 +41,13 @@ func TestRenderGolden(t *testing.T) {
 	if err := s.Render(&sb, "", 3); err != nil {
 		t.Fatal(err)
 	}
-	golden(t, "render.golden", sb.String())
+	goldenFile(t, "render.golden", sb.String())
 
 	sb.Reset()
 	if err := s.Render(&sb, "service/default/web", 3); err != nil {
 		t.Fatal(err)
 	}
-	golden(t, "render-owner.golden", sb.String())
+	goldenFile(t, "render-owner.golden", sb.String())
 }
 
 // TestDifferencesGolden pins the printed form of `nodeflow flows --diff`.
@@ -94,13 +79,13 @@ func TestDifferencesGolden(t *testing.T) {
 	if err := WriteDifferences(&sb, s.Compare(obs, "", 1)); err != nil {
 		t.Fatal(err)
 	}
-	golden(t, "diff.golden", sb.String())
+	goldenFile(t, "diff.golden", sb.String())
 
 	sb.Reset()
 	if err := WriteDifferences(&sb, s.Compare(obs, "pod/", 1)); err != nil {
 		t.Fatal(err)
 	}
-	golden(t, "diff-owner.golden", sb.String())
+	goldenFile(t, "diff-owner.golden", sb.String())
 
 	if ds := s.Compare(sw.observed(), "", 1); len(ds) != 0 {
 		t.Fatalf("no drift, yet %d differences: %+v", len(ds), ds)

@@ -100,3 +100,13 @@ func NewConnTrace(flow string) string {
 		"," + prefix + "src=" + src + "," + prefix + "dst=" + dst +
 		",ct_tp_src=" + port("src") + ",ct_tp_dst=" + port("dst")
 }
+
+// Render returns flows as golden files hold them: Flow.String, one a line.
+func Render(fs []openflow.Flow) string {
+	var sb strings.Builder
+	for _, f := range fs {
+		sb.WriteString(f.String())
+		sb.WriteByte('\n')
+	}
+	return sb.String()
+}
