@@ -16,7 +16,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -628,47 +627,23 @@ func TestEgressFirewallRules(t *testing.T) {
 		// .2 are denied by an unchanged rule. While the rules around them
 		// change, no .1 connection may fail and no .2 connection may get
 		// through.
-		stop := make(chan struct{})
-		var wg sync.WaitGroup
-		var ok1, fail1, leak2, tries2 atomic.Int64
-		var firstErr atomic.Value
+		load := newBackground()
+		var allowed, denials tally
 		for _, p := range g.pods {
 			for _, proto := range []string{"tcp", "udp"} {
-				wg.Add(2)
-				go func() {
-					defer wg.Done()
-					for {
-						select {
-						case <-stop:
-							return
-						default:
-						}
-						if _, err := extReach(p.netns, proto, v4(1), 2*time.Second); err != nil {
-							fail1.Add(1)
-							firstErr.CompareAndSwap(nil, fmt.Sprintf("%s %s: %v", p.node, proto, err))
-						} else {
-							ok1.Add(1)
-						}
-						time.Sleep(10 * time.Millisecond)
+				load.loop(&allowed, 10*time.Millisecond, func() error {
+					if _, err := extReach(p.netns, proto, v4(1), 2*time.Second); err != nil {
+						return fmt.Errorf("%s %s: %v", p.node, proto, err)
 					}
-				}()
-				go func() {
-					defer wg.Done()
-					if proto == "udp" {
-						return // UDP to .2 is allowed
-					}
-					for {
-						select {
-						case <-stop:
-							return
-						default:
-						}
-						tries2.Add(1)
-						if _, err := extReach(p.netns, proto, v4(2), 300*time.Millisecond); err == nil {
-							leak2.Add(1)
-						}
-					}
-				}()
+					return nil
+				})
+				if proto == "udp" {
+					continue // UDP to .2 is allowed
+				}
+				load.loop(&denials, 0, func() error {
+					_, err := extReach(p.netns, proto, v4(2), 300*time.Millisecond)
+					return deniedErr(p.node+" "+proto+" to .2", err)
+				})
 			}
 		}
 		base := []string{"Allow 198.18.0.1/32", "Allow 2001:db8:e::1/128", "Deny 198.18.0.0/29 TCP/18080", "Allow 198.18.0.3/32"}
@@ -695,16 +670,15 @@ func TestEgressFirewallRules(t *testing.T) {
 			g.waitTable50(t, fmt.Sprintf("update %d installed", i), u.installed)
 			time.Sleep(200 * time.Millisecond) // traffic between updates, by design of the scenario
 		}
-		close(stop)
-		wg.Wait()
-		if fail1.Load() != 0 || ok1.Load() == 0 {
-			t.Errorf("through the unchanged allow: %d ok, %d failed (first: %v)", ok1.Load(), fail1.Load(), firstErr.Load())
+		load.end()
+		if allowed.fail.Load() != 0 || allowed.ok.Load() == 0 {
+			t.Errorf("through the unchanged allow: %s", &allowed)
 		}
-		if leak2.Load() != 0 || tries2.Load() == 0 {
-			t.Errorf("through the unchanged deny: %d of %d attempts got through", leak2.Load(), tries2.Load())
+		if denials.fail.Load() != 0 || denials.tries() == 0 {
+			t.Errorf("through the unchanged deny: %d of %d attempts got through", denials.fail.Load(), denials.tries())
 		}
 		t.Logf("%d updates: %d connections through the unchanged allow, %d failed; %d attempts at the unchanged deny, %d through",
-			len(updates), ok1.Load(), fail1.Load(), tries2.Load(), leak2.Load())
+			len(updates), allowed.ok.Load(), allowed.fail.Load(), denials.tries(), denials.fail.Load())
 	})
 }
 

@@ -21,16 +21,8 @@ import (
 // hasPolicySource reports whether br0's table 65 holds a NetworkPolicy
 // clause flow for source src, asking over poll's own connection.
 func hasPolicySource(ctx context.Context, poll *flowPoller, src netip.Addr) (bool, error) {
-	req := openflow.NewFlowStatsRequest()
-	req.Table = uint8(plan.PodIngressPolicy)
-	req.Cookie = uint64(plan.FeatureNetworkPolicy) << 56
-	req.CookieMask = uint64(plan.FeatureMask)
-	req.Match = openflow.NewMatch(openflow.EthType(0x0800), openflow.IPv4Src(src))
-	rep, err := poll.c.MultipartReply(ctx, req)
-	if err != nil {
-		return false, err
-	}
-	stats, err := rep.FlowStats()
+	m := openflow.NewMatch(openflow.EthType(0x0800), openflow.IPv4Src(src))
+	stats, err := poll.flows(ctx, plan.PodIngressPolicy, plan.FeatureNetworkPolicy, &m)
 	if err != nil {
 		return false, err
 	}

@@ -265,14 +265,8 @@ func unidleRates() puntflows.Rates {
 // it.
 func (p *flowPoller) waitVIP(ctx context.Context, vip netip.Addr) (time.Time, error) {
 	for {
-		req := openflow.NewFlowStatsRequest()
-		req.Table = uint8(plan.PodServiceLB)
-		req.Match = openflow.NewMatch(openflow.EthType(0x0800), openflow.IPv4Dst(vip))
-		rep, err := p.c.MultipartReply(ctx, req)
-		if err != nil {
-			return time.Time{}, err
-		}
-		stats, err := rep.FlowStats()
+		m := openflow.NewMatch(openflow.EthType(0x0800), openflow.IPv4Dst(vip))
+		stats, err := p.flows(ctx, plan.PodServiceLB, 0, &m)
 		if err != nil {
 			return time.Time{}, err
 		}
