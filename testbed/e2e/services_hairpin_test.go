@@ -19,9 +19,7 @@ import (
 // subnet, so that the reply comes back through br0 and is un-NATed; the
 // pod sees that gateway address as its client.
 func TestServicesHairpin(t *testing.T) {
-	e := up(t)
-	requireAgent(t, e)
-	ns := createNamespace(t, e, "e2e-hairpin")
+	e, ns := agentNamespace(t, "e2e-hairpin")
 	ctx := context.Background()
 	solo := deployPods(t, e, ns, "solo", 1)[0]
 	// The same with ClientIP affinity, whose DNAT is committed by a flow

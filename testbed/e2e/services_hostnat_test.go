@@ -79,9 +79,7 @@ func nftIn(t *testing.T, m *testbed.Member, args ...string) string {
 }
 
 func TestServicesHostNAT(t *testing.T) {
-	e := up(t)
-	requireAgent(t, e)
-	ns := createNamespace(t, e, "e2e-hostnat")
+	e, ns := agentNamespace(t, "e2e-hostnat")
 	web := deployPods(t, e, ns, "web", 3)
 	n1, n2 := member(t, e, "node1"), member(t, e, "node2")
 	nodes := map[string]bool{}

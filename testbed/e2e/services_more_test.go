@@ -37,9 +37,7 @@ func routeVia(t *testing.T, m *testbed.Member, dst, gw netip.Addr) {
 // IP (spare fabric addresses routed to node1), and checks that ClientIP
 // session affinity keeps one client pod on one backend.
 func TestServicesExternal(t *testing.T) {
-	e := up(t)
-	requireAgent(t, e)
-	ns := createNamespace(t, e, "e2e-svc-more")
+	e, ns := agentNamespace(t, "e2e-svc-more")
 	ctx := context.Background()
 	web := deployPods(t, e, ns, "web", 3)
 	backends := map[string]bool{}

@@ -32,7 +32,6 @@ import (
 	"nodeflow/host/cni"
 	"nodeflow/testbed"
 	"nodeflow/testbed/nsutil"
-	"nodeflow/testbed/workload"
 )
 
 // webPorts are the test server's ports as a Service exposes them.
@@ -164,13 +163,7 @@ func (k *keepConn) ask() (pod, client string, err error) {
 	if err != nil {
 		return "", "", err
 	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return "", "", err
-	}
-	pod, client, _, err = workload.ParseReply(string(b))
-	return pod, client, err
+	return readReply(resp)
 }
 
 // healthCheck asks a health-check node port from netns and returns the
@@ -243,9 +236,7 @@ func names(pods []netPod) map[string]bool {
 // internalTrafficPolicy=Local: a pod reaches only the endpoints on its own
 // node, and gets no service (dropped) on a node without one.
 func TestServicesPolicy(t *testing.T) {
-	e := up(t)
-	requireAgent(t, e)
-	ns := createNamespace(t, e, "e2e-svc-policy")
+	e, ns := agentNamespace(t, "e2e-svc-policy")
 	web := deployPods(t, e, ns, "web", 3)
 	solo := deployPods(t, e, ns, "solo", 1)[0]
 	clients := deployPods(t, e, ns, "client", 2)
@@ -450,9 +441,7 @@ func TestServicesPolicy(t *testing.T) {
 // external host over IPv6: its IPv6 ExternalIP and its LoadBalancer's
 // IPv6 ingress address, each routed to a node.
 func TestServicesPolicyExternalIPv6(t *testing.T) {
-	e := up(t)
-	requireAgent(t, e)
-	ns := createNamespace(t, e, "e2e-svc-ext6")
+	e, ns := agentNamespace(t, "e2e-svc-ext6")
 	web := deployPods(t, e, ns, "web", 3)
 	all := names(web)
 	ext := member(t, e, "ext1")
@@ -492,9 +481,7 @@ func TestServicesPolicyExternalIPv6(t *testing.T) {
 // stick to one backend while they come within the timeout, and once the
 // timeout has passed without traffic, new connections spread again.
 func TestServicesBehaviourAffinityExpiry(t *testing.T) {
-	e := up(t)
-	requireAgent(t, e)
-	ns := createNamespace(t, e, "e2e-svc-aff")
+	e, ns := agentNamespace(t, "e2e-svc-aff")
 	web := deployPods(t, e, ns, "web", 3)
 	all := names(web)
 	client := deployPods(t, e, ns, "client", 1)[0]
@@ -581,9 +568,7 @@ func TestServicesBehaviourAffinityExpiry(t *testing.T) {
 // the newer pods (they are given the lower pod-deletion-cost), new
 // connections reach only the remaining ones.
 func TestServicesBehaviourScaling(t *testing.T) {
-	e := up(t)
-	requireAgent(t, e)
-	ns := createNamespace(t, e, "e2e-svc-scale")
+	e, ns := agentNamespace(t, "e2e-svc-scale")
 	ctx := context.Background()
 	initial := deployPods(t, e, ns, "web", 2)
 	client := deployPods(t, e, ns, "client", 1)[0]
@@ -840,9 +825,7 @@ func (r *rawSCTP) recv(d time.Duration) []sctpGot {
 // endpoint at once (the stale conntrack entry, which Open vSwitch keys by
 // address only for SCTP, is flushed).
 func TestServicesBehaviourSCTP(t *testing.T) {
-	e := up(t)
-	requireAgent(t, e)
-	ns := createNamespace(t, e, "e2e-svc-sctp")
+	e, ns := agentNamespace(t, "e2e-svc-sctp")
 	ctx := context.Background()
 	deployPods(t, e, ns, "sctp", 2)
 	clients := deployPods(t, e, ns, "client", 2)

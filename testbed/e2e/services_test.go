@@ -133,9 +133,7 @@ func reachEach(t *testing.T, what, netns string, udp bool, dst netip.Addr, port 
 // from the external host; a node's host to a ClusterIP (through breth0);
 // and an immediate TCP reset from a service without endpoints.
 func TestServices(t *testing.T) {
-	e := up(t)
-	requireAgent(t, e)
-	ns := createNamespace(t, e, "e2e-svc")
+	e, ns := agentNamespace(t, "e2e-svc")
 	ctx := context.Background()
 	web := deployPods(t, e, ns, "web", 3)
 	clients := deployPods(t, e, ns, "client", 2)

@@ -67,9 +67,7 @@ type unidleResult struct {
 // no unidler running, a held connection to a Service that is deleted is
 // answered with a reset.
 func TestUnidleClients(t *testing.T) {
-	e := up(t)
-	requireAgent(t, e)
-	ns := createNamespace(t, e, "e2e-unidle-clients")
+	e, ns := agentNamespace(t, "e2e-unidle-clients")
 	ctx := context.Background()
 	clients := deployPods(t, e, ns, "client", 2)
 	deployPods(t, e, ns, "sleepy", 2)

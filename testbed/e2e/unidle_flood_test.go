@@ -46,9 +46,7 @@ const (
 // the flood is programmed about as fast as one created before it. Then
 // the Service wakes up and the held datagrams are re-injected.
 func TestUnidleFlood(t *testing.T) {
-	e := up(t)
-	requireAgent(t, e)
-	ns := createNamespace(t, e, "e2e-unidle-flood")
+	e, ns := agentNamespace(t, "e2e-unidle-flood")
 	clients := deployPods(t, e, ns, "client", 2)
 	deployPods(t, e, ns, "sleepy", 1)
 	deployPods(t, e, ns, "web", 1)

@@ -202,9 +202,7 @@ func settled(t *testing.T, e *env) {
 // sorts just before zz_down_test.go: the replacement agent stops when the
 // test ends, and no later test should run without it.
 func TestAgentRestartZeroLoss(t *testing.T) {
-	e := up(t)
-	requireAgent(t, e)
-	ns := createNamespace(t, e, "e2e-restart")
+	e, ns := agentNamespace(t, "e2e-restart")
 	pods := netPods(t, e, ns)
 	// The pods are isolated both ways by a NetworkPolicy that admits each
 	// other: the traffic crosses the policy tables' conjunctions, which the
