@@ -278,6 +278,12 @@ func extReach(netns, proto string, dst netip.Addr, timeout time.Duration) (strin
 			return "", err
 		}
 	}
+	return extAnswer(c)
+}
+
+// extAnswer reads the outside server's answer, "ext NAME", and returns
+// NAME.
+func extAnswer(c net.Conn) (string, error) {
 	line, err := bufio.NewReader(c).ReadString('\n')
 	if err != nil {
 		return "", err
@@ -884,15 +890,7 @@ func extReachPort(netns string, dst netip.Addr, port int, timeout time.Duration)
 	}
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(timeout))
-	line, err := bufio.NewReader(c).ReadString('\n')
-	if err != nil {
-		return "", err
-	}
-	got, ok := strings.CutPrefix(strings.TrimSpace(line), "ext ")
-	if !ok {
-		return "", fmt.Errorf("answer %q", line)
-	}
-	return got, nil
+	return extAnswer(c)
 }
 
 // diagnoseOnFailure logs, when t has failed, what helps to see why: each

@@ -30,15 +30,12 @@ func TestServicesHairpin(t *testing.T) {
 		if affinity == v1.ServiceAffinityClientIP {
 			name = "solo-sticky"
 		}
-		svc, err := e.client.CoreV1().Services(ns).Create(ctx, &v1.Service{
-			ObjectMeta: metav1.ObjectMeta{Name: name},
-			Spec: v1.ServiceSpec{
-				Selector:        map[string]string{"app": "solo"},
-				IPFamilyPolicy:  ptr.To(v1.IPFamilyPolicyPreferDualStack),
-				Ports:           slices.Clone(webPorts),
-				SessionAffinity: affinity,
-			},
-		}, metav1.CreateOptions{})
+		svc, err := e.client.CoreV1().Services(ns).Create(ctx, newService(name, v1.ServiceSpec{
+			Selector:        map[string]string{"app": "solo"},
+			IPFamilyPolicy:  ptr.To(v1.IPFamilyPolicyPreferDualStack),
+			Ports:           slices.Clone(webPorts),
+			SessionAffinity: affinity,
+		}), metav1.CreateOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}

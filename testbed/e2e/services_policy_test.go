@@ -258,20 +258,14 @@ func TestServicesPolicy(t *testing.T) {
 
 	lbIP := netip.MustParseAddr("172.30.0.210")
 	soloIngress := netip.MustParseAddr("172.30.0.211")
-	etp := createService(t, e, ns, &v1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: "web-local"},
-		Spec: v1.ServiceSpec{
-			Type: v1.ServiceTypeLoadBalancer, ExternalTrafficPolicy: v1.ServiceExternalTrafficPolicyLocal,
-			Selector: map[string]string{"app": "web"}, Ports: webPorts,
-		},
-	}, lbIP)
-	soloLB := createService(t, e, ns, &v1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: "solo-local"},
-		Spec: v1.ServiceSpec{
-			Type: v1.ServiceTypeLoadBalancer, ExternalTrafficPolicy: v1.ServiceExternalTrafficPolicyLocal,
-			Selector: map[string]string{"app": "solo"}, Ports: webPorts,
-		},
-	}, soloIngress)
+	etp := createService(t, e, ns, newService("web-local", v1.ServiceSpec{
+		Type: v1.ServiceTypeLoadBalancer, ExternalTrafficPolicy: v1.ServiceExternalTrafficPolicyLocal,
+		Selector: map[string]string{"app": "web"}, Ports: webPorts,
+	}), lbIP)
+	soloLB := createService(t, e, ns, newService("solo-local", v1.ServiceSpec{
+		Type: v1.ServiceTypeLoadBalancer, ExternalTrafficPolicy: v1.ServiceExternalTrafficPolicyLocal,
+		Selector: map[string]string{"app": "solo"}, Ports: webPorts,
+	}), soloIngress)
 	if etp.Spec.HealthCheckNodePort == 0 || soloLB.Spec.HealthCheckNodePort == 0 {
 		t.Fatalf("no healthCheckNodePort allocated: %d, %d", etp.Spec.HealthCheckNodePort, soloLB.Spec.HealthCheckNodePort)
 	}
@@ -401,14 +395,11 @@ func TestServicesPolicy(t *testing.T) {
 
 	t.Run("itp-local", func(t *testing.T) {
 		itp := func(name, app string) *v1.Service {
-			return createService(t, e, ns, &v1.Service{
-				ObjectMeta: metav1.ObjectMeta{Name: name},
-				Spec: v1.ServiceSpec{
-					Selector: map[string]string{"app": app}, Ports: webPorts,
-					InternalTrafficPolicy: ptr.To(v1.ServiceInternalTrafficPolicyLocal),
-					IPFamilyPolicy:        ptr.To(v1.IPFamilyPolicyPreferDualStack),
-				},
-			})
+			return createService(t, e, ns, newService(name, v1.ServiceSpec{
+				Selector: map[string]string{"app": app}, Ports: webPorts,
+				InternalTrafficPolicy: ptr.To(v1.ServiceInternalTrafficPolicyLocal),
+				IPFamilyPolicy:        ptr.To(v1.IPFamilyPolicyPreferDualStack),
+			}))
 		}
 		webITP, soloITP := itp("web-itp", "web"), itp("solo-itp", "solo")
 		for _, c := range clients {
@@ -447,20 +438,14 @@ func TestServicesPolicyExternalIPv6(t *testing.T) {
 	ext := member(t, e, "ext1")
 	eip := netip.MustParseAddr("fd00:172:30::200")
 	lbIP := netip.MustParseAddr("fd00:172:30::201")
-	createService(t, e, ns, &v1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: "web-eip6"},
-		Spec: v1.ServiceSpec{
-			Selector: map[string]string{"app": "web"}, ExternalIPs: []string{eip.String()}, Ports: webPorts,
-			IPFamilyPolicy: ptr.To(v1.IPFamilyPolicyPreferDualStack),
-		},
-	})
-	createService(t, e, ns, &v1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: "web-lb6"},
-		Spec: v1.ServiceSpec{
-			Type: v1.ServiceTypeLoadBalancer, Selector: map[string]string{"app": "web"}, Ports: webPorts,
-			IPFamilyPolicy: ptr.To(v1.IPFamilyPolicyPreferDualStack),
-		},
-	}, lbIP)
+	createService(t, e, ns, newService("web-eip6", v1.ServiceSpec{
+		Selector: map[string]string{"app": "web"}, ExternalIPs: []string{eip.String()}, Ports: webPorts,
+		IPFamilyPolicy: ptr.To(v1.IPFamilyPolicyPreferDualStack),
+	}))
+	createService(t, e, ns, newService("web-lb6", v1.ServiceSpec{
+		Type: v1.ServiceTypeLoadBalancer, Selector: map[string]string{"app": "web"}, Ports: webPorts,
+		IPFamilyPolicy: ptr.To(v1.IPFamilyPolicyPreferDualStack),
+	}), lbIP)
 	for _, node := range []string{"node1", "node2"} {
 		gw := addr(t, member(t, e, node), true)
 		for _, c := range []struct {
@@ -486,14 +471,11 @@ func TestServicesBehaviourAffinityExpiry(t *testing.T) {
 	all := names(web)
 	client := deployPods(t, e, ns, "client", 1)[0]
 	const timeout = 3 * time.Second
-	svc := createService(t, e, ns, &v1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: "web-sticky"},
-		Spec: v1.ServiceSpec{
-			Selector: map[string]string{"app": "web"}, Ports: webPorts,
-			SessionAffinity:       v1.ServiceAffinityClientIP,
-			SessionAffinityConfig: &v1.SessionAffinityConfig{ClientIP: &v1.ClientIPConfig{TimeoutSeconds: ptr.To(int32(timeout / time.Second))}},
-		},
-	})
+	svc := createService(t, e, ns, newService("web-sticky", v1.ServiceSpec{
+		Selector: map[string]string{"app": "web"}, Ports: webPorts,
+		SessionAffinity:       v1.ServiceAffinityClientIP,
+		SessionAffinityConfig: &v1.SessionAffinityConfig{ClientIP: &v1.ClientIPConfig{TimeoutSeconds: ptr.To(int32(timeout / time.Second))}},
+	}))
 	vip := svcAddrs(t, svc)[0]
 	for _, udp := range []bool{false, true} {
 		proto, port := "tcp", 80
@@ -829,13 +811,10 @@ func TestServicesBehaviourSCTP(t *testing.T) {
 	ctx := context.Background()
 	deployPods(t, e, ns, "sctp", 2)
 	clients := deployPods(t, e, ns, "client", 2)
-	svc := createService(t, e, ns, &v1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: "sctp"},
-		Spec: v1.ServiceSpec{
-			Selector: map[string]string{"app": "sctp"},
-			Ports:    []v1.ServicePort{{Name: "assoc", Port: 9999, TargetPort: intstr.FromInt32(7777), Protocol: v1.ProtocolSCTP}},
-		},
-	})
+	svc := createService(t, e, ns, newService("sctp", v1.ServiceSpec{
+		Selector: map[string]string{"app": "sctp"},
+		Ports:    []v1.ServicePort{{Name: "assoc", Port: 9999, TargetPort: intstr.FromInt32(7777), Protocol: v1.ProtocolSCTP}},
+	}))
 	vip := svcAddrs(t, svc)[0]
 	const svcPort, targetPort = 9999, 7777
 

@@ -38,6 +38,11 @@ func deployPods(t testing.TB, e *env, ns, name string, replicas int) []netPod {
 	return runningPods(t, e, ns, name, replicas)
 }
 
+// service is a Service named name with spec, to create in a namespace.
+func newService(name string, spec v1.ServiceSpec) *v1.Service {
+	return &v1.Service{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: spec}
+}
+
 // spreadDeployment is a Deployment of replicas test-server pods labelled
 // app=name, serving ports, spread over both nodes.
 func spreadDeployment(ns, name string, replicas int, ports ...v1.ContainerPort) *appsv1.Deployment {
@@ -145,15 +150,12 @@ func TestServices(t *testing.T) {
 		backends[p.name] = true
 	}
 
-	svc, err := e.client.CoreV1().Services(ns).Create(ctx, &v1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: "web"},
-		Spec: v1.ServiceSpec{
-			Type:           v1.ServiceTypeNodePort,
-			Selector:       map[string]string{"app": "web"},
-			IPFamilyPolicy: ptr.To(v1.IPFamilyPolicyPreferDualStack),
-			Ports:          slices.Clone(webPorts),
-		},
-	}, metav1.CreateOptions{})
+	svc, err := e.client.CoreV1().Services(ns).Create(ctx, newService("web", v1.ServiceSpec{
+		Type:           v1.ServiceTypeNodePort,
+		Selector:       map[string]string{"app": "web"},
+		IPFamilyPolicy: ptr.To(v1.IPFamilyPolicyPreferDualStack),
+		Ports:          slices.Clone(webPorts),
+	}), metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,14 +237,11 @@ func TestServices(t *testing.T) {
 	})
 
 	t.Run("no-endpoints-rejects", func(t *testing.T) {
-		empty, err := e.client.CoreV1().Services(ns).Create(ctx, &v1.Service{
-			ObjectMeta: metav1.ObjectMeta{Name: "empty"},
-			Spec: v1.ServiceSpec{
-				Selector:       map[string]string{"app": "nothing"},
-				IPFamilyPolicy: ptr.To(v1.IPFamilyPolicyPreferDualStack),
-				Ports:          slices.Clone(webPorts),
-			},
-		}, metav1.CreateOptions{})
+		empty, err := e.client.CoreV1().Services(ns).Create(ctx, newService("empty", v1.ServiceSpec{
+			Selector:       map[string]string{"app": "nothing"},
+			IPFamilyPolicy: ptr.To(v1.IPFamilyPolicyPreferDualStack),
+			Ports:          slices.Clone(webPorts),
+		}), metav1.CreateOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
