@@ -71,6 +71,20 @@ func addMods(flows ...openflow.Flow) []openflow.Message {
 	return msgs
 }
 
+// allFlowStats asks c for the statistics of every flow.
+func allFlowStats(t *testing.T, ctx context.Context, c *Conn) []openflow.FlowStats {
+	t.Helper()
+	reply, err := c.MultipartReply(ctx, openflow.NewFlowStatsRequest())
+	if err != nil {
+		t.Fatal(err)
+	}
+	stats, err := reply.FlowStats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return stats
+}
+
 func TestIntegrationBundle(t *testing.T) {
 	sb, addr := testBridge(t)
 	ctx := testCtx(t)
@@ -236,14 +250,7 @@ func TestIntegrationMultipartReassembly(t *testing.T) {
 			t.Errorf("part %d of %d: more=%v", i+1, len(parts), more)
 		}
 	}
-	reply, err := c.MultipartReply(ctx, openflow.NewFlowStatsRequest())
-	if err != nil {
-		t.Fatal(err)
-	}
-	stats, err := reply.FlowStats()
-	if err != nil {
-		t.Fatal(err)
-	}
+	stats := allFlowStats(t, ctx, c)
 	var got []string
 	for _, s := range stats {
 		got = append(got, openflow.FlowFromStats(s).String())
@@ -508,14 +515,7 @@ func TestIntegrationPacketIn(t *testing.T) {
 	}
 
 	// The packet-out re-entered the pipeline: both flows counted it.
-	reply, err := c.MultipartReply(ctx, openflow.NewFlowStatsRequest())
-	if err != nil {
-		t.Fatal(err)
-	}
-	stats, err := reply.FlowStats()
-	if err != nil {
-		t.Fatal(err)
-	}
+	stats := allFlowStats(t, ctx, c)
 	for _, s := range stats {
 		if s.PacketCount != 1 {
 			t.Errorf("table %d priority %d: n_packets=%d, want 1", s.Table, s.Priority, s.PacketCount)
