@@ -3,7 +3,6 @@ package vnetipam
 import (
 	"context"
 	"fmt"
-	"io"
 	"net/netip"
 	"strings"
 	"sync"
@@ -11,7 +10,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/sirupsen/logrus"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -22,6 +20,7 @@ import (
 	kubefake "k8s.io/client-go/kubernetes/fake"
 
 	"nodeflow/internal/testutil/fakeapi"
+	"nodeflow/internal/testutil/logtest"
 	"nodeflow/model/vnet"
 )
 
@@ -67,12 +66,7 @@ type running struct {
 
 func (cl *cluster) start(name string) *running {
 	cl.t.Helper()
-	log := logrus.New()
-	log.SetOutput(io.Discard)
-	if testing.Verbose() {
-		log.SetOutput(testWriter{cl.t})
-		log.SetLevel(logrus.DebugLevel)
-	}
+	log := logtest.New(cl.t)
 	reg := prometheus.NewRegistry()
 	c, err := New(Options{Dynamic: cl.ctrlDyn, Kube: cl.kube, Recorder: cl.ev, Registerer: reg,
 		Log: log.WithField("controller", name), Workers: 4, Resync: time.Second})
@@ -94,13 +88,6 @@ func (cl *cluster) start(name string) *running {
 func (r *running) stop() {
 	r.cancel()
 	<-r.done
-}
-
-type testWriter struct{ t *testing.T }
-
-func (w testWriter) Write(b []byte) (int, error) {
-	w.t.Log(strings.TrimRight(string(b), "\n"))
-	return len(b), nil
 }
 
 // eventLog records events as "Type Reason Kind ns/name: message".
