@@ -3,7 +3,6 @@ package gatewayflows
 import (
 	"flag"
 	"fmt"
-	"net"
 	"net/netip"
 	"path/filepath"
 	"strings"
@@ -17,14 +16,6 @@ import (
 
 var update = flag.Bool("update", false, "rewrite the golden files")
 
-func mustMAC(s string) net.HardwareAddr {
-	m, err := net.ParseMAC(s)
-	if err != nil {
-		panic(err)
-	}
-	return m
-}
-
 // seedConfig is the seed's topology (node 172.18.0.3, services 10.96.0.0/16)
 // with the ofports of the hand-built spike: eth0 is 1, the patch port 2.
 func seedConfig() Config {
@@ -34,8 +25,8 @@ func seedConfig() Config {
 		NodeIPs:      []netip.Addr{netip.MustParseAddr("172.18.0.3")},
 		ServiceCIDRs: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/16")},
 		Masquerade:   conntrack.DefaultPlan(),
-		RouterMAC:    mustMAC("0a:58:0a:80:00:01"),
-		HostMAC:      mustMAC("9e:e2:d8:a8:58:46"),
+		RouterMAC:    flowtest.MAC("0a:58:0a:80:00:01"),
+		HostMAC:      flowtest.MAC("9e:e2:d8:a8:58:46"),
 	}
 }
 

@@ -19,7 +19,10 @@ func goldenFile(t *testing.T, name, got string) {
 	golden.Check(t, filepath.Join("testdata", name), got, *update)
 }
 
-func goldenStore(t *testing.T) *Store {
+// sampleStore holds a realistic desired state: pipeline misses, a pod,
+// services with hash select groups and ct/nat, a meter and a metered
+// packet-in.
+func sampleStore(t *testing.T) *Store {
 	s := NewStore(StoreOptions{Bridge: plan.Pod})
 	mustSet(t, s, "pipeline", pipelineState())
 	mustSet(t, s, "pod/default/a", podState(3, mac(2), netip.MustParseAddr("10.128.0.2"), 7))
@@ -29,6 +32,12 @@ func goldenStore(t *testing.T) *Store {
 		[]netip.Addr{netip.MustParseAddr("169.254.169.2")}, 8081, true))
 	mustSet(t, s, "unidle/default/empty:80/TCP", meterState())
 	mustSet(t, s, "service/default/empty:80/TCP", serviceState(13, netip.MustParseAddr("10.96.0.12"), 80, nil, 0, false))
+	return s
+}
+
+// goldenStore is sampleStore with the version note.
+func goldenStore(t *testing.T) *Store {
+	s := sampleStore(t)
 	mustSet(t, s, VersionOwner, VersionState(3, ""))
 	return s
 }

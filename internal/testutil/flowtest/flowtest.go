@@ -4,6 +4,7 @@ package flowtest
 import (
 	"context"
 	"io"
+	"net"
 	"slices"
 	"strings"
 	"testing"
@@ -109,4 +110,13 @@ func Render(fs []openflow.Flow) string {
 		sb.WriteByte('\n')
 	}
 	return sb.String()
+}
+
+// MAC parses a fixture's MAC address; it panics on a bad one.
+func MAC(s string) net.HardwareAddr {
+	m, err := net.ParseMAC(s)
+	if err != nil {
+		panic(err)
+	}
+	return m
 }
