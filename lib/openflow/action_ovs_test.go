@@ -177,6 +177,21 @@ type actOracleCase struct {
 	want  []Instruction
 }
 
+// runsIn reports whether the case is one of version v.
+func (c actOracleCase) runsIn(v Version) bool { return c.only == 0 || c.only == v }
+
+// flowMatch is the case's match, "ip" by default.
+func (c actOracleCase) flowMatch() string {
+	if c.match == "" {
+		return "ip"
+	}
+	return c.match
+}
+
+// flow is the case as a flow for ovs-ofctl: priority 1, its match, its
+// actions.
+func (c actOracleCase) flow() string { return "priority=1," + c.flowMatch() + ",actions=" + c.acts }
+
 func actApply(acts ...Action) []Instruction { return []Instruction{ApplyActions{Actions: acts}} }
 
 // actOracleCases is a function because the field registry is filled in
@@ -357,16 +372,11 @@ func TestActionsAgainstOVS(t *testing.T) {
 	otNeedOfctl(t)
 	for _, c := range actOracleCases() {
 		for _, v := range []Version{Version13, Version15} {
-			if c.only != 0 && c.only != v {
+			if !c.runsIn(v) {
 				continue
 			}
 			t.Run(c.name+"/"+v.String(), func(t *testing.T) {
-				match := c.match
-				if match == "" {
-					match = "ip"
-				}
-				flow := "priority=1," + match + ",actions=" + c.acts
-				o := actParseFlow(t, v, flow)
+				o := actParseFlow(t, v, c.flow())
 
 				ins, err := UnmarshalInstructions(o.ins, v)
 				if err != nil {
@@ -427,14 +437,10 @@ func TestActionSeedsCurrent(t *testing.T) {
 	var want []actSeed
 	for _, c := range actOracleCases() {
 		for _, v := range []Version{Version13, Version15} {
-			if c.only != 0 && c.only != v {
+			if !c.runsIn(v) {
 				continue
 			}
-			match := c.match
-			if match == "" {
-				match = "ip"
-			}
-			o := actParseFlow(t, v, "priority=1,"+match+",actions="+c.acts)
+			o := actParseFlow(t, v, c.flow())
 			want = append(want, actSeed{v: v, acts: c.acts, ins: hex.EncodeToString(o.ins)})
 		}
 	}
@@ -562,11 +568,7 @@ func TestActionsCrossVersion(t *testing.T) {
 		if c.only != 0 {
 			continue
 		}
-		match := c.match
-		if match == "" {
-			match = "ip"
-		}
-		flow := "priority=1," + match + ",actions=" + c.acts
+		flow := c.flow()
 		o13 := actParseFlow(t, Version13, flow)
 		o15 := actParseFlow(t, Version15, flow)
 		for _, d := range []struct {
