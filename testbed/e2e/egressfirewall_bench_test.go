@@ -21,7 +21,6 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"nodeflow/datapath/egressfirewallflows"
 	"nodeflow/datapath/plan"
@@ -157,11 +156,7 @@ func BenchmarkEgressFirewall(b *testing.B) { egfwBench.report(b, runEgressFirewa
 func runEgressFirewallBench(b *testing.B, e *env) map[string]float64 {
 	res := map[string]float64{}
 	ctx := context.Background()
-	cfg, err := clientcmd.BuildConfigFromFlags("", e.state.Kubeconfig)
-	if err != nil {
-		b.Fatal(err)
-	}
-	cfg.QPS, cfg.Burst = 200, 400
+	cfg := adminConfig(b, e, 200)
 	dyn, err := dynamic.NewForConfig(cfg)
 	if err != nil {
 		b.Fatal(err)

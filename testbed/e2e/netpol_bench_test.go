@@ -12,7 +12,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"nodeflow/datapath/plan"
 	"nodeflow/lib/openflow"
@@ -50,11 +49,7 @@ func BenchmarkNetworkPolicyLabelChange(b *testing.B) {
 	ctx := context.Background()
 	// A client of its own, without client-go's default rate limit (5
 	// requests a second), which would be most of what is measured.
-	cfg, err := clientcmd.BuildConfigFromFlags("", e.state.Kubeconfig)
-	if err != nil {
-		b.Fatal(err)
-	}
-	cfg.QPS, cfg.Burst = 500, 1000
+	cfg := adminConfig(b, e, 500)
 	kc, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		b.Fatal(err)

@@ -29,7 +29,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 
 	"nodeflow/internal/kubeclient"
@@ -408,11 +407,7 @@ func runServicesScale(b *testing.B, e *env) map[string]float64 {
 // fastClient is an admin client with a high rate limit, for bulk creates.
 func fastClient(b testing.TB, e *env) kubernetes.Interface {
 	b.Helper()
-	cfg, err := clientcmd.BuildConfigFromFlags("", e.state.Kubeconfig)
-	if err != nil {
-		b.Fatal(err)
-	}
-	cfg.QPS, cfg.Burst = 2000, 4000
+	cfg := adminConfig(b, e, 2000)
 	c, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		b.Fatal(err)
