@@ -52,9 +52,7 @@ func TestEgressFirewallAgentRestart(t *testing.T) {
 	g.diagnoseOnFailure(t)
 	server4 := netip.MustParseAddr(g.e.state.DNSServers[0])
 	learned, cidr, denied := ext(false, 40), ext(false, 1), ext(false, 41)
-	g.setFirewall(t, g.ns, rules("Allow "+server4.String()+"/32 UDP/53", "Allow dns:*.ok.egfw.test", "Allow 198.18.0.1/32", "Deny 0.0.0.0/0"))
-	t.Cleanup(func() { g.deleteFirewall(t, g.ns) })
-	g.waitStatus(t, g.ns, "EgressFirewall Rules applied", "EgressFirewall Rules applied")
+	g.applyFirewall(t, rules("Allow "+server4.String()+"/32 UDP/53", "Allow dns:*.ok.egfw.test", "Allow 198.18.0.1/32", "Deny 0.0.0.0/0"))
 	if err := g.dns.Set("restart.ok.egfw.test", 3600, learned); err != nil {
 		t.Fatal(err)
 	}

@@ -380,6 +380,15 @@ func rules(ss ...string) []egressfirewall.EgressFirewallRule {
 	return out
 }
 
+// applyFirewall sets the test namespace's EgressFirewall to rs, deletes
+// it when the test ends, and waits until both nodes report it applied.
+func (g *egfwEnv) applyFirewall(t *testing.T, rs []egressfirewall.EgressFirewallRule) {
+	t.Helper()
+	g.setFirewall(t, g.ns, rs)
+	t.Cleanup(func() { g.deleteFirewall(t, g.ns) })
+	g.waitStatus(t, g.ns, "EgressFirewall Rules applied", "EgressFirewall Rules applied")
+}
+
 // setFirewall creates or replaces the namespace's EgressFirewall
 // "default" with rules and returns the object.
 func (g *egfwEnv) setFirewall(t *testing.T, ns string, rs []egressfirewall.EgressFirewallRule) *unstructured.Unstructured {
@@ -548,7 +557,7 @@ func TestEgressFirewallRules(t *testing.T) {
 	g.diagnoseOnFailure(t)
 	v4, v6 := func(n int) netip.Addr { return ext(false, n) }, func(n int) netip.Addr { return ext(true, n) }
 	g.serveUDP(t, v4(1), v4(2), v4(3), v4(4), v4(9), v6(1), v6(2), v6(9))
-	g.setFirewall(t, g.ns, rules(
+	g.applyFirewall(t, rules(
 		"Allow 198.18.0.1/32",
 		"Allow 2001:db8:e::1/128",
 		"Deny 198.18.0.0/29 TCP/18080",
@@ -556,8 +565,6 @@ func TestEgressFirewallRules(t *testing.T) {
 		"Deny 2001:db8:e::/125 TCP/18080 UDP/15353",
 		"Deny 198.18.0.4/32",
 	))
-	t.Cleanup(func() { g.deleteFirewall(t, g.ns) })
-	g.waitStatus(t, g.ns, "EgressFirewall Rules applied", "EgressFirewall Rules applied")
 	g.verdicts(t, []check{
 		{"tcp", v4(1), true}, {"udp", v4(1), true},
 		{"tcp", v6(1), true}, {"udp", v6(1), true},
@@ -668,7 +675,7 @@ func TestEgressFirewallRules(t *testing.T) {
 		}
 		time.Sleep(300 * time.Millisecond) // traffic before the first update, by design of the scenario
 		for i, u := range updates {
-			g.setFirewall(t, g.ns, rules(u.rules...))
+			g.applyFirewall(t, rules(u.rules...))
 			g.waitTable50(t, fmt.Sprintf("update %d installed", i), u.installed)
 			time.Sleep(200 * time.Millisecond) // traffic between updates, by design of the scenario
 		}
@@ -726,8 +733,6 @@ func TestEgressFirewallServices(t *testing.T) {
 		})
 	}
 	g.setFirewall(t, g.ns, rules("Allow 198.18.0.1/32", "Deny 0.0.0.0/0", "Deny ::/0"))
-	t.Cleanup(func() { g.deleteFirewall(t, g.ns) })
-	g.waitStatus(t, g.ns, "EgressFirewall Rules applied", "EgressFirewall Rules applied")
 	t.Run("per-endpoint", func(t *testing.T) {
 		for _, p := range g.pods {
 			t.Run(p.node, func(t *testing.T) {
@@ -964,9 +969,7 @@ func TestEgressFirewallNodeSelector(t *testing.T) {
 		})
 	}
 	t.Cleanup(func() { setLabel("node2", "") })
-	g.setFirewall(t, g.ns, rules("Allow nodes:"+label+"=yes TCP/18080", "Deny 0.0.0.0/0", "Deny ::/0"))
-	t.Cleanup(func() { g.deleteFirewall(t, g.ns) })
-	g.waitStatus(t, g.ns, "EgressFirewall Rules applied", "EgressFirewall Rules applied")
+	g.applyFirewall(t, rules("Allow nodes:"+label+"=yes TCP/18080", "Deny 0.0.0.0/0", "Deny ::/0"))
 	n2v4, n2v6 := memberIP(t, node2, false), memberIP(t, node2, true)
 	for _, p := range g.pods {
 		for _, dst := range []netip.Addr{n2v4, n2v6} {
