@@ -168,6 +168,20 @@ func writeTopology(t testing.TB, name string) string {
 	return p
 }
 
+// terminate stops a process the test started: SIGTERM, and SIGKILL if it
+// has not exited 10 seconds later. It waits for the process.
+func terminate(cmd *exec.Cmd) {
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		_ = cmd.Process.Kill()
+		<-done
+	}
+}
+
 // adminConfig is a client configuration of the testbed's API server as
 // admin; qps, unless 0, raises the client-side rate limit (burst twice
 // that) for bulk requests.

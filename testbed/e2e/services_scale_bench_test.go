@@ -1159,15 +1159,7 @@ func runKubeProxy(b testing.TB, e *env, c kubernetes.Interface, bin, ns string, 
 	}
 	k.pid = cmd.Process.Pid
 	b.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
+		terminate(cmd)
 		logf.Close()
 		if b.Failed() {
 			out, _ := os.ReadFile(logPath)

@@ -86,15 +86,7 @@ func startAgentEnv(t testing.TB, e *env, m *testbed.Member, env ...string) *exec
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
+		terminate(cmd)
 		logf.Close()
 		if dir := os.Getenv("NODEFLOW_BENCH_PPROF"); dir != "" {
 			// Kept with the profiles, for the timeline of a start.
