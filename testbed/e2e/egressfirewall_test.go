@@ -228,16 +228,9 @@ func (g *egfwEnv) serveUDP(t *testing.T, addrs ...netip.Addr) {
 			t.Fatal(err)
 		}
 		g.udp[a] = true
-		go func() {
-			buf := make([]byte, 2048)
-			for {
-				_, from, err := pc.ReadFrom(buf)
-				if err != nil {
-					return
-				}
-				_, _ = pc.WriteTo([]byte("ext "+a.String()+"\n"), from)
-			}
-		}()
+		go serveDatagrams(pc, 2048, func(_ []byte, from net.Addr) {
+			_, _ = pc.WriteTo([]byte("ext "+a.String()+"\n"), from)
+		})
 	}
 }
 
@@ -275,6 +268,19 @@ func extReach(netns, proto string, dst netip.Addr, timeout time.Duration) (strin
 		}
 	}
 	return extAnswer(c)
+}
+
+// serveDatagrams reads the datagrams pc receives, of up to size bytes,
+// and hands each to handle, until pc is closed.
+func serveDatagrams(pc net.PacketConn, size int, handle func(b []byte, from net.Addr)) {
+	buf := make([]byte, size)
+	for {
+		n, from, err := pc.ReadFrom(buf)
+		if err != nil {
+			return
+		}
+		handle(buf[:n], from)
+	}
 }
 
 // extAnswer reads the outside server's answer, "ext NAME", and returns

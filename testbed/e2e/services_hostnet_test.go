@@ -207,16 +207,9 @@ func serveSecondary(t *testing.T, netns, name string, addrs []netip.Addr) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { pc.Close() })
-		go func() {
-			buf := make([]byte, 2048)
-			for {
-				n, from, err := pc.ReadFrom(buf)
-				if err != nil {
-					return
-				}
-				_, _ = pc.WriteTo(append([]byte(workload.Reply(name, from.String())+" "), buf[:n]...), from)
-			}
-		}()
+		go serveDatagrams(pc, 2048, func(b []byte, from net.Addr) {
+			_, _ = pc.WriteTo(append([]byte(workload.Reply(name, from.String())+" "), b...), from)
+		})
 	}
 }
 
