@@ -171,6 +171,14 @@ func (o Operation) appendJSON(b []byte) ([]byte, error) {
 		b = append(b, ']')
 		return nil
 	}
+	// tableWhere writes the table and the where clause, which every
+	// operation on existing rows has.
+	tableWhere := func() error {
+		if err := needTable(); err != nil {
+			return err
+		}
+		return where()
+	}
 	columns := func() {
 		if o.Columns == nil {
 			return
@@ -207,28 +215,19 @@ func (o Operation) appendJSON(b []byte) ([]byte, error) {
 			b = appendJSONString(b, o.UUIDName)
 		}
 	case "select":
-		if err := needTable(); err != nil {
-			return nil, err
-		}
-		if err := where(); err != nil {
+		if err := tableWhere(); err != nil {
 			return nil, err
 		}
 		columns()
 	case "update":
-		if err := needTable(); err != nil {
-			return nil, err
-		}
-		if err := where(); err != nil {
+		if err := tableWhere(); err != nil {
 			return nil, err
 		}
 		if err := row(); err != nil {
 			return nil, err
 		}
 	case "mutate":
-		if err := needTable(); err != nil {
-			return nil, err
-		}
-		if err := where(); err != nil {
+		if err := tableWhere(); err != nil {
 			return nil, err
 		}
 		b = append(b, `,"mutations":[`...)
@@ -248,17 +247,11 @@ func (o Operation) appendJSON(b []byte) ([]byte, error) {
 		}
 		b = append(b, ']')
 	case "delete":
-		if err := needTable(); err != nil {
-			return nil, err
-		}
-		if err := where(); err != nil {
+		if err := tableWhere(); err != nil {
 			return nil, err
 		}
 	case "wait":
-		if err := needTable(); err != nil {
-			return nil, err
-		}
-		if err := where(); err != nil {
+		if err := tableWhere(); err != nil {
 			return nil, err
 		}
 		columns()
