@@ -191,32 +191,33 @@ func (c *Controller) Run(ctx context.Context) error {
 func (c *Controller) informers() []cache.SharedIndexInformer {
 	var out []cache.SharedIndexInformer
 	if c.opts.CoreEvents {
-		evs := c.opts.Client.CoreV1().Events(metav1.NamespaceAll)
-		out = append(out, cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
-			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-				o.FieldSelector = coreEventSelector
-				return evs.List(ctx, o)
-			},
-			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-				o.FieldSelector = coreEventSelector
-				return evs.Watch(ctx, o)
-			},
-		}, c.opts.Client), &v1.Event{}, 0, cache.Indexers{}))
+		out = append(out, selectedInformer[*v1.EventList](c.opts.Client, c.opts.Client.CoreV1().Events(metav1.NamespaceAll), coreEventSelector, &v1.Event{}))
 	}
 	if c.opts.EventsAPI {
-		evs := c.opts.Client.EventsV1().Events(metav1.NamespaceAll)
-		out = append(out, cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
-			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-				o.FieldSelector = eventsEventSelector
-				return evs.List(ctx, o)
-			},
-			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-				o.FieldSelector = eventsEventSelector
-				return evs.Watch(ctx, o)
-			},
-		}, c.opts.Client), &eventsv1.Event{}, 0, cache.Indexers{}))
+		out = append(out, selectedInformer[*eventsv1.EventList](c.opts.Client, c.opts.Client.EventsV1().Events(metav1.NamespaceAll), eventsEventSelector, &eventsv1.Event{}))
 	}
 	return out
+}
+
+// eventLister lists and watches one API's Events.
+type eventLister[L runtime.Object] interface {
+	List(ctx context.Context, o metav1.ListOptions) (L, error)
+	Watch(ctx context.Context, o metav1.ListOptions) (watch.Interface, error)
+}
+
+// selectedInformer is an informer of the objects like obj that evs lists
+// and watches with the field selector.
+func selectedInformer[L runtime.Object](client kubernetes.Interface, evs eventLister[L], selector string, obj runtime.Object) cache.SharedIndexInformer {
+	return cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.FieldSelector = selector
+			return evs.List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.FieldSelector = selector
+			return evs.Watch(ctx, o)
+		},
+	}, client), obj, 0, cache.Indexers{})
 }
 
 // offer queues the Service of a NeedPods event newer than the last one

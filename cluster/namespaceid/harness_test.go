@@ -3,19 +3,19 @@ package namespaceid
 import (
 	"context"
 	"fmt"
-	"io"
 	"sort"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/sirupsen/logrus"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	kubefake "k8s.io/client-go/kubernetes/fake"
+
+	"nodeflow/internal/testutil/logtest"
 )
 
 // cluster is a fake API (Namespaces and Nodes in client-go's fake
@@ -74,12 +74,7 @@ var testTiming = Timing{Recheck: 20 * time.Millisecond, MinInterval: 5 * time.Mi
 func (c *cluster) start(name string, opts ...agentOpt) *agent {
 	c.t.Helper()
 	a := &agent{name: name, inUse: map[uint32]bool{}, changes: map[string]int{}, done: make(chan struct{})}
-	log := logrus.New()
-	log.SetOutput(io.Discard)
-	if testing.Verbose() {
-		log.SetOutput(testWriter{c.t})
-		log.SetLevel(logrus.DebugLevel)
-	}
+	log := logtest.New(c.t)
 	cfg := Config{
 		NodeName: name,
 		InUse:    a.used,
@@ -194,13 +189,6 @@ func (a *agent) settled(t *testing.T) {
 	if !ok {
 		t.Fatalf("agent %s: allocator never idle", a.name)
 	}
-}
-
-type testWriter struct{ t *testing.T }
-
-func (w testWriter) Write(b []byte) (int, error) {
-	w.t.Log(string(b))
-	return len(b), nil
 }
 
 // liveLocks returns, per namespace UID, the ids of its live well-formed

@@ -3,7 +3,6 @@ package vnetipam
 import (
 	"context"
 	"fmt"
-	"io"
 	"net/netip"
 	"strings"
 	"sync"
@@ -11,7 +10,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/sirupsen/logrus"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -21,6 +19,8 @@ import (
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 
+	"nodeflow/internal/testutil/fakeapi"
+	"nodeflow/internal/testutil/logtest"
 	"nodeflow/model/vnet"
 )
 
@@ -33,7 +33,7 @@ const wait = 20 * time.Second
 // requests are checked against the controller's RBAC when the test ends.
 type cluster struct {
 	t       *testing.T
-	api     *fakeAPI
+	api     *fakeapi.API
 	dyn     *dynamicfake.FakeDynamicClient
 	ctrlDyn *dynamicfake.FakeDynamicClient
 	kube    *kubefake.Clientset
@@ -47,7 +47,7 @@ func newCluster(t *testing.T, nodes ...string) *cluster {
 	for _, n := range nodes {
 		objs = append(objs, node(n))
 	}
-	cl := &cluster{t: t, api: f, dyn: f.client(), ctrlDyn: f.client(), kube: kubefake.NewClientset(objs...), ev: &eventLog{}}
+	cl := &cluster{t: t, api: f, dyn: f.Client(), ctrlDyn: f.Client(), kube: kubefake.NewClientset(objs...), ev: &eventLog{}}
 	t.Cleanup(func() { checkRBAC(t, cl.ctrlDyn.Actions(), cl.kube.Actions()) })
 	return cl
 }
@@ -66,12 +66,7 @@ type running struct {
 
 func (cl *cluster) start(name string) *running {
 	cl.t.Helper()
-	log := logrus.New()
-	log.SetOutput(io.Discard)
-	if testing.Verbose() {
-		log.SetOutput(testWriter{cl.t})
-		log.SetLevel(logrus.DebugLevel)
-	}
+	log := logtest.New(cl.t)
 	reg := prometheus.NewRegistry()
 	c, err := New(Options{Dynamic: cl.ctrlDyn, Kube: cl.kube, Recorder: cl.ev, Registerer: reg,
 		Log: log.WithField("controller", name), Workers: 4, Resync: time.Second})
@@ -93,13 +88,6 @@ func (cl *cluster) start(name string) *running {
 func (r *running) stop() {
 	r.cancel()
 	<-r.done
-}
-
-type testWriter struct{ t *testing.T }
-
-func (w testWriter) Write(b []byte) (int, error) {
-	w.t.Log(strings.TrimRight(string(b), "\n"))
-	return len(b), nil
 }
 
 // eventLog records events as "Type Reason Kind ns/name: message".
@@ -211,7 +199,7 @@ func (cl *cluster) attach(ns, name, node, subnet string, vni uint32) *unstructur
 // attachment reads an attachment from the fake API; nil when gone.
 func (cl *cluster) attachment(ns, name string) *vnet.NetworkAttachment {
 	cl.t.Helper()
-	u := cl.api.get(vnet.ResourceNetworkAttachments, ns, name)
+	u := cl.api.Get(vnet.ResourceNetworkAttachments, ns, name)
 	if u == nil {
 		return nil
 	}
@@ -224,7 +212,7 @@ func (cl *cluster) attachment(ns, name string) *vnet.NetworkAttachment {
 
 func (cl *cluster) subnetStatus(ns, name string) []string {
 	cl.t.Helper()
-	u := cl.api.get(vnet.ResourceSubnets, ns, name)
+	u := cl.api.Get(vnet.ResourceSubnets, ns, name)
 	if u == nil {
 		return nil
 	}
@@ -239,7 +227,7 @@ func (cl *cluster) subnetStatus(ns, name string) []string {
 func (cl *cluster) locks() []*vnet.IPLock {
 	cl.t.Helper()
 	var out []*vnet.IPLock
-	for _, u := range cl.api.list(vnet.ResourceIPLocks) {
+	for _, u := range cl.api.List(vnet.ResourceIPLocks) {
 		l, err := vnet.FromUnstructured[*vnet.IPLock](u)
 		if err != nil {
 			cl.t.Fatal(err)
@@ -294,7 +282,7 @@ func (cl *cluster) ipamErrors(ns, name, want string) []string {
 // a status has its lock, held by that attachment (name and UID), and MACs
 // are MACOf.
 func (cl *cluster) invariant() error {
-	snap := cl.api.snapshot(vnet.ResourceIPLocks, vnet.ResourceNetworkAttachments)
+	snap := cl.api.Snapshot(vnet.ResourceIPLocks, vnet.ResourceNetworkAttachments)
 	locks := map[string]*vnet.IPLock{}
 	for _, u := range snap[0] {
 		l, err := vnet.FromUnstructured[*vnet.IPLock](u)

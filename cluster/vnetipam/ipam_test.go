@@ -72,7 +72,7 @@ func TestTwoControllersNeverDoubleAssign(t *testing.T) {
 	cl := newCluster(t, "n1", "n2")
 	cl.watchInvariant()
 	var failed, raced atomic.Int64
-	cl.api.beforeWrite = func(verb, resource, sub string, u *unstructured.Unstructured) error {
+	cl.api.SetBeforeWrite(func(verb, resource, sub string, u *unstructured.Unstructured) error {
 		switch {
 		case resource == vnet.ResourceNetworkAttachments && sub == "status" && rand.N(5) == 0:
 			failed.Add(1)
@@ -82,14 +82,14 @@ func TestTwoControllersNeverDoubleAssign(t *testing.T) {
 			// depends on the scheduler: make the race certain a few
 			// times, as another controller's create of the same lock
 			// for another attachment that lands first.
-			if other := cl.api.rivalLocked(t, u); other != nil {
+			if other := rivalLocked(t, cl.api, u); other != nil {
 				raced.Add(1)
-				cl.api.seedLocked(vnet.ResourceIPLocks, other)
+				cl.api.SeedLocked(vnet.ResourceIPLocks, other)
 				return apierrors.NewAlreadyExists(gr(resource), u.GetName())
 			}
 		}
 		return nil
-	}
+	})
 	cl.subnet("ns", "a", vniA, "10.1.0.0/25") // 126 addresses
 	cl.subnet("ns", "b", vniB, "10.1.0.0/26") // 62, on another VNI: the same addresses again
 	c1, c2 := cl.start("c1"), cl.start("c2")
@@ -114,7 +114,7 @@ func TestTwoControllersNeverDoubleAssign(t *testing.T) {
 		}
 		cl.attach("ns", name("a-new", i), "n1", "a", vniA)
 	}
-	for _, n := range cl.api.list(vnet.ResourceNetworkAttachments) {
+	for _, n := range cl.api.List(vnet.ResourceNetworkAttachments) {
 		cl.addressed("ns", n.GetName())
 	}
 	if err := cl.invariant(); err != nil {
@@ -129,12 +129,12 @@ func TestTwoControllersNeverDoubleAssign(t *testing.T) {
 		return nil
 	})
 	// One more in a full Subnet: reported, not assigned.
-	cl.api.beforeWrite = nil
+	cl.api.SetBeforeWrite(nil)
 	cl.attach("ns", "a-extra", "n1", "a", vniA)
 	cl.ipamErrors("ns", "a-extra", "has no free address")
 	conflicts := testutil.ToFloat64(c1.c.m.lockConflicts) + testutil.ToFloat64(c2.c.m.lockConflicts)
-	t.Logf("lock creates %d (conflicts %v), status writes %d (%d failed)", cl.api.count("create iplocks"), conflicts,
-		cl.api.count("update networkattachments/status"), failed.Load())
+	t.Logf("lock creates %d (conflicts %v), status writes %d (%d failed)", cl.api.Count("create iplocks"), conflicts,
+		cl.api.Count("update networkattachments/status"), failed.Load())
 	t.Logf("races made certain: %d", raced.Load())
 	if conflicts < float64(raced.Load()) || raced.Load() == 0 || failed.Load() == 0 {
 		t.Errorf("the test did not exercise what it should: %v lock conflicts (%d races made certain), %d failed writes", conflicts, raced.Load(), failed.Load())
@@ -152,21 +152,21 @@ func TestControllerKilledMidAssignment(t *testing.T) {
 	var writes atomic.Int64
 	killed := make(chan struct{})
 	r := cl.start("c1")
-	cl.api.beforeWrite = func(verb, resource, sub string, _ *unstructured.Unstructured) error {
+	cl.api.SetBeforeWrite(func(verb, resource, sub string, _ *unstructured.Unstructured) error {
 		if resource == vnet.ResourceNetworkAttachments && sub == "status" && writes.Add(1) == 30 {
 			r.cancel()
 			close(killed)
 			return apierrors.NewServiceUnavailable("injected: killed before this write")
 		}
 		return nil
-	}
+	})
 	for i := range 150 {
 		cl.attach("ns", fmt.Sprintf("a-%d", i), "n1", "a", vniA)
 	}
 	<-killed
 	r.stop()
 	assigned := 0
-	for _, u := range cl.api.list(vnet.ResourceNetworkAttachments) {
+	for _, u := range cl.api.List(vnet.ResourceNetworkAttachments) {
 		if ip, _, _ := unstructured.NestedString(u.Object, "status", "ip"); ip != "" {
 			assigned++
 		}
@@ -196,14 +196,14 @@ func TestCrashBetweenLockAndStatus(t *testing.T) {
 	a := cl.attach("ns", "a", "n1", "blue", vniA)
 	att := attObj("ns", "a", "n1", "blue", vniA)
 	att.UID = a.GetUID()
-	cl.api.seed(vnet.ResourceIPLocks, mustU(t, vnet.NewIPLock(att, vniA, netip.MustParseAddr("10.0.0.77"))))
+	cl.api.Seed(vnet.ResourceIPLocks, mustU(t, vnet.NewIPLock(att, vniA, netip.MustParseAddr("10.0.0.77"))))
 	// And one attachment whose name had a lock under an earlier UID: that
 	// attachment is gone (deleted and created again while no controller
 	// ran), so its lock is freed and the new one gets an address anew.
 	b := cl.attach("ns", "b", "n1", "blue", vniA)
 	old := attObj("ns", "b", "n1", "blue", vniA)
 	old.UID = "uid-of-an-earlier-b"
-	cl.api.seed(vnet.ResourceIPLocks, mustU(t, vnet.NewIPLock(old, vniA, netip.MustParseAddr("10.0.0.88"))))
+	cl.api.Seed(vnet.ResourceIPLocks, mustU(t, vnet.NewIPLock(old, vniA, netip.MustParseAddr("10.0.0.88"))))
 
 	cl.start("c1")
 	if ip := cl.addressed("ns", "a"); ip.String() != "10.0.0.77" {
@@ -237,13 +237,13 @@ func TestStatusAddressLock(t *testing.T) {
 		a := attObj("ns", name, "n1", "blue", vniA)
 		a.Status.IP = ip
 		a.Status.MAC = vnet.MACOf(vniA, netip.MustParseAddr(ip)).String()
-		u := cl.api.seed(vnet.ResourceNetworkAttachments, mustU(t, a))
+		u := cl.api.Seed(vnet.ResourceNetworkAttachments, mustU(t, a))
 		a.UID = u.GetUID()
 		return a
 	}
 	withStatus("relock", "10.0.0.9")
 	holder := withStatus("holder", "10.0.0.10")
-	cl.api.seed(vnet.ResourceIPLocks, mustU(t, vnet.NewIPLock(holder, vniA, netip.MustParseAddr("10.0.0.10"))))
+	cl.api.Seed(vnet.ResourceIPLocks, mustU(t, vnet.NewIPLock(holder, vniA, netip.MustParseAddr("10.0.0.10"))))
 	withStatus("usurper", "10.0.0.10")
 
 	r := cl.start("c1")
@@ -283,7 +283,7 @@ func TestBadInput(t *testing.T) {
 	cl.subnet("ns", "overlap", vniA, "10.0.0.0/24")
 	cl.subnet("ns", "other-vni", vniB, "10.0.0.0/24")
 	cl.subnet("other", "elsewhere", vniA, "10.9.0.0/24") // VNI A belongs to ns
-	cl.api.seed(vnet.ResourceSubnets, mustU(t, subnetObj("ns", "invalid", vniB, "10.1.0.1/24")))
+	cl.api.Seed(vnet.ResourceSubnets, mustU(t, subnetObj("ns", "invalid", vniB, "10.1.0.1/24")))
 	r := cl.start("c1")
 	cl.attach("ns", "ok1", "n1", "blue", vniA)
 	cl.attach("ns", "ok2", "n1", "blue", vniA)
@@ -385,7 +385,7 @@ func TestDeletionFreesLock(t *testing.T) {
 		t.Fatal(err)
 	}
 	cl.eventually("lock freed", func() error {
-		if l := cl.api.get(vnet.ResourceIPLocks, "ns", vnet.LockName(vniA, ip)); l != nil {
+		if l := cl.api.Get(vnet.ResourceIPLocks, "ns", vnet.LockName(vniA, ip)); l != nil {
 			return fmt.Errorf("lock %s still there", l.GetName())
 		}
 		return nil
@@ -396,9 +396,9 @@ func TestDeletionFreesLock(t *testing.T) {
 	// With a garbage collector that gets there first, nothing goes wrong.
 	cl.attach("ns", "b", "n1", "blue", vniA)
 	ip = cl.addressed("ns", "b")
-	cl.api.remove(vnet.ResourceNetworkAttachments, "ns", "b")
-	cl.api.collectGarbage()
-	if l := cl.api.get(vnet.ResourceIPLocks, "ns", vnet.LockName(vniA, ip)); l != nil {
+	cl.api.Remove(vnet.ResourceNetworkAttachments, "ns", "b")
+	cl.api.CollectGarbage()
+	if l := cl.api.Get(vnet.ResourceIPLocks, "ns", vnet.LockName(vniA, ip)); l != nil {
 		t.Fatalf("the garbage collector left %s", l.GetName())
 	}
 	cl.attach("ns", "c", "n1", "blue", vniA)
@@ -424,9 +424,9 @@ func TestRecreatedWhileNotLooking(t *testing.T) {
 	gIP := cl.addressed("ns", "g")
 	r.stop()
 
-	cl.api.remove(vnet.ResourceNetworkAttachments, "ns", "a")
+	cl.api.Remove(vnet.ResourceNetworkAttachments, "ns", "a")
 	cl.attach("ns", "a", "n1", "blue", vniA)
-	cl.api.remove(vnet.ResourceSubnets, "ns", "green")
+	cl.api.Remove(vnet.ResourceSubnets, "ns", "green")
 	cl.subnet("ns", "green", vniB, "10.6.0.0/24")
 
 	cl.start("c2")
@@ -444,7 +444,7 @@ func TestRecreatedWhileNotLooking(t *testing.T) {
 		if err != nil || !netip.MustParsePrefix("10.6.0.0/24").Contains(ip) {
 			return fmt.Errorf("g at %v", ip)
 		}
-		if cl.api.get(vnet.ResourceIPLocks, "ns", vnet.LockName(vniB, gIP)) != nil {
+		if cl.api.Get(vnet.ResourceIPLocks, "ns", vnet.LockName(vniB, gIP)) != nil {
 			return fmt.Errorf("g's old lock %s still there", gIP)
 		}
 		return nil
@@ -536,15 +536,7 @@ func TestInFlightRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 	k := key{kind: attachmentKind, namespace: "ns", name: "a"}
-	requests := func() map[string]int {
-		cl.api.mu.Lock()
-		defer cl.api.mu.Unlock()
-		out := map[string]int{}
-		for w, n := range cl.api.requests {
-			out[w] = n
-		}
-		return out
-	}
+	requests := cl.api.Requests
 	step := func(what string, want map[string]int) {
 		t.Helper()
 		before := requests()
@@ -570,13 +562,13 @@ func TestInFlightRecord(t *testing.T) {
 	// 2. The cache still has the attachment as it was seen: nothing to do.
 	step("cache lags", map[string]int{})
 	// 3. The cache has the status, not the lock: the record vouches for it.
-	if err := c.attachments.GetIndexer().Update(cl.api.get(vnet.ResourceNetworkAttachments, "ns", "a")); err != nil {
+	if err := c.attachments.GetIndexer().Update(cl.api.Get(vnet.ResourceNetworkAttachments, "ns", "a")); err != nil {
 		t.Fatal(err)
 	}
 	step("lock cache lags", map[string]int{})
 	// 4. An agent writes the status (hostIP): the record no longer holds,
 	// and the lock, still not in the cache, is read from the API server.
-	cur := cl.api.get(vnet.ResourceNetworkAttachments, "ns", "a")
+	cur := cl.api.Get(vnet.ResourceNetworkAttachments, "ns", "a")
 	cur.Object["status"].(map[string]any)["hostIP"] = "192.0.2.1"
 	updated, err := cl.dyn.Resource(vnet.NetworkAttachmentGVR).Namespace("ns").UpdateStatus(ctx, cur, metav1.UpdateOptions{})
 	if err != nil {
@@ -591,7 +583,7 @@ func TestInFlightRecord(t *testing.T) {
 	}
 	// 5. Once the lock is in the cache, nothing is asked.
 	ip := netip.MustParseAddr(updated.Object["status"].(map[string]any)["ip"].(string))
-	if err := c.locks.GetIndexer().Add(cl.api.get(vnet.ResourceIPLocks, "ns", vnet.LockName(vniA, ip))); err != nil {
+	if err := c.locks.GetIndexer().Add(cl.api.Get(vnet.ResourceIPLocks, "ns", vnet.LockName(vniA, ip))); err != nil {
 		t.Fatal(err)
 	}
 	step("caches current", map[string]int{})
@@ -642,11 +634,11 @@ func TestConflictingAddressWithoutReplacement(t *testing.T) {
 	}{{a, "10.0.0.0"}, {b, "10.0.0.1"}} {
 		att := attObj("ns", h.u.GetName(), "n1", "tiny", vniA)
 		att.UID = h.u.GetUID()
-		cl.api.seed(vnet.ResourceIPLocks, mustU(t, vnet.NewIPLock(att, vniA, netip.MustParseAddr(h.ip))))
+		cl.api.Seed(vnet.ResourceIPLocks, mustU(t, vnet.NewIPLock(att, vniA, netip.MustParseAddr(h.ip))))
 	}
 	usurper := attObj("ns", "usurper", "n1", "tiny", vniA)
 	usurper.Status.IP, usurper.Status.MAC = "10.0.0.1", vnet.MACOf(vniA, netip.MustParseAddr("10.0.0.1")).String()
-	cl.api.seed(vnet.ResourceNetworkAttachments, mustU(t, usurper))
+	cl.api.Seed(vnet.ResourceNetworkAttachments, mustU(t, usurper))
 	cl.start("c1")
 	cl.ipamErrors("ns", "usurper", "has no free address")
 	if st := cl.attachment("ns", "usurper").Status; st.IP != "" || st.MAC != "" {

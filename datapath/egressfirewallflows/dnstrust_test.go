@@ -70,7 +70,7 @@ func TestDNSFlowsTrusted(t *testing.T) {
 		" table=50, priority=45000,ct_state=+rpl+trk,udp6,reg1=0x42/0xffffff,ipv6_src=fd00:10:96::a,tp_src=53 actions=conjunction(3,2/2)",
 	}
 	if len(got) != len(want) {
-		t.Fatalf("%d flows, want %d:\n%s", len(got), len(want), render(got))
+		t.Fatalf("%d flows, want %d:\n%s", len(got), len(want), flowtest.Render(got))
 	}
 	for i := range got {
 		if s := got[i].String(); s != want[i] {
@@ -81,12 +81,12 @@ func TestDNSFlowsTrusted(t *testing.T) {
 	// No source in a family: its pods' replies are only counted.
 	got, err = DNSFlows(addrs("fd00:10:244::5"), DNSSources{Resolvers: pfx("169.254.20.10/32")})
 	if err != nil || len(got) != 1 || got[0].Priority != uint16(plan.PriorityEgressFirewallDNSUntrusted) {
-		t.Errorf("IPv6 pod, IPv4 sources only: %v\n%s", err, render(got))
+		t.Errorf("IPv6 pod, IPv4 sources only: %v\n%s", err, flowtest.Render(got))
 	}
 	// Repeated sources make one flow each.
 	dup := DNSSources{Services: []DNSService{{Name: "a/b", NamespaceID: 1, ClusterIPs: addrs("10.96.0.10", "10.96.0.10")}, {Name: "a/c", NamespaceID: 1, ClusterIPs: addrs("10.96.0.10")}}}
 	if got, err := DNSFlows(addrs("10.244.0.5"), dup); err != nil || len(got) != 4 {
-		t.Errorf("repeated sources: %v\n%s", err, render(got))
+		t.Errorf("repeated sources: %v\n%s", err, flowtest.Render(got))
 	}
 }
 

@@ -4,13 +4,14 @@ import (
 	"flag"
 	"fmt"
 	"net/netip"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
 	"nodeflow/datapath/plan"
+	"nodeflow/internal/testutil/flowtest"
+	"nodeflow/internal/testutil/golden"
 	"nodeflow/lib/openflow"
 	"nodeflow/model/egressfirewall"
 )
@@ -85,31 +86,9 @@ func goldenCases() []struct {
 	}
 }
 
-func render(fs []openflow.Flow) string {
-	var sb strings.Builder
-	for _, f := range fs {
-		sb.WriteString(f.String())
-		sb.WriteByte('\n')
-	}
-	return sb.String()
-}
-
-func golden(t *testing.T, file string, fs []openflow.Flow) {
+func goldenFlows(t *testing.T, file string, fs []openflow.Flow) {
 	t.Helper()
-	got := render(fs)
-	path := filepath.Join("testdata", file)
-	if *update {
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("read golden file (run with -update to create it): %v", err)
-	}
-	if got != string(want) {
-		t.Errorf("differs from %s:\n--- got\n%s--- want\n%s", path, got, want)
-	}
+	golden.Check(t, filepath.Join("testdata", file), flowtest.Render(fs), *update)
 }
 
 func TestGolden(t *testing.T) {
@@ -119,10 +98,10 @@ func TestGolden(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			golden(t, tc.file, fs)
+			goldenFlows(t, tc.file, fs)
 		})
 	}
-	t.Run("guards.flows", func(t *testing.T) { golden(t, "guards.flows", GuardFlows()) })
+	t.Run("guards.flows", func(t *testing.T) { goldenFlows(t, "guards.flows", GuardFlows()) })
 }
 
 // TestTablesAndFeatures checks that every flow is in table 50 or 55,
@@ -247,10 +226,10 @@ func TestConjunctionCost(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			conj := strings.Contains(render(fs), "conj_id=")
-			frags := strings.Count(render(fs), "nw_frag=")
+			conj := strings.Contains(flowtest.Render(fs), "conj_id=")
+			frags := strings.Count(flowtest.Render(fs), "nw_frag=")
 			if len(fs)-frags != tc.want || conj != tc.conj || frags != tc.frags {
-				t.Errorf("%d flows and %d for fragments (conjunction %v), want %d and %d (%v):\n%s", len(fs)-frags, frags, conj, tc.want, tc.frags, tc.conj, render(fs))
+				t.Errorf("%d flows and %d for fragments (conjunction %v), want %d and %d (%v):\n%s", len(fs)-frags, frags, conj, tc.want, tc.frags, tc.conj, flowtest.Render(fs))
 			}
 		})
 	}

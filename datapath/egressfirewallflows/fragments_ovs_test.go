@@ -88,7 +88,7 @@ func TestOVSFragments(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := render(built); (tc.conj && !containsConj(got)) || (!tc.conj && containsConj(got)) {
+			if got := flowtest.Render(built); (tc.conj && !containsConj(got)) || (!tc.conj && containsConj(got)) {
 				t.Fatalf("conjunction %v, want %v:\n%s", !tc.conj, tc.conj, got)
 			}
 			flowtest.InstallAndCompare(t, sb, "br0", append(append(append([]openflow.Flow{}, frame...), GuardFlows()...), built...))

@@ -3,27 +3,18 @@ package gatewayflows
 import (
 	"flag"
 	"fmt"
-	"net"
 	"net/netip"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"nodeflow/datapath/conntrack"
 	"nodeflow/datapath/plan"
-	"nodeflow/lib/openflow"
+	"nodeflow/internal/testutil/flowtest"
+	"nodeflow/internal/testutil/golden"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files")
-
-func mustMAC(s string) net.HardwareAddr {
-	m, err := net.ParseMAC(s)
-	if err != nil {
-		panic(err)
-	}
-	return m
-}
 
 // seedConfig is the seed's topology (node 172.18.0.3, services 10.96.0.0/16)
 // with the ofports of the hand-built spike: eth0 is 1, the patch port 2.
@@ -34,8 +25,8 @@ func seedConfig() Config {
 		NodeIPs:      []netip.Addr{netip.MustParseAddr("172.18.0.3")},
 		ServiceCIDRs: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/16")},
 		Masquerade:   conntrack.DefaultPlan(),
-		RouterMAC:    mustMAC("0a:58:0a:80:00:01"),
-		HostMAC:      mustMAC("9e:e2:d8:a8:58:46"),
+		RouterMAC:    flowtest.MAC("0a:58:0a:80:00:01"),
+		HostMAC:      flowtest.MAC("9e:e2:d8:a8:58:46"),
 	}
 }
 
@@ -45,33 +36,6 @@ func dualConfig() Config {
 	c.ServiceCIDRs = append(c.ServiceCIDRs, netip.MustParsePrefix("fd00:10:96::/112"))
 	c.SecondaryIPs = []netip.Addr{netip.MustParseAddr("172.20.0.2"), netip.MustParseAddr("fd00:172:20::2")}
 	return c
-}
-
-// Render returns flows as dump-flows lines, one per line.
-func render(fs []openflow.Flow) string {
-	var sb strings.Builder
-	for _, f := range fs {
-		sb.WriteString(f.String())
-		sb.WriteByte('\n')
-	}
-	return sb.String()
-}
-
-func golden(t *testing.T, name, got string) {
-	t.Helper()
-	path := filepath.Join("testdata", name)
-	if *update {
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("read golden file (run with -update to create it): %v", err)
-	}
-	if got != string(want) {
-		t.Errorf("%s differs from the golden file:\n--- got\n%s--- want\n%s", name, got, want)
-	}
 }
 
 func TestGolden(t *testing.T) {
@@ -87,11 +51,11 @@ func TestGolden(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			golden(t, tc.name, render(fs))
+			golden.Check(t, filepath.Join("testdata", tc.name), flowtest.Render(fs), *update)
 		})
 	}
 	t.Run("pipeline-breth0.flows", func(t *testing.T) {
-		golden(t, "pipeline-breth0.flows", render(PipelineFlows(plan.Gateway)))
+		golden.Check(t, filepath.Join("testdata", "pipeline-breth0.flows"), flowtest.Render(PipelineFlows(plan.Gateway)), *update)
 	})
 }
 

@@ -2,9 +2,7 @@ package nodeflows
 
 import (
 	"flag"
-	"net"
 	"net/netip"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -13,6 +11,7 @@ import (
 	"nodeflow/datapath/gatewayflows"
 	"nodeflow/datapath/plan"
 	"nodeflow/internal/testutil/flowtest"
+	"nodeflow/internal/testutil/golden"
 	"nodeflow/lib/openflow"
 	"nodeflow/testbed/ovs"
 	"nodeflow/testbed/ovs/ovstest"
@@ -20,23 +19,15 @@ import (
 
 var update = flag.Bool("update", false, "rewrite the golden files")
 
-func mac(s string) net.HardwareAddr {
-	m, err := net.ParseMAC(s)
-	if err != nil {
-		panic(err)
-	}
-	return m
-}
-
 // testConfig is node1 of the testbed's default topology.
 func testConfig() Config {
 	return Config{
 		TunnelPort:   1,
 		PatchPort:    2,
 		MgmtPort:     3,
-		RouterMAC:    mac("0a:58:0a:f4:00:01"),
-		MgmtMAC:      mac("0a:58:0a:f4:00:02"),
-		HostMAC:      mac("9e:e2:d8:a8:58:46"),
+		RouterMAC:    flowtest.MAC("0a:58:0a:f4:00:01"),
+		MgmtMAC:      flowtest.MAC("0a:58:0a:f4:00:02"),
+		HostMAC:      flowtest.MAC("9e:e2:d8:a8:58:46"),
 		PodCIDRs:     []netip.Prefix{netip.MustParsePrefix("10.244.0.0/24"), netip.MustParsePrefix("fd00:10:244::/64")},
 		ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16"), netip.MustParsePrefix("fd00:10:244::/56")},
 		ServiceCIDRs: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/16"), netip.MustParsePrefix("fd00:10:96::/112")},
@@ -51,15 +42,15 @@ func testRemote() Remote {
 }
 
 func testPod() Pod {
-	return Pod{Namespace: "default", Name: "a", Port: 4, MAC: mac("0a:58:0a:f4:00:05"), NamespaceID: 0x123,
+	return Pod{Namespace: "default", Name: "a", Port: 4, MAC: flowtest.MAC("0a:58:0a:f4:00:05"), NamespaceID: 0x123,
 		IPs: []netip.Addr{netip.MustParseAddr("10.244.0.5"), netip.MustParseAddr("fd00:10:244::5")}}
 }
 
 func testHops() []plan.NextHop {
 	return []plan.NextHop{
-		{Prefix: netip.MustParsePrefix("0.0.0.0/0"), MAC: mac("02:00:00:00:00:01")},
-		{Prefix: netip.MustParsePrefix("172.30.0.12/32"), MAC: mac("02:00:00:00:00:12")},
-		{Prefix: netip.MustParsePrefix("::/0"), MAC: mac("02:00:00:00:00:01")},
+		{Prefix: netip.MustParsePrefix("0.0.0.0/0"), MAC: flowtest.MAC("02:00:00:00:00:01")},
+		{Prefix: netip.MustParsePrefix("172.30.0.12/32"), MAC: flowtest.MAC("02:00:00:00:00:12")},
+		{Prefix: netip.MustParsePrefix("::/0"), MAC: flowtest.MAC("02:00:00:00:00:01")},
 	}
 }
 
@@ -87,32 +78,10 @@ func all(t *testing.T) map[string][]openflow.Flow {
 	}
 }
 
-func render(fs []openflow.Flow) string {
-	var sb strings.Builder
-	for _, f := range fs {
-		sb.WriteString(f.String())
-		sb.WriteByte('\n')
-	}
-	return sb.String()
-}
-
 func TestGolden(t *testing.T) {
 	for name, fs := range all(t) {
 		t.Run(name, func(t *testing.T) {
-			got := render(fs)
-			path := filepath.Join("testdata", name)
-			if *update {
-				if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatalf("read golden file (run with -update to create it): %v", err)
-			}
-			if got != string(want) {
-				t.Errorf("differs from %s:\n--- got\n%s--- want\n%s", path, got, want)
-			}
+			golden.Check(t, filepath.Join("testdata", name), flowtest.Render(fs), *update)
 		})
 	}
 }
@@ -205,7 +174,7 @@ func TestValidation(t *testing.T) {
 		{"pod without IP", func() error { p := testPod(); p.IPs = nil; _, err := PodFlows(c, p); return err }, "pod default/a: no IP"},
 		{"pod namespace id too wide", func() error { p := testPod(); p.NamespaceID = 1 << 24; _, err := PodFlows(c, p); return err }, "namespace id"},
 		{"bad next hop", func() error {
-			_, err := GatewayOutputFlows(c, []plan.NextHop{{Prefix: netip.MustParsePrefix("10.0.0.1/8"), MAC: mac("02:00:00:00:00:01")}})
+			_, err := GatewayOutputFlows(c, []plan.NextHop{{Prefix: netip.MustParsePrefix("10.0.0.1/8"), MAC: flowtest.MAC("02:00:00:00:00:01")}})
 			return err
 		}, "next hop"},
 	} {

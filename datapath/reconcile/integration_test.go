@@ -25,15 +25,7 @@ func mac(n int) net.HardwareAddr {
 // reading it back finds nothing to change.
 func TestReconcileAgainstOVS(t *testing.T) {
 	sb, addr := testBridge(t, ovs.Options{}, "br0")
-	s := NewStore(StoreOptions{Bridge: plan.Pod})
-	mustSet(t, s, "pipeline", pipelineState())
-	mustSet(t, s, "pod/default/a", podState(3, mac(2), netip.MustParseAddr("10.128.0.2"), 7))
-	mustSet(t, s, "service/default/web:80/TCP", serviceState(11, netip.MustParseAddr("10.96.0.10"), 80,
-		[]netip.Addr{netip.MustParseAddr("10.128.0.2"), netip.MustParseAddr("10.128.1.5")}, 8080, false))
-	mustSet(t, s, "service/default/host:80/TCP", serviceState(12, netip.MustParseAddr("10.96.0.11"), 80,
-		[]netip.Addr{netip.MustParseAddr("169.254.169.2")}, 8081, true))
-	mustSet(t, s, "unidle/default/empty:80/TCP", meterState())
-	mustSet(t, s, "service/default/empty:80/TCP", serviceState(13, netip.MustParseAddr("10.96.0.12"), 80, nil, 0, false))
+	s := sampleStore(t)
 
 	run := start(t, addr, s, Options{AuditInterval: -1})
 	gen := run.r.Generation()

@@ -3,38 +3,26 @@ package reconcile
 import (
 	"flag"
 	"net/netip"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"nodeflow/datapath/plan"
+	"nodeflow/internal/testutil/golden"
 	"nodeflow/lib/openflow"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata")
 
-func golden(t *testing.T, name, got string) {
+func goldenFile(t *testing.T, name, got string) {
 	t.Helper()
-	path := filepath.Join("testdata", name)
-	if *update {
-		if err := os.MkdirAll("testdata", 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run with -update to create it)", err)
-	}
-	if got != string(want) {
-		t.Errorf("%s differs from the golden file (run with -update after checking):\n--- got\n%s\n--- want\n%s", name, got, want)
-	}
+	golden.Check(t, filepath.Join("testdata", name), got, *update)
 }
 
-func goldenStore(t *testing.T) *Store {
+// sampleStore holds a realistic desired state: pipeline misses, a pod,
+// services with hash select groups and ct/nat, a meter and a metered
+// packet-in.
+func sampleStore(t *testing.T) *Store {
 	s := NewStore(StoreOptions{Bridge: plan.Pod})
 	mustSet(t, s, "pipeline", pipelineState())
 	mustSet(t, s, "pod/default/a", podState(3, mac(2), netip.MustParseAddr("10.128.0.2"), 7))
@@ -44,6 +32,12 @@ func goldenStore(t *testing.T) *Store {
 		[]netip.Addr{netip.MustParseAddr("169.254.169.2")}, 8081, true))
 	mustSet(t, s, "unidle/default/empty:80/TCP", meterState())
 	mustSet(t, s, "service/default/empty:80/TCP", serviceState(13, netip.MustParseAddr("10.96.0.12"), 80, nil, 0, false))
+	return s
+}
+
+// goldenStore is sampleStore with the version note.
+func goldenStore(t *testing.T) *Store {
+	s := sampleStore(t)
 	mustSet(t, s, VersionOwner, VersionState(3, ""))
 	return s
 }
@@ -56,13 +50,13 @@ func TestRenderGolden(t *testing.T) {
 	if err := s.Render(&sb, "", 3); err != nil {
 		t.Fatal(err)
 	}
-	golden(t, "render.golden", sb.String())
+	goldenFile(t, "render.golden", sb.String())
 
 	sb.Reset()
 	if err := s.Render(&sb, "service/default/web", 3); err != nil {
 		t.Fatal(err)
 	}
-	golden(t, "render-owner.golden", sb.String())
+	goldenFile(t, "render-owner.golden", sb.String())
 }
 
 // TestDifferencesGolden pins the printed form of `nodeflow flows --diff`.
@@ -94,13 +88,13 @@ func TestDifferencesGolden(t *testing.T) {
 	if err := WriteDifferences(&sb, s.Compare(obs, "", 1)); err != nil {
 		t.Fatal(err)
 	}
-	golden(t, "diff.golden", sb.String())
+	goldenFile(t, "diff.golden", sb.String())
 
 	sb.Reset()
 	if err := WriteDifferences(&sb, s.Compare(obs, "pod/", 1)); err != nil {
 		t.Fatal(err)
 	}
-	golden(t, "diff-owner.golden", sb.String())
+	goldenFile(t, "diff-owner.golden", sb.String())
 
 	if ds := s.Compare(sw.observed(), "", 1); len(ds) != 0 {
 		t.Fatalf("no drift, yet %d differences: %+v", len(ds), ds)

@@ -4,7 +4,6 @@ import (
 	"flag"
 	"fmt"
 	"net/netip"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -15,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"nodeflow/datapath/conntrack"
+	"nodeflow/internal/testutil/golden"
 	"nodeflow/lib/openflow"
 	"nodeflow/model/service"
 )
@@ -184,20 +184,7 @@ func TestGolden(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got := render(out)
-			path := filepath.Join("testdata", tc.name+".golden")
-			if *update {
-				if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatalf("%v (run with -update)", err)
-			}
-			if got != string(want) {
-				t.Errorf("%s differs from the golden file:\n--- got\n%s--- want\n%s", tc.name, got, want)
-			}
+			golden.Check(t, filepath.Join("testdata", tc.name+".golden"), render(out), *update)
 		})
 	}
 }

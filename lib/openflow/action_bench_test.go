@@ -130,7 +130,7 @@ func BenchmarkUnmarshalActions(b *testing.B) {
 // TestBenchCasesMatchOVS keeps the benchmark honest: the Go actions are the
 // ones the text describes.
 func TestBenchCasesMatchOVS(t *testing.T) {
-	actNeedOfctl(t)
+	otNeedOfctl(t)
 	for _, c := range actBenchCases() {
 		t.Run(c.name, func(t *testing.T) {
 			o := actParseFlow(t, Version15, "priority=1,"+c.match+",actions="+c.text)

@@ -46,15 +46,10 @@ func TestActionsDumpFlowsText(t *testing.T) {
 			want := map[uint64]string{}
 			var flows strings.Builder
 			for i, c := range cases {
-				if c.only != 0 && c.only != v {
+				if !c.runsIn(v) {
 					continue
 				}
-				match := c.match
-				if match == "" {
-					match = "ip"
-				}
-				flow := "priority=1," + match + ",actions=" + c.acts
-				o := actParseFlow(t, v, flow)
+				o := actParseFlow(t, v, c.flow())
 				ins, err := UnmarshalInstructions(o.ins, v)
 				if err != nil {
 					t.Fatalf("%s: %v", c.name, err)
@@ -62,7 +57,7 @@ func TestActionsDumpFlowsText(t *testing.T) {
 				cookie := uint64(i + 1)
 				want[cookie] = InstructionsString(ins)
 				// Distinct priorities keep the flows apart.
-				fmt.Fprintf(&flows, "cookie=%d,priority=%d,%s,actions=%s\n", cookie, i+1, match, c.acts)
+				fmt.Fprintf(&flows, "cookie=%d,priority=%d,%s,actions=%s\n", cookie, i+1, c.flowMatch(), c.acts)
 			}
 			file := filepath.Join(t.TempDir(), "flows")
 			if err := os.WriteFile(file, []byte(flows.String()), 0o644); err != nil {

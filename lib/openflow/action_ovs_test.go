@@ -20,18 +20,6 @@ import (
 // `ovs-ofctl parse-actions` / `parse-instructions` decode and re-encode the
 // bytes this package produces.
 
-// actNeedOfctl skips the test when ovs-ofctl is missing, unless
-// NODEFLOW_REQUIRE_OVS is set.
-func actNeedOfctl(t testing.TB) {
-	t.Helper()
-	if _, err := exec.LookPath("ovs-ofctl"); err != nil {
-		if os.Getenv("NODEFLOW_REQUIRE_OVS") != "" {
-			t.Fatalf("ovs-ofctl not found and NODEFLOW_REQUIRE_OVS is set: %v", err)
-		}
-		t.Skip("ovs-ofctl not installed")
-	}
-}
-
 func actOfName(v Version) string {
 	switch v {
 	case Version13:
@@ -42,11 +30,7 @@ func actOfName(v Version) string {
 	panic(fmt.Sprintf("no ovs-ofctl name for %s", v))
 }
 
-// actHexdumpLine matches one line of ovs-ofctl's hex dump; group 1 is the
-// hex bytes.
 var actHexWord = regexp.MustCompile(`^[0-9a-fA-F]+$`)
-
-var actHexdumpLine = regexp.MustCompile(`^[0-9a-f]{8}  ([0-9a-f -]*?)\s*\|`)
 
 // actOracleFlow is what ovs-ofctl made of a flow: the text after "actions="
 // and the encoded instruction list.
@@ -76,7 +60,7 @@ func actParseFlow(t testing.TB, v Version, flow string) actOracleFlow {
 			res.text = after
 			continue
 		}
-		if m := actHexdumpLine.FindStringSubmatch(line); m != nil {
+		if m := otHexdumpLine.FindStringSubmatch(line); m != nil {
 			h := strings.NewReplacer(" ", "", "-", "").Replace(m[1])
 			p, err := hex.DecodeString(h)
 			if err != nil {
@@ -192,6 +176,21 @@ type actOracleCase struct {
 	only  Version // 0: both OF1.3 and OF1.5
 	want  []Instruction
 }
+
+// runsIn reports whether the case is one of version v.
+func (c actOracleCase) runsIn(v Version) bool { return c.only == 0 || c.only == v }
+
+// flowMatch is the case's match, "ip" by default.
+func (c actOracleCase) flowMatch() string {
+	if c.match == "" {
+		return "ip"
+	}
+	return c.match
+}
+
+// flow is the case as a flow for ovs-ofctl: priority 1, its match, its
+// actions.
+func (c actOracleCase) flow() string { return "priority=1," + c.flowMatch() + ",actions=" + c.acts }
 
 func actApply(acts ...Action) []Instruction { return []Instruction{ApplyActions{Actions: acts}} }
 
@@ -370,19 +369,14 @@ func actServiceCT() CT {
 // decode, re-encode byte for byte, render as OVS printed them, and match the
 // Go value when the case has one.
 func TestActionsAgainstOVS(t *testing.T) {
-	actNeedOfctl(t)
+	otNeedOfctl(t)
 	for _, c := range actOracleCases() {
 		for _, v := range []Version{Version13, Version15} {
-			if c.only != 0 && c.only != v {
+			if !c.runsIn(v) {
 				continue
 			}
 			t.Run(c.name+"/"+v.String(), func(t *testing.T) {
-				match := c.match
-				if match == "" {
-					match = "ip"
-				}
-				flow := "priority=1," + match + ",actions=" + c.acts
-				o := actParseFlow(t, v, flow)
+				o := actParseFlow(t, v, c.flow())
 
 				ins, err := UnmarshalInstructions(o.ins, v)
 				if err != nil {
@@ -439,18 +433,14 @@ func TestActionsAgainstOVS(t *testing.T) {
 // are what ovs-ofctl produces for the oracle cases today. With
 // NODEFLOW_UPDATE_ACTION_SEEDS=1 it rewrites that file instead.
 func TestActionSeedsCurrent(t *testing.T) {
-	actNeedOfctl(t)
+	otNeedOfctl(t)
 	var want []actSeed
 	for _, c := range actOracleCases() {
 		for _, v := range []Version{Version13, Version15} {
-			if c.only != 0 && c.only != v {
+			if !c.runsIn(v) {
 				continue
 			}
-			match := c.match
-			if match == "" {
-				match = "ip"
-			}
-			o := actParseFlow(t, v, "priority=1,"+match+",actions="+c.acts)
+			o := actParseFlow(t, v, c.flow())
 			want = append(want, actSeed{v: v, acts: c.acts, ins: hex.EncodeToString(o.ins)})
 		}
 	}
@@ -482,7 +472,7 @@ func TestActionSeedsCurrent(t *testing.T) {
 // decode them: the text must equal ActionsString and ovs-ofctl's own
 // re-encoding must not differ from ours.
 func TestGoActionsAgainstOVS(t *testing.T) {
-	actNeedOfctl(t)
+	otNeedOfctl(t)
 	v4 := netip.MustParseAddr
 	cases := []struct {
 		name string
@@ -567,7 +557,7 @@ func TestGoActionsAgainstOVS(t *testing.T) {
 // produces for that version (a controller reading flows over OF1.3 can
 // write them back over OF1.5 and vice versa).
 func TestActionsCrossVersion(t *testing.T) {
-	actNeedOfctl(t)
+	otNeedOfctl(t)
 	// Masked writes that OF1.3 splits into several REG_LOADs stay split
 	// when re-encoded for OF1.5, where OVS writes one masked set_field.
 	split := map[string]bool{
@@ -578,11 +568,7 @@ func TestActionsCrossVersion(t *testing.T) {
 		if c.only != 0 {
 			continue
 		}
-		match := c.match
-		if match == "" {
-			match = "ip"
-		}
-		flow := "priority=1," + match + ",actions=" + c.acts
+		flow := c.flow()
 		o13 := actParseFlow(t, Version13, flow)
 		o15 := actParseFlow(t, Version15, flow)
 		for _, d := range []struct {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"io"
 	"reflect"
-	"strings"
 	"testing"
 )
 
@@ -161,15 +160,7 @@ func TestBundleDecodeErrors(t *testing.T) {
 		{"OF1.5 header with the ONF form", "06 04 00 18 00 00 00 01 4f 4e 46 00 00 00 08 fc 00 00 00 07 00 00 00 03", ErrMalformed, "onf bundle extension in OF1.5"},
 		{"short padding", "06 22 00 1c 00 00 00 01 00 00 00 07 00 00 00 03 06 10 00 0b 00 00 00 01 01 02 03 00", ErrMalformed, "padding bytes"},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			_, _, err := Unmarshal(mcHex(t, tc.in))
-			if !errors.Is(err, tc.wantErr) {
-				t.Fatalf("err = %v, want %v", err, tc.wantErr)
-			}
-			if !strings.Contains(err.Error(), tc.wantMsg) {
-				t.Errorf("error %q does not contain %q", err, tc.wantMsg)
-			}
-		})
+		t.Run(tc.name, func(t *testing.T) { mcDecodeError(t, tc.in, tc.wantErr, tc.wantMsg) })
 	}
 	t.Run("padding without properties", func(t *testing.T) {
 		_, m, err := Unmarshal(mcHex(t, "06 22 00 20 00 00 00 01 00 00 00 07 00 00 00 03 06 10 00 0b 00 00 00 01 01 02 03 00 00 00 00 00"))

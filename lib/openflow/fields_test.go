@@ -88,7 +88,7 @@ func mxPrereq(info FieldInfo) string {
 // against what ovs-ofctl prints and encodes for
 // "move:<name>[]->NXM_NX_XXREG0[0..bits-1]" in OpenFlow 1.3.
 func TestFieldNamesOracle(t *testing.T) {
-	mxNeedOfctl(t)
+	otNeedOfctl(t)
 	var infos []FieldInfo
 	var flows []string
 	for _, info := range RegisteredFields() {
@@ -139,7 +139,7 @@ func TestFieldNamesOracle(t *testing.T) {
 // UnmarshalOXM, and checks FormatFieldValue and the name against the text
 // ovs-ofctl prints, and AppendOXM against its bytes.
 func TestFormatFieldValueOracle(t *testing.T) {
-	mxNeedOfctl(t)
+	otNeedOfctl(t)
 	cases := []struct{ match, name, value string }{
 		{"", "reg0", "0x5"},
 		{"", "reg0", "0"},

@@ -59,6 +59,21 @@ func otOfpPrint(t testing.TB, b []byte) string {
 	return strings.TrimSpace(out)
 }
 
+// otCheckEncoding marshals m for v and checks the bytes against hexs
+// (unless it is "") and their ovs-ofctl ofp-print text against print; it
+// returns the bytes.
+func otCheckEncoding(t testing.TB, v Version, m Message, hexs, print string) []byte {
+	t.Helper()
+	b := otMarshal(t, v, m)
+	if hexs != "" {
+		otDiffHex(t, "encoding", b, otHex(t, hexs))
+	}
+	if got := otOfpPrint(t, b); got != print {
+		t.Errorf("ofp-print:\n got %q\nwant %q", got, print)
+	}
+	return b
+}
+
 // otHexdumpLine matches one line of ovs-ofctl's hex dump; group 1 is the
 // bytes.
 var otHexdumpLine = regexp.MustCompile(`^[0-9a-f]{8}  ([0-9a-f -]*?)\s*\|`)

@@ -25,13 +25,7 @@ func TestFlowMonitorRequest(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			b := otMarshal(t, Version15, tc.req)
-			if tc.hex != "" {
-				otDiffHex(t, "encoding", b, otHex(t, tc.hex))
-			}
-			if got := otOfpPrint(t, b); got != tc.print {
-				t.Errorf("ofp-print:\n got %q\nwant %q", got, tc.print)
-			}
+			otCheckEncoding(t, Version15, tc.req, tc.hex, tc.print)
 		})
 	}
 	if _, err := Marshal(Version13, 1, NewFlowMonitorRequest(1, MonitorAdded)); !errors.Is(err, ErrUnsupported) {

@@ -19,31 +19,6 @@ import (
 
 // Test helpers of the match tests are prefixed mx.
 
-// mxNeedOfctl skips the test when ovs-ofctl is missing, unless
-// NODEFLOW_REQUIRE_OVS is set. The commands used need no switch.
-func mxNeedOfctl(t testing.TB) {
-	t.Helper()
-	if _, err := exec.LookPath("ovs-ofctl"); err != nil {
-		if os.Getenv("NODEFLOW_REQUIRE_OVS") != "" {
-			t.Fatalf("ovs-ofctl required (NODEFLOW_REQUIRE_OVS is set): %v", err)
-		}
-		t.Skip("ovs-ofctl not installed")
-	}
-}
-
-// mxOfctl runs ovs-ofctl and returns its standard output.
-func mxOfctl(t testing.TB, args ...string) string {
-	t.Helper()
-	cmd := exec.Command("ovs-ofctl", args...)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("ovs-ofctl %s: %v\n%s", strings.Join(args, " "), err, stderr.String())
-	}
-	return string(out)
-}
-
 // mxOvsFlow is one flow mod as ovs-ofctl printed it: the decoded text line
 // and the message bytes from the hex dump.
 type mxOvsFlow struct {
@@ -108,7 +83,7 @@ func mxParseFlowLines(t testing.TB, v Version, lines []string) []mxOvsFlow {
 	if err := os.WriteFile(file, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	flows := mxParseDump(t, mxOfctl(t, "-O", mxOfName(v), "-mmmmm", "parse-flows", file))
+	flows := mxParseDump(t, otOfctl(t, "-O", mxOfName(v), "-mmmmm", "parse-flows", file))
 	if len(flows) != len(lines) {
 		t.Fatalf("ovs-ofctl printed %d flow mods for %d flows", len(flows), len(lines))
 	}
@@ -161,7 +136,7 @@ func mxFlowMod(v Version, match []byte) []byte {
 // first line.
 func mxOfpPrint(t testing.TB, msg []byte) string {
 	t.Helper()
-	out := mxOfctl(t, "ofp-print", hex.EncodeToString(msg))
+	out := otOfctl(t, "ofp-print", hex.EncodeToString(msg))
 	line, _, _ := strings.Cut(out, "\n")
 	return line
 }
@@ -410,7 +385,7 @@ func mxShuffles(fields []Field) [][]Field {
 //   - OVS decodes our encoding (in an OpenFlow 1.5 flow mod, which mixes
 //     OpenFlow 1.3 style headers into 1.5) to the same flow.
 func TestMatchOracle(t *testing.T) {
-	mxNeedOfctl(t)
+	otNeedOfctl(t)
 	cases := mxOracleCases()
 	for _, v := range []Version{Version13, Version15} {
 		var flows []string
@@ -484,7 +459,7 @@ func TestMatchOracle(t *testing.T) {
 // header back and that ovs-ofctl ofp-print, given the match in an OpenFlow
 // 1.3 and a 1.5 flow mod, prints what String does.
 func TestMatchAliasHeaders(t *testing.T) {
-	mxNeedOfctl(t)
+	otNeedOfctl(t)
 	type aliasCase struct {
 		pre   []Field
 		name  string

@@ -27,13 +27,7 @@ func TestMeterMod(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			b := otMarshal(t, Version13, tc.mod)
-			if tc.hex != "" {
-				otDiffHex(t, "encoding", b, otHex(t, tc.hex))
-			}
-			if got := otOfpPrint(t, b); got != tc.print {
-				t.Errorf("ofp-print:\n got %q\nwant %q", got, tc.print)
-			}
+			otCheckEncoding(t, Version13, tc.mod, tc.hex, tc.print)
 			b15 := otMarshal(t, Version15, tc.mod)
 			if got := otOfpPrint(t, b15); got != tc.print {
 				t.Errorf("OF1.5 ofp-print:\n got %q\nwant %q", got, tc.print)

@@ -5,8 +5,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"io"
-	"os"
-	"os/exec"
 	"reflect"
 	"strings"
 	"testing"
@@ -17,19 +15,20 @@ import (
 // (failed when NODEFLOW_REQUIRE_OVS is set).
 func mcOfpPrint(t testing.TB, b []byte) string {
 	t.Helper()
-	if _, err := exec.LookPath("ovs-ofctl"); err != nil {
-		if os.Getenv("NODEFLOW_REQUIRE_OVS") != "" {
-			t.Fatalf("ovs-ofctl not installed and NODEFLOW_REQUIRE_OVS is set")
-		}
-		t.Skip("ovs-ofctl not installed")
+	return strings.TrimSpace(otOfctl(t, "ofp-print", hex.EncodeToString(b)))
+}
+
+// mcDecodeError checks that Unmarshal refuses the message in hex (as
+// mcHex reads it) with an error that wraps wantErr and contains wantMsg.
+func mcDecodeError(t *testing.T, in string, wantErr error, wantMsg string) {
+	t.Helper()
+	_, _, err := Unmarshal(mcHex(t, in))
+	if !errors.Is(err, wantErr) {
+		t.Fatalf("err = %v, want %v", err, wantErr)
 	}
-	var stdout, stderr bytes.Buffer
-	cmd := exec.Command("ovs-ofctl", "ofp-print", hex.EncodeToString(b))
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("ovs-ofctl ofp-print %x: %v: %s", b, err, stderr.String())
+	if !strings.Contains(err.Error(), wantMsg) {
+		t.Errorf("error %q does not contain %q", err, wantMsg)
 	}
-	return strings.TrimSpace(stdout.String())
 }
 
 // mcHex parses a hex fixture that may contain spaces, newlines and
@@ -352,15 +351,7 @@ func TestConnMessageDecodeErrors(t *testing.T) {
 		{"controller id with non-zero pad", "04 04 00 18 00 00 00 00 00 00 23 20 00 00 00 14 00 00 00 00 01 00 00 07", ErrMalformed, "nxt set controller id: byte 4"},
 		{"packet-in format long", "04 04 00 18 00 00 00 00 00 00 23 20 00 00 00 10 00 00 00 02 00 00 00 00", ErrMalformed, "nxt set packet-in format"},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			_, _, err := Unmarshal(mcHex(t, tc.in))
-			if !errors.Is(err, tc.wantErr) {
-				t.Fatalf("err = %v, want %v", err, tc.wantErr)
-			}
-			if !strings.Contains(err.Error(), tc.wantMsg) {
-				t.Errorf("error %q does not contain %q", err, tc.wantMsg)
-			}
-		})
+		t.Run(tc.name, func(t *testing.T) { mcDecodeError(t, tc.in, tc.wantErr, tc.wantMsg) })
 	}
 }
 

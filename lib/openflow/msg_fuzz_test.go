@@ -174,35 +174,26 @@ func otSeedOf(t testing.TB, types ...MsgType) [][]byte {
 	return out
 }
 
-func FuzzFlowMod(f *testing.F) {
-	for _, b := range otSeedOf(f, TypeFlowMod) {
+// otFuzzMessage fuzzes the messages of type T, seeded with the captured
+// messages of the types given; typ is forced into the fuzzed header
+// unless it is 0xff.
+func otFuzzMessage[T Message](f *testing.F, typ MsgType, seeds ...MsgType) {
+	for _, b := range otSeedOf(f, seeds...) {
 		f.Add(b)
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		b = otFuzzFix(b, 0, TypeFlowMod)
-		otRoundTrip(t, b, func(m Message) bool { _, ok := m.(*FlowMod); return ok })
+		b = otFuzzFix(b, 0, typ)
+		otRoundTrip(t, b, func(m Message) bool { _, ok := m.(T); return ok })
 	})
 }
 
-func FuzzGroupMod(f *testing.F) {
-	for _, b := range otSeedOf(f, TypeGroupMod) {
-		f.Add(b)
-	}
-	f.Fuzz(func(t *testing.T, b []byte) {
-		b = otFuzzFix(b, 0, TypeGroupMod)
-		otRoundTrip(t, b, func(m Message) bool { _, ok := m.(*GroupMod); return ok })
-	})
-}
+func FuzzFlowMod(f *testing.F) { otFuzzMessage[*FlowMod](f, TypeFlowMod, TypeFlowMod) }
+
+func FuzzGroupMod(f *testing.F) { otFuzzMessage[*GroupMod](f, TypeGroupMod, TypeGroupMod) }
 
 // FuzzPacketIn covers OFPT_PACKET_IN and NXT_PACKET_IN2.
 func FuzzPacketIn(f *testing.F) {
-	for _, b := range otSeedOf(f, TypePacketIn, TypeExperimenter) {
-		f.Add(b)
-	}
-	f.Fuzz(func(t *testing.T, b []byte) {
-		b = otFuzzFix(b, 0, 0xff)
-		otRoundTrip(t, b, func(m Message) bool { _, ok := m.(*PacketIn); return ok })
-	})
+	otFuzzMessage[*PacketIn](f, 0xff, TypePacketIn, TypeExperimenter)
 }
 
 // FuzzPacketOut also covers the other small messages: meter mods, ct

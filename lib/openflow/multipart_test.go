@@ -33,13 +33,7 @@ func TestMultipartRequests(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			b := otMarshal(t, tc.v, tc.req)
-			if tc.hex != "" {
-				otDiffHex(t, "encoding", b, otHex(t, tc.hex))
-			}
-			if got := otOfpPrint(t, b); got != tc.print {
-				t.Errorf("ofp-print:\n got %q\nwant %q", got, tc.print)
-			}
+			b := otCheckEncoding(t, tc.v, tc.req, tc.hex, tc.print)
 			r := otUnmarshal[*MultipartRequest](t, b)
 			otDiffHex(t, "generic re-encoding", otMarshal(t, tc.v, r), b)
 		})

@@ -145,20 +145,12 @@ func mfAppend(b []byte, f *Field, info *FieldInfo, omitWild bool) (out []byte, w
 		}
 	}
 	n := info.Bytes
-	hm := uint32(0)
 	if masked {
 		n *= 2
-		hm = 0x100
 	}
-	if f.Class == ClassExperimenter {
-		n += 4
-	}
-	if n > 0xff {
-		return b, false, fmt.Errorf("%d-byte payload exceeds oxm_length: %w", n, ErrMalformed)
-	}
-	b = binary.BigEndian.AppendUint32(b, uint32(f.Class)<<16|uint32(f.Field)<<9|hm|uint32(n))
-	if f.Class == ClassExperimenter {
-		b = binary.BigEndian.AppendUint32(b, f.Experimenter)
+	b, err = mfAppendHeader(b, f, n, masked)
+	if err != nil {
+		return b, false, err
 	}
 	if !masked {
 		return append(b, f.Value...), false, nil
@@ -172,25 +164,36 @@ func mfAppend(b []byte, f *Field, info *FieldInfo, omitWild bool) (out []byte, w
 	return b, false, nil
 }
 
-// mfAppendRaw writes a field that is not in the registry as it is.
-func mfAppendRaw(b []byte, f *Field) ([]byte, bool, error) {
-	if f.Mask != nil && len(f.Mask) != len(f.Value) {
-		return b, false, fmt.Errorf("%d-byte value with %d-byte mask: %w", len(f.Value), len(f.Mask), ErrMalformed)
-	}
-	n := len(f.Value) + len(f.Mask)
+// mfAppendHeader writes the OXM header of f, whose payload (value and
+// mask, when masked) is n bytes, and the experimenter id of an
+// experimenter field: 4 bytes class (16 bits), field (7), hasmask (1),
+// length (8); then 4 bytes experimenter.
+func mfAppendHeader(b []byte, f *Field, n int, masked bool) ([]byte, error) {
 	hm := uint32(0)
-	if f.Mask != nil {
+	if masked {
 		hm = 0x100
 	}
 	if f.Class == ClassExperimenter {
 		n += 4
 	}
 	if n > 0xff {
-		return b, false, fmt.Errorf("%d-byte payload exceeds oxm_length: %w", n, ErrMalformed)
+		return b, fmt.Errorf("%d-byte payload exceeds oxm_length: %w", n, ErrMalformed)
 	}
 	b = binary.BigEndian.AppendUint32(b, uint32(f.Class)<<16|uint32(f.Field)<<9|hm|uint32(n))
 	if f.Class == ClassExperimenter {
 		b = binary.BigEndian.AppendUint32(b, f.Experimenter)
+	}
+	return b, nil
+}
+
+// mfAppendRaw writes a field that is not in the registry as it is.
+func mfAppendRaw(b []byte, f *Field) ([]byte, bool, error) {
+	if f.Mask != nil && len(f.Mask) != len(f.Value) {
+		return b, false, fmt.Errorf("%d-byte value with %d-byte mask: %w", len(f.Value), len(f.Mask), ErrMalformed)
+	}
+	b, err := mfAppendHeader(b, f, len(f.Value)+len(f.Mask), f.Mask != nil)
+	if err != nil {
+		return b, false, err
 	}
 	b = append(b, f.Value...)
 	return append(b, f.Mask...), false, nil

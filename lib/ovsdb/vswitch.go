@@ -424,12 +424,9 @@ func (c *Client) ListPorts(ctx context.Context, bridge string) ([]PortInfo, erro
 	if err != nil {
 		return nil, err
 	}
-	if len(res[0].Rows) != 1 {
-		return nil, fmt.Errorf("ovsdb: %s: bridge %s: %w", label, bridge, ErrNotFound)
-	}
-	br, err := BridgeFromRow("", res[0].Rows[0])
+	br, err := theBridge(res[0], label, bridge)
 	if err != nil {
-		return nil, wrap(err, label)
+		return nil, err
 	}
 	ports := make(map[UUID]Port, len(res[1].Rows))
 	for _, r := range res[1].Rows {
@@ -475,6 +472,19 @@ func (c *Client) ListPorts(ctx context.Context, bridge string) ([]PortInfo, erro
 	return out, nil
 }
 
+// theBridge converts the one row of a select of bridge by name; a missing
+// bridge is ErrNotFound.
+func theBridge(res OpResult, label, bridge string) (Bridge, error) {
+	if len(res.Rows) != 1 {
+		return Bridge{}, fmt.Errorf("ovsdb: %s: bridge %s: %w", label, bridge, ErrNotFound)
+	}
+	br, err := BridgeFromRow("", res.Rows[0])
+	if err != nil {
+		return Bridge{}, wrap(err, label)
+	}
+	return br, nil
+}
+
 // BridgeExternalIDs returns the external_ids of bridge.
 func (c *Client) BridgeExternalIDs(ctx context.Context, bridge string) (map[string]string, error) {
 	label := "bridge external ids of " + bridge
@@ -482,12 +492,9 @@ func (c *Client) BridgeExternalIDs(ctx context.Context, bridge string) (map[stri
 	if err != nil {
 		return nil, err
 	}
-	if len(res[0].Rows) != 1 {
-		return nil, fmt.Errorf("ovsdb: %s: bridge %s: %w", label, bridge, ErrNotFound)
-	}
-	br, err := BridgeFromRow("", res[0].Rows[0])
+	br, err := theBridge(res[0], label, bridge)
 	if err != nil {
-		return nil, wrap(err, label)
+		return nil, err
 	}
 	return br.ExternalIDs, nil
 }

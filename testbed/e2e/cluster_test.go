@@ -17,7 +17,6 @@ import (
 	"testing"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -154,32 +153,13 @@ func TestDeploymentPodsGetAddressesPortsAndReady(t *testing.T) {
 	ns := createNamespace(t, e, "e2e-deploy")
 	// What other pods (the cluster DNS) hold before this test's exist.
 	before := podResources(t, e)
-	labels := map[string]string{"app": "web"}
-	dep := &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr.To(int32(3)),
-			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: v1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec: v1.PodSpec{
-					// Spread over both nodes, so both CNI paths run.
-					TopologySpreadConstraints: []v1.TopologySpreadConstraint{{
-						MaxSkew: 1, TopologyKey: "kubernetes.io/hostname", WhenUnsatisfiable: v1.DoNotSchedule,
-						LabelSelector: &metav1.LabelSelector{MatchLabels: labels},
-					}},
-					TerminationGracePeriodSeconds: ptr.To(int64(5)),
-					Containers: []v1.Container{{
-						Name: "web", Image: "testbed/web",
-						Ports: []v1.ContainerPort{{Name: "http", ContainerPort: 8080}, {ContainerPort: 5353, Protocol: v1.ProtocolUDP}},
-						ReadinessProbe: &v1.Probe{
-							ProbeHandler:  v1.ProbeHandler{HTTPGet: &v1.HTTPGetAction{Path: "/readyz", Port: intstr.FromString("http")}},
-							PeriodSeconds: 1,
-						},
-					}},
-				},
-			},
-		},
+	// Spread over both nodes, so both CNI paths run.
+	dep := spreadDeployment(ns, "web", 3, v1.ContainerPort{Name: "http", ContainerPort: 8080}, v1.ContainerPort{ContainerPort: 5353, Protocol: v1.ProtocolUDP})
+	pod := &dep.Spec.Template.Spec
+	pod.TerminationGracePeriodSeconds = ptr.To(int64(5))
+	pod.Containers[0].ReadinessProbe = &v1.Probe{
+		ProbeHandler:  v1.ProbeHandler{HTTPGet: &v1.HTTPGetAction{Path: "/readyz", Port: intstr.FromString("http")}},
+		PeriodSeconds: 1,
 	}
 	if _, err := e.client.AppsV1().Deployments(ns).Create(ctx, dep, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)

@@ -154,12 +154,9 @@ func TestCostsMemoryReturns(t *testing.T) {
 // the test sets from it leaves room for the cluster's own Services
 // (kube-system's DNS, default's kubernetes), which it bounds too.
 func budgetService(name string) *v1.Service {
-	svc := &v1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: v1.ServiceSpec{
-			Selector: map[string]string{"app": "web"}, IPFamilies: []v1.IPFamily{v1.IPv4Protocol},
-		},
-	}
+	svc := newService(name, v1.ServiceSpec{
+		Selector: map[string]string{"app": "web"}, IPFamilies: []v1.IPFamily{v1.IPv4Protocol},
+	})
 	for i := range 10 {
 		svc.Spec.Ports = append(svc.Spec.Ports, v1.ServicePort{Name: fmt.Sprintf("p%d", 80+i), Port: int32(80 + i), TargetPort: intstr.FromInt32(8080), Protocol: v1.ProtocolTCP})
 	}

@@ -21,7 +21,6 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"nodeflow/datapath/egressfirewallflows"
 	"nodeflow/datapath/plan"
@@ -79,18 +78,29 @@ func newFlowPoller(tb testing.TB, rundir string) *flowPoller {
 	return &flowPoller{c: c}
 }
 
-// has reports whether a flow of table 50 at priority prio matches dst.
-func (p *flowPoller) has(ctx context.Context, dst netip.Addr, prio plan.Priority) (bool, error) {
+// flows returns the flows of table that match match (nil: every flow)
+// and, unless feature is 0, carry feature in their cookie.
+func (p *flowPoller) flows(ctx context.Context, table plan.TableID, feature plan.Feature, match *openflow.Match) ([]openflow.FlowStats, error) {
 	req := openflow.NewFlowStatsRequest()
-	req.Table = uint8(plan.PodEgressFirewall)
-	req.Cookie = uint64(plan.FeatureEgressFirewall) << 56
-	req.CookieMask = uint64(plan.FeatureMask)
-	req.Match = openflow.NewMatch(openflow.EthType(0x0800), openflow.IPv4Dst(dst))
+	req.Table = uint8(table)
+	if feature != 0 {
+		req.Cookie = uint64(feature) << 56
+		req.CookieMask = uint64(plan.FeatureMask)
+	}
+	if match != nil {
+		req.Match = *match
+	}
 	rep, err := p.c.MultipartReply(ctx, req)
 	if err != nil {
-		return false, err
+		return nil, err
 	}
-	stats, err := rep.FlowStats()
+	return rep.FlowStats()
+}
+
+// has reports whether a flow of table 50 at priority prio matches dst.
+func (p *flowPoller) has(ctx context.Context, dst netip.Addr, prio plan.Priority) (bool, error) {
+	m := openflow.NewMatch(openflow.EthType(0x0800), openflow.IPv4Dst(dst))
+	stats, err := p.flows(ctx, plan.PodEgressFirewall, plan.FeatureEgressFirewall, &m)
 	if err != nil {
 		return false, err
 	}
@@ -104,15 +114,7 @@ func (p *flowPoller) has(ctx context.Context, dst netip.Addr, prio plan.Priority
 
 // count returns how many egress firewall flows table 50 holds.
 func (p *flowPoller) count(ctx context.Context) (int, error) {
-	req := openflow.NewFlowStatsRequest()
-	req.Table = uint8(plan.PodEgressFirewall)
-	req.Cookie = uint64(plan.FeatureEgressFirewall) << 56
-	req.CookieMask = uint64(plan.FeatureMask)
-	rep, err := p.c.MultipartReply(ctx, req)
-	if err != nil {
-		return 0, err
-	}
-	stats, err := rep.FlowStats()
+	stats, err := p.flows(ctx, plan.PodEgressFirewall, plan.FeatureEgressFirewall, nil)
 	return len(stats), err
 }
 
@@ -154,11 +156,7 @@ func BenchmarkEgressFirewall(b *testing.B) { egfwBench.report(b, runEgressFirewa
 func runEgressFirewallBench(b *testing.B, e *env) map[string]float64 {
 	res := map[string]float64{}
 	ctx := context.Background()
-	cfg, err := clientcmd.BuildConfigFromFlags("", e.state.Kubeconfig)
-	if err != nil {
-		b.Fatal(err)
-	}
-	cfg.QPS, cfg.Burst = 200, 400
+	cfg := adminConfig(b, e, 200)
 	dyn, err := dynamic.NewForConfig(cfg)
 	if err != nil {
 		b.Fatal(err)

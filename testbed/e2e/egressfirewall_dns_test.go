@@ -98,7 +98,10 @@ func TestEgressFirewallDNS(t *testing.T) {
 	if err := g.dns.Set("exact.egfw.test", 2, exact1); err != nil {
 		t.Fatal(err)
 	}
-	g.setFirewall(t, g.ns, rules(
+	// Applied on both nodes means the agents resolved the exact name
+	// through the testbed's server (a name that does not resolve is
+	// reported instead).
+	g.applyFirewall(t, rules(
 		"Allow "+server4.String()+"/32 UDP/53",
 		"Allow "+server6.String()+"/128 UDP/53",
 		"Deny dns:*.no.egfw.test",
@@ -109,11 +112,6 @@ func TestEgressFirewallDNS(t *testing.T) {
 		"Deny 0.0.0.0/0",
 		"Deny ::/0",
 	))
-	t.Cleanup(func() { g.deleteFirewall(t, g.ns) })
-	// Applied on both nodes means the agents resolved the exact name
-	// through the testbed's server (a name that does not resolve is
-	// reported instead).
-	g.waitStatus(t, g.ns, "EgressFirewall Rules applied", "EgressFirewall Rules applied")
 
 	t.Run("exact name follows its answers", func(t *testing.T) {
 		for _, p := range g.pods {

@@ -117,9 +117,7 @@ func TestEgressFirewallBadInput(t *testing.T) {
 
 	t.Run("invalid update keeps the rules", func(t *testing.T) {
 		g.serveUDP(t, ext(false, 20))
-		g.setFirewall(t, g.ns, rules("Deny 198.18.0.20/32", "Allow 198.18.0.0/24"))
-		t.Cleanup(func() { g.deleteFirewall(t, g.ns) })
-		g.waitStatus(t, g.ns, "EgressFirewall Rules applied", "EgressFirewall Rules applied")
+		g.applyFirewall(t, rules("Deny 198.18.0.20/32", "Allow 198.18.0.0/24"))
 		verdict(t, g.pods[0], "tcp", ext(false, 20), false)
 		// The API server takes these; the agents do not: an IPv4-mapped
 		// IPv6 prefix, which no IPv4 packet matches, and a node selector
@@ -141,7 +139,7 @@ func TestEgressFirewallBadInput(t *testing.T) {
 	})
 
 	t.Run("a name that never resolves", func(t *testing.T) {
-		g.setFirewall(t, g.ns, rules("Deny 198.18.0.20/32", "Allow dns:never.egfw.test", "Deny 198.18.0.21/32"))
+		g.applyFirewall(t, rules("Deny 198.18.0.20/32", "Allow dns:never.egfw.test", "Deny 198.18.0.21/32"))
 		t.Cleanup(func() { g.deleteFirewall(t, g.ns) })
 		g.waitStatus(t, g.ns, "EgressFirewall Rules not correctly applied: EgressFirewall "+g.ns+"/default: spec.egress[1].to.dnsName",
 			"EgressFirewall Rules not correctly applied")
@@ -181,8 +179,6 @@ func TestEgressFirewallBadInput(t *testing.T) {
 		}
 		// An EgressFirewall takes precedence over both.
 		g.setFirewall(t, g.ns, rules("Deny 198.18.0.22/32"))
-		t.Cleanup(func() { g.deleteFirewall(t, g.ns) })
-		g.waitStatus(t, g.ns, "EgressFirewall Rules applied", "EgressFirewall Rules applied")
 		for _, n := range []string{"older", "newer"} {
 			g.waitEvent(t, g.ns, "EgressNetworkPolicy", n, egressfirewall.ReasonShadowed, "EgressFirewall "+g.ns+"/default takes precedence")
 		}

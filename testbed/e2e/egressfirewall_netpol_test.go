@@ -23,9 +23,7 @@ func TestEgressFirewallAndNetworkPolicy(t *testing.T) {
 	g := egfwSetup(t)
 	g.diagnoseOnFailure(t)
 	ctx := context.Background()
-	g.setFirewall(t, g.ns, rules("Allow 198.18.0.1/32", "Allow 198.18.0.2/32", "Deny 0.0.0.0/0"))
-	t.Cleanup(func() { g.deleteFirewall(t, g.ns) })
-	g.waitStatus(t, g.ns, "EgressFirewall Rules applied", "EgressFirewall Rules applied")
+	g.applyFirewall(t, rules("Allow 198.18.0.1/32", "Allow 198.18.0.2/32", "Deny 0.0.0.0/0"))
 	np := npPolicy(g.ns, "egress-to-2-and-3", networkingv1.NetworkPolicySpec{
 		PodSelector: npApp("egfw"),
 		PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeEgress},

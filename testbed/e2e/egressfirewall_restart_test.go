@@ -7,8 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -54,9 +52,7 @@ func TestEgressFirewallAgentRestart(t *testing.T) {
 	g.diagnoseOnFailure(t)
 	server4 := netip.MustParseAddr(g.e.state.DNSServers[0])
 	learned, cidr, denied := ext(false, 40), ext(false, 1), ext(false, 41)
-	g.setFirewall(t, g.ns, rules("Allow "+server4.String()+"/32 UDP/53", "Allow dns:*.ok.egfw.test", "Allow 198.18.0.1/32", "Deny 0.0.0.0/0"))
-	t.Cleanup(func() { g.deleteFirewall(t, g.ns) })
-	g.waitStatus(t, g.ns, "EgressFirewall Rules applied", "EgressFirewall Rules applied")
+	g.applyFirewall(t, rules("Allow "+server4.String()+"/32 UDP/53", "Allow dns:*.ok.egfw.test", "Allow 198.18.0.1/32", "Deny 0.0.0.0/0"))
 	if err := g.dns.Set("restart.ok.egfw.test", 3600, learned); err != nil {
 		t.Fatal(err)
 	}
@@ -72,45 +68,21 @@ func TestEgressFirewallAgentRestart(t *testing.T) {
 		verdict(t, p, "tcp", denied, false)
 	}
 
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	var ok, fail, tries, leaks atomic.Int64
-	var firstErr atomic.Value
+	load := newBackground()
+	var allowed, denials tally
 	for _, p := range g.pods {
 		for _, dst := range []netip.Addr{learned, cidr} {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for {
-					select {
-					case <-stop:
-						return
-					case <-time.After(20 * time.Millisecond):
-					}
-					if _, err := extReach(p.netns, "tcp", dst, 2*time.Second); err != nil {
-						fail.Add(1)
-						firstErr.CompareAndSwap(nil, fmt.Sprintf("%s to %s: %v", p.node, dst, err))
-					} else {
-						ok.Add(1)
-					}
+			load.loop(&allowed, 20*time.Millisecond, func() error {
+				if _, err := extReach(p.netns, "tcp", dst, 2*time.Second); err != nil {
+					return fmt.Errorf("%s to %s: %v", p.node, dst, err)
 				}
-			}()
+				return nil
+			})
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				tries.Add(1)
-				if _, err := extReach(p.netns, "tcp", denied, 300*time.Millisecond); err == nil {
-					leaks.Add(1)
-				}
-			}
-		}()
+		load.loop(&denials, 0, func() error {
+			_, err := extReach(p.netns, "tcp", denied, 300*time.Millisecond)
+			return deniedErr(p.node+" to "+denied.String(), err)
+		})
 	}
 	time.Sleep(500 * time.Millisecond) // traffic before the restart, by design of the scenario
 	m := member(t, g.e, "node1")
@@ -119,15 +91,14 @@ func TestEgressFirewallAgentRestart(t *testing.T) {
 	eventually(t, 60*time.Second, "restarted agent ready", func(ctx context.Context) error { return agentReady(ctx, m) })
 	t.Logf("agent restart: stopped and ready again in %s", time.Since(start).Round(time.Millisecond))
 	time.Sleep(2 * time.Second) // traffic after the restart, by design of the scenario
-	close(stop)
-	wg.Wait()
-	if fail.Load() != 0 || ok.Load() == 0 {
-		t.Errorf("through the allow rules across the restart: %d ok, %d failed (first: %v)", ok.Load(), fail.Load(), firstErr.Load())
+	load.end()
+	if allowed.fail.Load() != 0 || allowed.ok.Load() == 0 {
+		t.Errorf("through the allow rules across the restart: %s", &allowed)
 	}
-	if leaks.Load() != 0 || tries.Load() == 0 {
-		t.Errorf("through the deny-all across the restart: %d of %d got through", leaks.Load(), tries.Load())
+	if denials.fail.Load() != 0 || denials.tries() == 0 {
+		t.Errorf("through the deny-all across the restart: %d of %d got through", denials.fail.Load(), denials.tries())
 	}
-	t.Logf("across the restart: %d connections through the allow rules, %d failed; %d denied attempts, %d through", ok.Load(), fail.Load(), tries.Load(), leaks.Load())
+	t.Logf("across the restart: %d connections through the allow rules, %d failed; %d denied attempts, %d through", allowed.ok.Load(), allowed.fail.Load(), denials.tries(), denials.fail.Load())
 	lines, err := table50(m)
 	if err != nil {
 		t.Fatal(err)

@@ -16,7 +16,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -25,7 +24,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 
 	"nodeflow/datapath/plan"
@@ -69,10 +67,7 @@ var (
 // admin.
 func adminDynamic(t testing.TB, e *env) dynamic.Interface {
 	t.Helper()
-	cfg, err := clientcmd.BuildConfigFromFlags("", e.state.Kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := adminConfig(t, e, 0)
 	dyn, err := dynamic.NewForConfig(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -233,16 +228,9 @@ func (g *egfwEnv) serveUDP(t *testing.T, addrs ...netip.Addr) {
 			t.Fatal(err)
 		}
 		g.udp[a] = true
-		go func() {
-			buf := make([]byte, 2048)
-			for {
-				_, from, err := pc.ReadFrom(buf)
-				if err != nil {
-					return
-				}
-				_, _ = pc.WriteTo([]byte("ext "+a.String()+"\n"), from)
-			}
-		}()
+		go serveDatagrams(pc, 2048, func(_ []byte, from net.Addr) {
+			_, _ = pc.WriteTo([]byte("ext "+a.String()+"\n"), from)
+		})
 	}
 }
 
@@ -279,6 +267,25 @@ func extReach(netns, proto string, dst netip.Addr, timeout time.Duration) (strin
 			return "", err
 		}
 	}
+	return extAnswer(c)
+}
+
+// serveDatagrams reads the datagrams pc receives, of up to size bytes,
+// and hands each to handle, until pc is closed.
+func serveDatagrams(pc net.PacketConn, size int, handle func(b []byte, from net.Addr)) {
+	buf := make([]byte, size)
+	for {
+		n, from, err := pc.ReadFrom(buf)
+		if err != nil {
+			return
+		}
+		handle(buf[:n], from)
+	}
+}
+
+// extAnswer reads the outside server's answer, "ext NAME", and returns
+// NAME.
+func extAnswer(c net.Conn) (string, error) {
 	line, err := bufio.NewReader(c).ReadString('\n')
 	if err != nil {
 		return "", err
@@ -377,6 +384,15 @@ func rules(ss ...string) []egressfirewall.EgressFirewallRule {
 		out = append(out, r)
 	}
 	return out
+}
+
+// applyFirewall sets the test namespace's EgressFirewall to rs, deletes
+// it when the test ends, and waits until both nodes report it applied.
+func (g *egfwEnv) applyFirewall(t *testing.T, rs []egressfirewall.EgressFirewallRule) {
+	t.Helper()
+	g.setFirewall(t, g.ns, rs)
+	t.Cleanup(func() { g.deleteFirewall(t, g.ns) })
+	g.waitStatus(t, g.ns, "EgressFirewall Rules applied", "EgressFirewall Rules applied")
 }
 
 // setFirewall creates or replaces the namespace's EgressFirewall
@@ -547,7 +563,7 @@ func TestEgressFirewallRules(t *testing.T) {
 	g.diagnoseOnFailure(t)
 	v4, v6 := func(n int) netip.Addr { return ext(false, n) }, func(n int) netip.Addr { return ext(true, n) }
 	g.serveUDP(t, v4(1), v4(2), v4(3), v4(4), v4(9), v6(1), v6(2), v6(9))
-	g.setFirewall(t, g.ns, rules(
+	g.applyFirewall(t, rules(
 		"Allow 198.18.0.1/32",
 		"Allow 2001:db8:e::1/128",
 		"Deny 198.18.0.0/29 TCP/18080",
@@ -555,8 +571,6 @@ func TestEgressFirewallRules(t *testing.T) {
 		"Deny 2001:db8:e::/125 TCP/18080 UDP/15353",
 		"Deny 198.18.0.4/32",
 	))
-	t.Cleanup(func() { g.deleteFirewall(t, g.ns) })
-	g.waitStatus(t, g.ns, "EgressFirewall Rules applied", "EgressFirewall Rules applied")
 	g.verdicts(t, []check{
 		{"tcp", v4(1), true}, {"udp", v4(1), true},
 		{"tcp", v6(1), true}, {"udp", v6(1), true},
@@ -628,47 +642,23 @@ func TestEgressFirewallRules(t *testing.T) {
 		// .2 are denied by an unchanged rule. While the rules around them
 		// change, no .1 connection may fail and no .2 connection may get
 		// through.
-		stop := make(chan struct{})
-		var wg sync.WaitGroup
-		var ok1, fail1, leak2, tries2 atomic.Int64
-		var firstErr atomic.Value
+		load := newBackground()
+		var allowed, denials tally
 		for _, p := range g.pods {
 			for _, proto := range []string{"tcp", "udp"} {
-				wg.Add(2)
-				go func() {
-					defer wg.Done()
-					for {
-						select {
-						case <-stop:
-							return
-						default:
-						}
-						if _, err := extReach(p.netns, proto, v4(1), 2*time.Second); err != nil {
-							fail1.Add(1)
-							firstErr.CompareAndSwap(nil, fmt.Sprintf("%s %s: %v", p.node, proto, err))
-						} else {
-							ok1.Add(1)
-						}
-						time.Sleep(10 * time.Millisecond)
+				load.loop(&allowed, 10*time.Millisecond, func() error {
+					if _, err := extReach(p.netns, proto, v4(1), 2*time.Second); err != nil {
+						return fmt.Errorf("%s %s: %v", p.node, proto, err)
 					}
-				}()
-				go func() {
-					defer wg.Done()
-					if proto == "udp" {
-						return // UDP to .2 is allowed
-					}
-					for {
-						select {
-						case <-stop:
-							return
-						default:
-						}
-						tries2.Add(1)
-						if _, err := extReach(p.netns, proto, v4(2), 300*time.Millisecond); err == nil {
-							leak2.Add(1)
-						}
-					}
-				}()
+					return nil
+				})
+				if proto == "udp" {
+					continue // UDP to .2 is allowed
+				}
+				load.loop(&denials, 0, func() error {
+					_, err := extReach(p.netns, proto, v4(2), 300*time.Millisecond)
+					return deniedErr(p.node+" "+proto+" to .2", err)
+				})
 			}
 		}
 		base := []string{"Allow 198.18.0.1/32", "Allow 2001:db8:e::1/128", "Deny 198.18.0.0/29 TCP/18080", "Allow 198.18.0.3/32"}
@@ -691,20 +681,19 @@ func TestEgressFirewallRules(t *testing.T) {
 		}
 		time.Sleep(300 * time.Millisecond) // traffic before the first update, by design of the scenario
 		for i, u := range updates {
-			g.setFirewall(t, g.ns, rules(u.rules...))
+			g.applyFirewall(t, rules(u.rules...))
 			g.waitTable50(t, fmt.Sprintf("update %d installed", i), u.installed)
 			time.Sleep(200 * time.Millisecond) // traffic between updates, by design of the scenario
 		}
-		close(stop)
-		wg.Wait()
-		if fail1.Load() != 0 || ok1.Load() == 0 {
-			t.Errorf("through the unchanged allow: %d ok, %d failed (first: %v)", ok1.Load(), fail1.Load(), firstErr.Load())
+		load.end()
+		if allowed.fail.Load() != 0 || allowed.ok.Load() == 0 {
+			t.Errorf("through the unchanged allow: %s", &allowed)
 		}
-		if leak2.Load() != 0 || tries2.Load() == 0 {
-			t.Errorf("through the unchanged deny: %d of %d attempts got through", leak2.Load(), tries2.Load())
+		if denials.fail.Load() != 0 || denials.tries() == 0 {
+			t.Errorf("through the unchanged deny: %d of %d attempts got through", denials.fail.Load(), denials.tries())
 		}
 		t.Logf("%d updates: %d connections through the unchanged allow, %d failed; %d attempts at the unchanged deny, %d through",
-			len(updates), ok1.Load(), fail1.Load(), tries2.Load(), leak2.Load())
+			len(updates), allowed.ok.Load(), allowed.fail.Load(), denials.tries(), denials.fail.Load())
 	})
 }
 
@@ -750,8 +739,6 @@ func TestEgressFirewallServices(t *testing.T) {
 		})
 	}
 	g.setFirewall(t, g.ns, rules("Allow 198.18.0.1/32", "Deny 0.0.0.0/0", "Deny ::/0"))
-	t.Cleanup(func() { g.deleteFirewall(t, g.ns) })
-	g.waitStatus(t, g.ns, "EgressFirewall Rules applied", "EgressFirewall Rules applied")
 	t.Run("per-endpoint", func(t *testing.T) {
 		for _, p := range g.pods {
 			t.Run(p.node, func(t *testing.T) {
@@ -910,15 +897,7 @@ func extReachPort(netns string, dst netip.Addr, port int, timeout time.Duration)
 	}
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(timeout))
-	line, err := bufio.NewReader(c).ReadString('\n')
-	if err != nil {
-		return "", err
-	}
-	got, ok := strings.CutPrefix(strings.TrimSpace(line), "ext ")
-	if !ok {
-		return "", fmt.Errorf("answer %q", line)
-	}
-	return got, nil
+	return extAnswer(c)
 }
 
 // diagnoseOnFailure logs, when t has failed, what helps to see why: each
@@ -996,9 +975,7 @@ func TestEgressFirewallNodeSelector(t *testing.T) {
 		})
 	}
 	t.Cleanup(func() { setLabel("node2", "") })
-	g.setFirewall(t, g.ns, rules("Allow nodes:"+label+"=yes TCP/18080", "Deny 0.0.0.0/0", "Deny ::/0"))
-	t.Cleanup(func() { g.deleteFirewall(t, g.ns) })
-	g.waitStatus(t, g.ns, "EgressFirewall Rules applied", "EgressFirewall Rules applied")
+	g.applyFirewall(t, rules("Allow nodes:"+label+"=yes TCP/18080", "Deny 0.0.0.0/0", "Deny ::/0"))
 	n2v4, n2v6 := memberIP(t, node2, false), memberIP(t, node2, true)
 	for _, p := range g.pods {
 		for _, dst := range []netip.Addr{n2v4, n2v6} {

@@ -22,9 +22,7 @@ import (
 // and across nodes must come back, and the time from the deletion to the
 // first answered request is logged (the goal is under a second).
 func TestHeal(t *testing.T) {
-	e := up(t)
-	requireAgent(t, e)
-	ns := createNamespace(t, e, "e2e-heal")
+	e, ns := agentNamespace(t, "e2e-heal")
 	pods := netPods(t, e, ns)
 	a, same, other := pairs(t, pods)
 	m, _ := e.state.Member(a.node)

@@ -36,9 +36,7 @@ import (
 // other, the second after the leader stopped) must bring its replicas back
 // and remove the annotations.
 func TestIdle(t *testing.T) {
-	e := up(t)
-	requireAgent(t, e)
-	ns := createNamespace(t, e, "e2e-idle")
+	e, ns := agentNamespace(t, "e2e-idle")
 	deployPods(t, e, ns, "web", 2)
 	idleStatefulSet(t, e, ns, "db", 2)
 	for _, name := range []string{"web", "db"} {

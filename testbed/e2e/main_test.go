@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"nodeflow/testbed"
@@ -165,6 +166,35 @@ func writeTopology(t testing.TB, name string) string {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// terminate stops a process the test started: SIGTERM, and SIGKILL if it
+// has not exited 10 seconds later. It waits for the process.
+func terminate(cmd *exec.Cmd) {
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		_ = cmd.Process.Kill()
+		<-done
+	}
+}
+
+// adminConfig is a client configuration of the testbed's API server as
+// admin; qps, unless 0, raises the client-side rate limit (burst twice
+// that) for bulk requests.
+func adminConfig(t testing.TB, e *env, qps float32) *rest.Config {
+	t.Helper()
+	cfg, err := clientcmd.BuildConfigFromFlags("", e.state.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if qps != 0 {
+		cfg.QPS, cfg.Burst = qps, int(2*qps)
+	}
+	return cfg
 }
 
 // eventually polls cond until it returns nil or the deadline passes.

@@ -12,7 +12,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"nodeflow/datapath/plan"
 	"nodeflow/lib/openflow"
@@ -21,16 +20,8 @@ import (
 // hasPolicySource reports whether br0's table 65 holds a NetworkPolicy
 // clause flow for source src, asking over poll's own connection.
 func hasPolicySource(ctx context.Context, poll *flowPoller, src netip.Addr) (bool, error) {
-	req := openflow.NewFlowStatsRequest()
-	req.Table = uint8(plan.PodIngressPolicy)
-	req.Cookie = uint64(plan.FeatureNetworkPolicy) << 56
-	req.CookieMask = uint64(plan.FeatureMask)
-	req.Match = openflow.NewMatch(openflow.EthType(0x0800), openflow.IPv4Src(src))
-	rep, err := poll.c.MultipartReply(ctx, req)
-	if err != nil {
-		return false, err
-	}
-	stats, err := rep.FlowStats()
+	m := openflow.NewMatch(openflow.EthType(0x0800), openflow.IPv4Src(src))
+	stats, err := poll.flows(ctx, plan.PodIngressPolicy, plan.FeatureNetworkPolicy, &m)
 	if err != nil {
 		return false, err
 	}
@@ -58,11 +49,7 @@ func BenchmarkNetworkPolicyLabelChange(b *testing.B) {
 	ctx := context.Background()
 	// A client of its own, without client-go's default rate limit (5
 	// requests a second), which would be most of what is measured.
-	cfg, err := clientcmd.BuildConfigFromFlags("", e.state.Kubeconfig)
-	if err != nil {
-		b.Fatal(err)
-	}
-	cfg.QPS, cfg.Burst = 500, 1000
+	cfg := adminConfig(b, e, 500)
 	kc, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		b.Fatal(err)

@@ -289,9 +289,7 @@ func TestNetworkPolicy(t *testing.T) {
 // changing them and deleting them loses no request and no keep-alive
 // connection.
 func TestNetworkPolicyUnderTraffic(t *testing.T) {
-	e := up(t)
-	requireAgent(t, e)
-	ns := createNamespace(t, e, "e2e-np-traffic")
+	e, ns := agentNamespace(t, "e2e-np-traffic")
 	clients, vips := serviceUnderTraffic(t, e, ns)
 	tr := startServiceTraffic(t, clients, vips)
 	defer tr.finish(t, "NetworkPolicy changes")
@@ -342,9 +340,7 @@ func TestNetworkPolicyUnderTraffic(t *testing.T) {
 // client is answered on its first attempt (the held SYN itself), the other
 // never gets through, and its held SYN is one the pod's drop flow counted.
 func TestNetworkPolicyUnidle(t *testing.T) {
-	e := up(t)
-	requireAgent(t, e)
-	ns := createNamespace(t, e, "e2e-np-unidle")
+	e, ns := agentNamespace(t, "e2e-np-unidle")
 	ok := deployPods(t, e, ns, "ok", 1)[0]
 	no := deployPods(t, e, ns, "no", 1)[0]
 	deployPods(t, e, ns, "sleepy", 1)

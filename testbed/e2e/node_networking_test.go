@@ -48,6 +48,15 @@ func requireAgent(t *testing.T, e *env) {
 	}
 }
 
+// agentNamespace brings the testbed up (or takes the one that is),
+// skips the test unless the agent runs, and creates the namespace name.
+func agentNamespace(t *testing.T, name string) (*env, string) {
+	t.Helper()
+	e := up(t)
+	requireAgent(t, e)
+	return e, createNamespace(t, e, name)
+}
+
 // netPods starts a Deployment of four pods spread over both nodes and
 // returns them with their namespaces and ports.
 func netPods(t *testing.T, e *env, ns string) []netPod {
@@ -101,6 +110,12 @@ func httpGet(ctx context.Context, netns string, dst netip.Addr, port int) (pod, 
 	if err != nil {
 		return "", "", err
 	}
+	return readReply(resp)
+}
+
+// readReply reads a test server's reply: the pod name and the client
+// address it saw.
+func readReply(resp *http.Response) (pod, client string, err error) {
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
@@ -154,9 +169,7 @@ func family(v6 bool) string {
 // IPv6), pod and host through mp0, pod egress SNATed to the node IP, the
 // seed's breth0 flows, and port security.
 func TestNodeNetworking(t *testing.T) {
-	e := up(t)
-	requireAgent(t, e)
-	ns := createNamespace(t, e, "e2e-net")
+	e, ns := agentNamespace(t, "e2e-net")
 	pods := netPods(t, e, ns)
 	a, same, other := pairs(t, pods)
 	t.Logf("a=%s on %s, same=%s, other=%s on %s", a.name, a.node, same.name, other.name, other.node)

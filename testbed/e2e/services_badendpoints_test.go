@@ -29,9 +29,7 @@ const badEndpointTries = 40
 // group for the service holds one bucket and none for the bad addresses,
 // and each bad address gets a Warning event on the slice naming its field.
 func TestServicesBadEndpoints(t *testing.T) {
-	e := up(t)
-	requireAgent(t, e)
-	ns := createNamespace(t, e, "e2e-badep")
+	e, ns := agentNamespace(t, "e2e-badep")
 	ctx := context.Background()
 	m, _ := e.state.Member("node1")
 	good := deployPods(t, e, ns, "web", 1)[0]

@@ -19,9 +19,7 @@ import (
 // subnet, so that the reply comes back through br0 and is un-NATed; the
 // pod sees that gateway address as its client.
 func TestServicesHairpin(t *testing.T) {
-	e := up(t)
-	requireAgent(t, e)
-	ns := createNamespace(t, e, "e2e-hairpin")
+	e, ns := agentNamespace(t, "e2e-hairpin")
 	ctx := context.Background()
 	solo := deployPods(t, e, ns, "solo", 1)[0]
 	// The same with ClientIP affinity, whose DNAT is committed by a flow
@@ -32,15 +30,12 @@ func TestServicesHairpin(t *testing.T) {
 		if affinity == v1.ServiceAffinityClientIP {
 			name = "solo-sticky"
 		}
-		svc, err := e.client.CoreV1().Services(ns).Create(ctx, &v1.Service{
-			ObjectMeta: metav1.ObjectMeta{Name: name},
-			Spec: v1.ServiceSpec{
-				Selector:        map[string]string{"app": "solo"},
-				IPFamilyPolicy:  ptr.To(v1.IPFamilyPolicyPreferDualStack),
-				Ports:           slices.Clone(webPorts),
-				SessionAffinity: affinity,
-			},
-		}, metav1.CreateOptions{})
+		svc, err := e.client.CoreV1().Services(ns).Create(ctx, newService(name, v1.ServiceSpec{
+			Selector:        map[string]string{"app": "solo"},
+			IPFamilyPolicy:  ptr.To(v1.IPFamilyPolicyPreferDualStack),
+			Ports:           slices.Clone(webPorts),
+			SessionAffinity: affinity,
+		}), metav1.CreateOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -78,9 +78,7 @@ func nftIn(t *testing.T, m *testbed.Member, args ...string) string {
 }
 
 func TestServicesHostNAT(t *testing.T) {
-	e := up(t)
-	requireAgent(t, e)
-	ns := createNamespace(t, e, "e2e-hostnat")
+	e, ns := agentNamespace(t, "e2e-hostnat")
 	web := deployPods(t, e, ns, "web", 3)
 	n1, n2 := member(t, e, "node1"), member(t, e, "node2")
 	nodes := map[string]bool{}
@@ -91,16 +89,13 @@ func TestServicesHostNAT(t *testing.T) {
 		t.Fatalf("backends not on both nodes: %+v", web)
 	}
 
-	svc := createService(t, e, ns, &v1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: "web-hostnat"},
-		Spec: v1.ServiceSpec{
-			Type:           v1.ServiceTypeLoadBalancer,
-			Selector:       map[string]string{"app": "web"},
-			IPFamilyPolicy: ptr.To(v1.IPFamilyPolicyRequireDualStack),
-			ExternalIPs:    []string{hostNATExternal[false].String(), hostNATExternal[true].String()},
-			Ports:          slices.Clone(webPorts),
-		},
-	}, hostNATIngress[false], hostNATIngress[true])
+	svc := createService(t, e, ns, newService("web-hostnat", v1.ServiceSpec{
+		Type:           v1.ServiceTypeLoadBalancer,
+		Selector:       map[string]string{"app": "web"},
+		IPFamilyPolicy: ptr.To(v1.IPFamilyPolicyRequireDualStack),
+		ExternalIPs:    []string{hostNATExternal[false].String(), hostNATExternal[true].String()},
+		Ports:          slices.Clone(webPorts),
+	}), hostNATIngress[false], hostNATIngress[true])
 	npTCP, npUDP := nodePortOf(t, svc, v1.ProtocolTCP), nodePortOf(t, svc, v1.ProtocolUDP)
 	t.Logf("service %s: cluster IPs %v, node ports tcp %d udp %d", svc.Name, svcAddrs(t, svc), npTCP, npUDP)
 
@@ -241,13 +236,10 @@ func TestServicesHostNAT(t *testing.T) {
 			!strings.Contains(err.Error(), "refused") {
 			t.Fatalf("node1 host -> %s without the table: %v, want connection refused", dst, err)
 		}
-		other := createService(t, e, ns, &v1.Service{
-			ObjectMeta: metav1.ObjectMeta{Name: "web-hostnat-trigger"},
-			Spec: v1.ServiceSpec{
-				Type: v1.ServiceTypeNodePort, Selector: map[string]string{"app": "web"},
-				Ports: []v1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080), Protocol: v1.ProtocolTCP}},
-			},
-		})
+		other := createService(t, e, ns, newService("web-hostnat-trigger", v1.ServiceSpec{
+			Type: v1.ServiceTypeNodePort, Selector: map[string]string{"app": "web"},
+			Ports: []v1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080), Protocol: v1.ProtocolTCP}},
+		}))
 		eventually(t, 20*time.Second, "node1's ip table back with both services", func(context.Context) error {
 			out, err := exec.Command("ip", "netns", "exec", n1.Netns, "nft", "list", "map", "ip", "nodeflow", "services").CombinedOutput()
 			if err != nil {

@@ -207,16 +207,9 @@ func serveSecondary(t *testing.T, netns, name string, addrs []netip.Addr) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { pc.Close() })
-		go func() {
-			buf := make([]byte, 2048)
-			for {
-				n, from, err := pc.ReadFrom(buf)
-				if err != nil {
-					return
-				}
-				_, _ = pc.WriteTo(append([]byte(workload.Reply(name, from.String())+" "), buf[:n]...), from)
-			}
-		}()
+		go serveDatagrams(pc, 2048, func(b []byte, from net.Addr) {
+			_, _ = pc.WriteTo(append([]byte(workload.Reply(name, from.String())+" "), b...), from)
+		})
 	}
 }
 
@@ -547,18 +540,15 @@ func TestServicesHostNetwork(t *testing.T) {
 
 	mkSvc := func(t *testing.T, name string, selector map[string]string, tcpTarget, udpTarget int32) *v1.Service {
 		t.Helper()
-		s, err := e.client.CoreV1().Services(ns).Create(ctx, &v1.Service{
-			ObjectMeta: metav1.ObjectMeta{Name: name},
-			Spec: v1.ServiceSpec{
-				Type:           v1.ServiceTypeNodePort,
-				Selector:       selector,
-				IPFamilyPolicy: ptr.To(v1.IPFamilyPolicyRequireDualStack),
-				Ports: []v1.ServicePort{
-					{Name: "http", Port: 80, TargetPort: intstr.FromInt32(tcpTarget), Protocol: v1.ProtocolTCP},
-					{Name: "echo", Port: 53, TargetPort: intstr.FromInt32(udpTarget), Protocol: v1.ProtocolUDP},
-				},
+		s, err := e.client.CoreV1().Services(ns).Create(ctx, newService(name, v1.ServiceSpec{
+			Type:           v1.ServiceTypeNodePort,
+			Selector:       selector,
+			IPFamilyPolicy: ptr.To(v1.IPFamilyPolicyRequireDualStack),
+			Ports: []v1.ServicePort{
+				{Name: "http", Port: 80, TargetPort: intstr.FromInt32(tcpTarget), Protocol: v1.ProtocolTCP},
+				{Name: "echo", Port: 53, TargetPort: intstr.FromInt32(udpTarget), Protocol: v1.ProtocolUDP},
 			},
-		}, metav1.CreateOptions{})
+		}), metav1.CreateOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -688,17 +678,14 @@ func TestServicesHostNetwork(t *testing.T) {
 		}
 		for i, tg := range targets[:2] {
 			eip := netip.AddrFrom4([4]byte{172, 30, 0, byte(220 + i)}) // 172.30.0.2xx: one range per test file
-			if _, err := e.client.CoreV1().Services(ns).Create(ctx, &v1.Service{
-				ObjectMeta: metav1.ObjectMeta{Name: tg.svc.Name + "-eip"},
-				Spec: v1.ServiceSpec{
-					Selector:    tg.svc.Spec.Selector,
-					ExternalIPs: []string{eip.String()},
-					Ports: []v1.ServicePort{
-						{Name: "http", Port: 80, TargetPort: intstr.FromInt32(hostnetTCP), Protocol: v1.ProtocolTCP},
-						{Name: "echo", Port: 53, TargetPort: intstr.FromInt32(hostnetUDP), Protocol: v1.ProtocolUDP},
-					},
+			if _, err := e.client.CoreV1().Services(ns).Create(ctx, newService(tg.svc.Name+"-eip", v1.ServiceSpec{
+				Selector:    tg.svc.Spec.Selector,
+				ExternalIPs: []string{eip.String()},
+				Ports: []v1.ServicePort{
+					{Name: "http", Port: 80, TargetPort: intstr.FromInt32(hostnetTCP), Protocol: v1.ProtocolTCP},
+					{Name: "echo", Port: 53, TargetPort: intstr.FromInt32(hostnetUDP), Protocol: v1.ProtocolUDP},
 				},
-			}, metav1.CreateOptions{}); err != nil {
+			}), metav1.CreateOptions{}); err != nil {
 				t.Fatal(err)
 			}
 			routeVia(t, ext, eip, memberIP(t, n1, false))

@@ -59,9 +59,7 @@ func largeSlice(s int, port int32) *discovery.EndpointSlice {
 // reconciler installs it as an add and bucket inserts in one bundle (see
 // lib/openflow/ofconn).
 func TestServicesLargeGroup(t *testing.T) {
-	e := up(t)
-	requireAgent(t, e)
-	ns := createNamespace(t, e, "e2e-large")
+	e, ns := agentNamespace(t, "e2e-large")
 	ctx := context.Background()
 	m, _ := e.state.Member("node1")
 	var client netPod

@@ -31,9 +31,7 @@ import (
 // Meanwhile the fabric, where anything routed out of a node's uplink
 // goes, sees no packet for the service CIDRs.
 func TestServiceLeak(t *testing.T) {
-	e := up(t)
-	requireAgent(t, e)
-	ns := createNamespace(t, e, "e2e-leak")
+	e, ns := agentNamespace(t, "e2e-leak")
 	pods := deployPods(t, e, ns, "leak", 2)
 	web := createService(t, e, ns, &v1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: "web"},

@@ -37,9 +37,7 @@ func routeVia(t *testing.T, m *testbed.Member, dst, gw netip.Addr) {
 // IP (spare fabric addresses routed to node1), and checks that ClientIP
 // session affinity keeps one client pod on one backend.
 func TestServicesExternal(t *testing.T) {
-	e := up(t)
-	requireAgent(t, e)
-	ns := createNamespace(t, e, "e2e-svc-more")
+	e, ns := agentNamespace(t, "e2e-svc-more")
 	ctx := context.Background()
 	web := deployPods(t, e, ns, "web", 3)
 	backends := map[string]bool{}
@@ -64,14 +62,11 @@ func TestServicesExternal(t *testing.T) {
 
 	t.Run("externalip-from-external", func(t *testing.T) {
 		eip := netip.MustParseAddr("172.30.0.200")
-		if _, err := e.client.CoreV1().Services(ns).Create(ctx, &v1.Service{
-			ObjectMeta: metav1.ObjectMeta{Name: "web-eip"},
-			Spec: v1.ServiceSpec{
-				Selector:    map[string]string{"app": "web"},
-				ExternalIPs: []string{eip.String()},
-				Ports:       tcpPorts,
-			},
-		}, metav1.CreateOptions{}); err != nil {
+		if _, err := e.client.CoreV1().Services(ns).Create(ctx, newService("web-eip", v1.ServiceSpec{
+			Selector:    map[string]string{"app": "web"},
+			ExternalIPs: []string{eip.String()},
+			Ports:       tcpPorts,
+		}), metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		ext := extVia(t, eip)
@@ -80,14 +75,11 @@ func TestServicesExternal(t *testing.T) {
 
 	t.Run("loadbalancer-ingress-from-external", func(t *testing.T) {
 		lbIP := netip.MustParseAddr("172.30.0.201")
-		svc, err := e.client.CoreV1().Services(ns).Create(ctx, &v1.Service{
-			ObjectMeta: metav1.ObjectMeta{Name: "web-lb"},
-			Spec: v1.ServiceSpec{
-				Type:     v1.ServiceTypeLoadBalancer,
-				Selector: map[string]string{"app": "web"},
-				Ports:    tcpPorts,
-			},
-		}, metav1.CreateOptions{})
+		svc, err := e.client.CoreV1().Services(ns).Create(ctx, newService("web-lb", v1.ServiceSpec{
+			Type:     v1.ServiceTypeLoadBalancer,
+			Selector: map[string]string{"app": "web"},
+			Ports:    tcpPorts,
+		}), metav1.CreateOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -101,14 +93,11 @@ func TestServicesExternal(t *testing.T) {
 
 	t.Run("session-affinity-clientip", func(t *testing.T) {
 		client := deployPods(t, e, ns, "client", 1)[0]
-		svc, err := e.client.CoreV1().Services(ns).Create(ctx, &v1.Service{
-			ObjectMeta: metav1.ObjectMeta{Name: "web-sticky"},
-			Spec: v1.ServiceSpec{
-				Selector:        map[string]string{"app": "web"},
-				SessionAffinity: v1.ServiceAffinityClientIP,
-				Ports:           tcpPorts,
-			},
-		}, metav1.CreateOptions{})
+		svc, err := e.client.CoreV1().Services(ns).Create(ctx, newService("web-sticky", v1.ServiceSpec{
+			Selector:        map[string]string{"app": "web"},
+			SessionAffinity: v1.ServiceAffinityClientIP,
+			Ports:           tcpPorts,
+		}), metav1.CreateOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}

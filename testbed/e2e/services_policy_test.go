@@ -32,7 +32,6 @@ import (
 	"nodeflow/host/cni"
 	"nodeflow/testbed"
 	"nodeflow/testbed/nsutil"
-	"nodeflow/testbed/workload"
 )
 
 // webPorts are the test server's ports as a Service exposes them.
@@ -164,13 +163,7 @@ func (k *keepConn) ask() (pod, client string, err error) {
 	if err != nil {
 		return "", "", err
 	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return "", "", err
-	}
-	pod, client, _, err = workload.ParseReply(string(b))
-	return pod, client, err
+	return readReply(resp)
 }
 
 // healthCheck asks a health-check node port from netns and returns the
@@ -243,9 +236,7 @@ func names(pods []netPod) map[string]bool {
 // internalTrafficPolicy=Local: a pod reaches only the endpoints on its own
 // node, and gets no service (dropped) on a node without one.
 func TestServicesPolicy(t *testing.T) {
-	e := up(t)
-	requireAgent(t, e)
-	ns := createNamespace(t, e, "e2e-svc-policy")
+	e, ns := agentNamespace(t, "e2e-svc-policy")
 	web := deployPods(t, e, ns, "web", 3)
 	solo := deployPods(t, e, ns, "solo", 1)[0]
 	clients := deployPods(t, e, ns, "client", 2)
@@ -267,20 +258,14 @@ func TestServicesPolicy(t *testing.T) {
 
 	lbIP := netip.MustParseAddr("172.30.0.210")
 	soloIngress := netip.MustParseAddr("172.30.0.211")
-	etp := createService(t, e, ns, &v1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: "web-local"},
-		Spec: v1.ServiceSpec{
-			Type: v1.ServiceTypeLoadBalancer, ExternalTrafficPolicy: v1.ServiceExternalTrafficPolicyLocal,
-			Selector: map[string]string{"app": "web"}, Ports: webPorts,
-		},
-	}, lbIP)
-	soloLB := createService(t, e, ns, &v1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: "solo-local"},
-		Spec: v1.ServiceSpec{
-			Type: v1.ServiceTypeLoadBalancer, ExternalTrafficPolicy: v1.ServiceExternalTrafficPolicyLocal,
-			Selector: map[string]string{"app": "solo"}, Ports: webPorts,
-		},
-	}, soloIngress)
+	etp := createService(t, e, ns, newService("web-local", v1.ServiceSpec{
+		Type: v1.ServiceTypeLoadBalancer, ExternalTrafficPolicy: v1.ServiceExternalTrafficPolicyLocal,
+		Selector: map[string]string{"app": "web"}, Ports: webPorts,
+	}), lbIP)
+	soloLB := createService(t, e, ns, newService("solo-local", v1.ServiceSpec{
+		Type: v1.ServiceTypeLoadBalancer, ExternalTrafficPolicy: v1.ServiceExternalTrafficPolicyLocal,
+		Selector: map[string]string{"app": "solo"}, Ports: webPorts,
+	}), soloIngress)
 	if etp.Spec.HealthCheckNodePort == 0 || soloLB.Spec.HealthCheckNodePort == 0 {
 		t.Fatalf("no healthCheckNodePort allocated: %d, %d", etp.Spec.HealthCheckNodePort, soloLB.Spec.HealthCheckNodePort)
 	}
@@ -410,14 +395,11 @@ func TestServicesPolicy(t *testing.T) {
 
 	t.Run("itp-local", func(t *testing.T) {
 		itp := func(name, app string) *v1.Service {
-			return createService(t, e, ns, &v1.Service{
-				ObjectMeta: metav1.ObjectMeta{Name: name},
-				Spec: v1.ServiceSpec{
-					Selector: map[string]string{"app": app}, Ports: webPorts,
-					InternalTrafficPolicy: ptr.To(v1.ServiceInternalTrafficPolicyLocal),
-					IPFamilyPolicy:        ptr.To(v1.IPFamilyPolicyPreferDualStack),
-				},
-			})
+			return createService(t, e, ns, newService(name, v1.ServiceSpec{
+				Selector: map[string]string{"app": app}, Ports: webPorts,
+				InternalTrafficPolicy: ptr.To(v1.ServiceInternalTrafficPolicyLocal),
+				IPFamilyPolicy:        ptr.To(v1.IPFamilyPolicyPreferDualStack),
+			}))
 		}
 		webITP, soloITP := itp("web-itp", "web"), itp("solo-itp", "solo")
 		for _, c := range clients {
@@ -450,28 +432,20 @@ func TestServicesPolicy(t *testing.T) {
 // external host over IPv6: its IPv6 ExternalIP and its LoadBalancer's
 // IPv6 ingress address, each routed to a node.
 func TestServicesPolicyExternalIPv6(t *testing.T) {
-	e := up(t)
-	requireAgent(t, e)
-	ns := createNamespace(t, e, "e2e-svc-ext6")
+	e, ns := agentNamespace(t, "e2e-svc-ext6")
 	web := deployPods(t, e, ns, "web", 3)
 	all := names(web)
 	ext := member(t, e, "ext1")
 	eip := netip.MustParseAddr("fd00:172:30::200")
 	lbIP := netip.MustParseAddr("fd00:172:30::201")
-	createService(t, e, ns, &v1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: "web-eip6"},
-		Spec: v1.ServiceSpec{
-			Selector: map[string]string{"app": "web"}, ExternalIPs: []string{eip.String()}, Ports: webPorts,
-			IPFamilyPolicy: ptr.To(v1.IPFamilyPolicyPreferDualStack),
-		},
-	})
-	createService(t, e, ns, &v1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: "web-lb6"},
-		Spec: v1.ServiceSpec{
-			Type: v1.ServiceTypeLoadBalancer, Selector: map[string]string{"app": "web"}, Ports: webPorts,
-			IPFamilyPolicy: ptr.To(v1.IPFamilyPolicyPreferDualStack),
-		},
-	}, lbIP)
+	createService(t, e, ns, newService("web-eip6", v1.ServiceSpec{
+		Selector: map[string]string{"app": "web"}, ExternalIPs: []string{eip.String()}, Ports: webPorts,
+		IPFamilyPolicy: ptr.To(v1.IPFamilyPolicyPreferDualStack),
+	}))
+	createService(t, e, ns, newService("web-lb6", v1.ServiceSpec{
+		Type: v1.ServiceTypeLoadBalancer, Selector: map[string]string{"app": "web"}, Ports: webPorts,
+		IPFamilyPolicy: ptr.To(v1.IPFamilyPolicyPreferDualStack),
+	}), lbIP)
 	for _, node := range []string{"node1", "node2"} {
 		gw := addr(t, member(t, e, node), true)
 		for _, c := range []struct {
@@ -492,21 +466,16 @@ func TestServicesPolicyExternalIPv6(t *testing.T) {
 // stick to one backend while they come within the timeout, and once the
 // timeout has passed without traffic, new connections spread again.
 func TestServicesBehaviourAffinityExpiry(t *testing.T) {
-	e := up(t)
-	requireAgent(t, e)
-	ns := createNamespace(t, e, "e2e-svc-aff")
+	e, ns := agentNamespace(t, "e2e-svc-aff")
 	web := deployPods(t, e, ns, "web", 3)
 	all := names(web)
 	client := deployPods(t, e, ns, "client", 1)[0]
 	const timeout = 3 * time.Second
-	svc := createService(t, e, ns, &v1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: "web-sticky"},
-		Spec: v1.ServiceSpec{
-			Selector: map[string]string{"app": "web"}, Ports: webPorts,
-			SessionAffinity:       v1.ServiceAffinityClientIP,
-			SessionAffinityConfig: &v1.SessionAffinityConfig{ClientIP: &v1.ClientIPConfig{TimeoutSeconds: ptr.To(int32(timeout / time.Second))}},
-		},
-	})
+	svc := createService(t, e, ns, newService("web-sticky", v1.ServiceSpec{
+		Selector: map[string]string{"app": "web"}, Ports: webPorts,
+		SessionAffinity:       v1.ServiceAffinityClientIP,
+		SessionAffinityConfig: &v1.SessionAffinityConfig{ClientIP: &v1.ClientIPConfig{TimeoutSeconds: ptr.To(int32(timeout / time.Second))}},
+	}))
 	vip := svcAddrs(t, svc)[0]
 	for _, udp := range []bool{false, true} {
 		proto, port := "tcp", 80
@@ -581,9 +550,7 @@ func TestServicesBehaviourAffinityExpiry(t *testing.T) {
 // the newer pods (they are given the lower pod-deletion-cost), new
 // connections reach only the remaining ones.
 func TestServicesBehaviourScaling(t *testing.T) {
-	e := up(t)
-	requireAgent(t, e)
-	ns := createNamespace(t, e, "e2e-svc-scale")
+	e, ns := agentNamespace(t, "e2e-svc-scale")
 	ctx := context.Background()
 	initial := deployPods(t, e, ns, "web", 2)
 	client := deployPods(t, e, ns, "client", 1)[0]
@@ -840,19 +807,14 @@ func (r *rawSCTP) recv(d time.Duration) []sctpGot {
 // endpoint at once (the stale conntrack entry, which Open vSwitch keys by
 // address only for SCTP, is flushed).
 func TestServicesBehaviourSCTP(t *testing.T) {
-	e := up(t)
-	requireAgent(t, e)
-	ns := createNamespace(t, e, "e2e-svc-sctp")
+	e, ns := agentNamespace(t, "e2e-svc-sctp")
 	ctx := context.Background()
 	deployPods(t, e, ns, "sctp", 2)
 	clients := deployPods(t, e, ns, "client", 2)
-	svc := createService(t, e, ns, &v1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: "sctp"},
-		Spec: v1.ServiceSpec{
-			Selector: map[string]string{"app": "sctp"},
-			Ports:    []v1.ServicePort{{Name: "assoc", Port: 9999, TargetPort: intstr.FromInt32(7777), Protocol: v1.ProtocolSCTP}},
-		},
-	})
+	svc := createService(t, e, ns, newService("sctp", v1.ServiceSpec{
+		Selector: map[string]string{"app": "sctp"},
+		Ports:    []v1.ServicePort{{Name: "assoc", Port: 9999, TargetPort: intstr.FromInt32(7777), Protocol: v1.ProtocolSCTP}},
+	}))
 	vip := svcAddrs(t, svc)[0]
 	const svcPort, targetPort = 9999, 7777
 

@@ -29,7 +29,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 
 	"nodeflow/internal/kubeclient"
@@ -408,11 +407,7 @@ func runServicesScale(b *testing.B, e *env) map[string]float64 {
 // fastClient is an admin client with a high rate limit, for bulk creates.
 func fastClient(b testing.TB, e *env) kubernetes.Interface {
 	b.Helper()
-	cfg, err := clientcmd.BuildConfigFromFlags("", e.state.Kubeconfig)
-	if err != nil {
-		b.Fatal(err)
-	}
-	cfg.QPS, cfg.Burst = 2000, 4000
+	cfg := adminConfig(b, e, 2000)
 	c, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		b.Fatal(err)
@@ -1164,15 +1159,7 @@ func runKubeProxy(b testing.TB, e *env, c kubernetes.Interface, bin, ns string, 
 	}
 	k.pid = cmd.Process.Pid
 	b.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
+		terminate(cmd)
 		logf.Close()
 		if b.Failed() {
 			out, _ := os.ReadFile(logPath)

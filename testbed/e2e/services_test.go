@@ -38,6 +38,11 @@ func deployPods(t testing.TB, e *env, ns, name string, replicas int) []netPod {
 	return runningPods(t, e, ns, name, replicas)
 }
 
+// service is a Service named name with spec, to create in a namespace.
+func newService(name string, spec v1.ServiceSpec) *v1.Service {
+	return &v1.Service{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: spec}
+}
+
 // spreadDeployment is a Deployment of replicas test-server pods labelled
 // app=name, serving ports, spread over both nodes.
 func spreadDeployment(ns, name string, replicas int, ports ...v1.ContainerPort) *appsv1.Deployment {
@@ -133,9 +138,7 @@ func reachEach(t *testing.T, what, netns string, udp bool, dst netip.Addr, port 
 // from the external host; a node's host to a ClusterIP (through breth0);
 // and an immediate TCP reset from a service without endpoints.
 func TestServices(t *testing.T) {
-	e := up(t)
-	requireAgent(t, e)
-	ns := createNamespace(t, e, "e2e-svc")
+	e, ns := agentNamespace(t, "e2e-svc")
 	ctx := context.Background()
 	web := deployPods(t, e, ns, "web", 3)
 	clients := deployPods(t, e, ns, "client", 2)
@@ -147,15 +150,12 @@ func TestServices(t *testing.T) {
 		backends[p.name] = true
 	}
 
-	svc, err := e.client.CoreV1().Services(ns).Create(ctx, &v1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: "web"},
-		Spec: v1.ServiceSpec{
-			Type:           v1.ServiceTypeNodePort,
-			Selector:       map[string]string{"app": "web"},
-			IPFamilyPolicy: ptr.To(v1.IPFamilyPolicyPreferDualStack),
-			Ports:          slices.Clone(webPorts),
-		},
-	}, metav1.CreateOptions{})
+	svc, err := e.client.CoreV1().Services(ns).Create(ctx, newService("web", v1.ServiceSpec{
+		Type:           v1.ServiceTypeNodePort,
+		Selector:       map[string]string{"app": "web"},
+		IPFamilyPolicy: ptr.To(v1.IPFamilyPolicyPreferDualStack),
+		Ports:          slices.Clone(webPorts),
+	}), metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -237,14 +237,11 @@ func TestServices(t *testing.T) {
 	})
 
 	t.Run("no-endpoints-rejects", func(t *testing.T) {
-		empty, err := e.client.CoreV1().Services(ns).Create(ctx, &v1.Service{
-			ObjectMeta: metav1.ObjectMeta{Name: "empty"},
-			Spec: v1.ServiceSpec{
-				Selector:       map[string]string{"app": "nothing"},
-				IPFamilyPolicy: ptr.To(v1.IPFamilyPolicyPreferDualStack),
-				Ports:          slices.Clone(webPorts),
-			},
-		}, metav1.CreateOptions{})
+		empty, err := e.client.CoreV1().Services(ns).Create(ctx, newService("empty", v1.ServiceSpec{
+			Selector:       map[string]string{"app": "nothing"},
+			IPFamilyPolicy: ptr.To(v1.IPFamilyPolicyPreferDualStack),
+			Ports:          slices.Clone(webPorts),
+		}), metav1.CreateOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -325,17 +325,10 @@ func TestTenantFragments(t *testing.T) {
 				defer pc.Close()
 				n := new(atomic.Int64)
 				received.Store(net.JoinHostPort(a.String(), strconv.Itoa(port)), n)
-				go func() {
-					buf := make([]byte, 65536)
-					for {
-						size, from, err := pc.ReadFrom(buf)
-						if err != nil {
-							return
-						}
-						n.Add(1)
-						_, _ = pc.WriteTo([]byte("ext "+strconv.Itoa(size)), from)
-					}
-				}()
+				go serveDatagrams(pc, 65536, func(b []byte, from net.Addr) {
+					n.Add(1)
+					_, _ = pc.WriteTo([]byte("ext "+strconv.Itoa(len(b))), from)
+				})
 			}
 		}
 		count := func(a netip.Addr, port int) int64 {

@@ -11,7 +11,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 )
 
@@ -86,10 +85,7 @@ func accountClient(t testing.TB, e *env, ns, name string) (kubernetes.Interface,
 	if err != nil {
 		t.Fatal(err)
 	}
-	admin, err := clientcmd.BuildConfigFromFlags("", e.state.Kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
+	admin := adminConfig(t, e, 0)
 	cfg := rest.AnonymousClientConfig(admin)
 	cfg.BearerToken = tr.Status.Token
 	cfg.UserAgent = ns + "/" + name

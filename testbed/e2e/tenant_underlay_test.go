@@ -57,16 +57,7 @@ func TestTenantVXLANInjection(t *testing.T) {
 	}
 	defer pc.Close()
 	got := make(chan string, 16)
-	go func() {
-		buf := make([]byte, 2000)
-		for {
-			n, from, err := pc.ReadFrom(buf)
-			if err != nil {
-				return
-			}
-			got <- from.String() + " " + string(buf[:n])
-		}
-	}()
+	go serveDatagrams(pc, 2000, func(b []byte, from net.Addr) { got <- from.String() + " " + string(b) })
 
 	// The control: the attacker's plain datagram reaches the victim.
 	plain, err := nsutil.Dial(ctx, attacker.netns, "udp", net.JoinHostPort(victim.ip(false).String(), "40404"), 2*time.Second)

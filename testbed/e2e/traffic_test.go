@@ -16,7 +16,6 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
 	"nodeflow/testbed"
@@ -62,14 +61,11 @@ func serviceUnderTraffic(t *testing.T, e *env, ns string) (clients []netPod, vip
 	t.Helper()
 	web := deployPods(t, e, ns, "web", 2)
 	clients = deployPods(t, e, ns, "client", 2)
-	svc := createService(t, e, ns, &v1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: "web"},
-		Spec: v1.ServiceSpec{
-			Selector:       map[string]string{"app": "web"},
-			IPFamilyPolicy: ptr.To(v1.IPFamilyPolicyRequireDualStack),
-			Ports:          webPorts,
-		},
-	})
+	svc := createService(t, e, ns, newService("web", v1.ServiceSpec{
+		Selector:       map[string]string{"app": "web"},
+		IPFamilyPolicy: ptr.To(v1.IPFamilyPolicyRequireDualStack),
+		Ports:          webPorts,
+	}))
 	vips = svcAddrs(t, svc)
 	backends := map[string]bool{}
 	for _, p := range web {

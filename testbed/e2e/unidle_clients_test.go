@@ -67,26 +67,21 @@ type unidleResult struct {
 // no unidler running, a held connection to a Service that is deleted is
 // answered with a reset.
 func TestUnidleClients(t *testing.T) {
-	e := up(t)
-	requireAgent(t, e)
-	ns := createNamespace(t, e, "e2e-unidle-clients")
+	e, ns := agentNamespace(t, "e2e-unidle-clients")
 	ctx := context.Background()
 	clients := deployPods(t, e, ns, "client", 2)
 	deployPods(t, e, ns, "sleepy", 2)
 	eip, lbIP := netip.MustParseAddr("172.30.0.240"), netip.MustParseAddr("172.30.0.241") // 172.30.0.24x: this file's range
-	svc := createService(t, e, ns, &v1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: "sleepy"},
-		Spec: v1.ServiceSpec{
-			Type:           v1.ServiceTypeLoadBalancer,
-			Selector:       map[string]string{"app": "sleepy"},
-			IPFamilyPolicy: ptrPolicy(v1.IPFamilyPolicyRequireDualStack),
-			ExternalIPs:    []string{eip.String()},
-			Ports: []v1.ServicePort{
-				{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080), Protocol: v1.ProtocolTCP},
-				{Name: "echo", Port: 53, TargetPort: intstr.FromInt32(5353), Protocol: v1.ProtocolUDP},
-			},
+	svc := createService(t, e, ns, newService("sleepy", v1.ServiceSpec{
+		Type:           v1.ServiceTypeLoadBalancer,
+		Selector:       map[string]string{"app": "sleepy"},
+		IPFamilyPolicy: ptrPolicy(v1.IPFamilyPolicyRequireDualStack),
+		ExternalIPs:    []string{eip.String()},
+		Ports: []v1.ServicePort{
+			{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080), Protocol: v1.ProtocolTCP},
+			{Name: "echo", Port: 53, TargetPort: intstr.FromInt32(5353), Protocol: v1.ProtocolUDP},
 		},
-	})
+	}))
 	svc.Status.LoadBalancer.Ingress = []v1.LoadBalancerIngress{{IP: lbIP.String()}}
 	if _, err := e.client.CoreV1().Services(ns).UpdateStatus(ctx, svc, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)

@@ -46,9 +46,7 @@ const (
 // the flood is programmed about as fast as one created before it. Then
 // the Service wakes up and the held datagrams are re-injected.
 func TestUnidleFlood(t *testing.T) {
-	e := up(t)
-	requireAgent(t, e)
-	ns := createNamespace(t, e, "e2e-unidle-flood")
+	e, ns := agentNamespace(t, "e2e-unidle-flood")
 	clients := deployPods(t, e, ns, "client", 2)
 	deployPods(t, e, ns, "sleepy", 1)
 	deployPods(t, e, ns, "web", 1)
@@ -265,14 +263,8 @@ func unidleRates() puntflows.Rates {
 // it.
 func (p *flowPoller) waitVIP(ctx context.Context, vip netip.Addr) (time.Time, error) {
 	for {
-		req := openflow.NewFlowStatsRequest()
-		req.Table = uint8(plan.PodServiceLB)
-		req.Match = openflow.NewMatch(openflow.EthType(0x0800), openflow.IPv4Dst(vip))
-		rep, err := p.c.MultipartReply(ctx, req)
-		if err != nil {
-			return time.Time{}, err
-		}
-		stats, err := rep.FlowStats()
+		m := openflow.NewMatch(openflow.EthType(0x0800), openflow.IPv4Dst(vip))
+		stats, err := p.flows(ctx, plan.PodServiceLB, 0, &m)
 		if err != nil {
 			return time.Time{}, err
 		}

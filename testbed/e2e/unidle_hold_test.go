@@ -28,9 +28,7 @@ const unidleHoldTime = 2 * time.Second
 // has passed, as a service without endpoints answers (a reset, an ICMP
 // port unreachable), and counted.
 func TestUnidleHoldTimeout(t *testing.T) {
-	e := up(t)
-	requireAgent(t, e)
-	ns := createNamespace(t, e, "e2e-unidle-hold")
+	e, ns := agentNamespace(t, "e2e-unidle-hold")
 	clients := deployPods(t, e, ns, "client", 2)
 	deployPods(t, e, ns, "sleepy", 1)
 	svc := createService(t, e, ns, &v1.Service{

@@ -26,9 +26,7 @@ import (
 // client's first connect succeeds. The test plays the unidler: it scales
 // the Deployment back up when it sees the event.
 func TestUnidle(t *testing.T) {
-	e := up(t)
-	requireAgent(t, e)
-	ns := createNamespace(t, e, "e2e-unidle")
+	e, ns := agentNamespace(t, "e2e-unidle")
 	clients := deployPods(t, e, ns, "client", 2)
 	deployPods(t, e, ns, "sleepy", 1)
 	svc := createService(t, e, ns, &v1.Service{

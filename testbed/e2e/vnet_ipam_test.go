@@ -13,8 +13,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"nodeflow/model/vnet"
 )
@@ -23,11 +23,7 @@ import (
 // with the client-side rate limit raised for bulk creates.
 func vnetClient(t testing.TB, e *env) dynamic.Interface {
 	t.Helper()
-	cfg, err := clientcmd.BuildConfigFromFlags("", e.state.Kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.QPS, cfg.Burst = 500, 1000
+	cfg := adminConfig(t, e, 500)
 	d, err := dynamic.NewForConfig(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -81,34 +77,27 @@ func attachment(name, node, subnet string) *vnet.NetworkAttachment {
 
 // attachments lists the attachments of namespace ns.
 func attachments(ctx context.Context, d dynamic.Interface, ns string) ([]*vnet.NetworkAttachment, error) {
-	l, err := d.Resource(vnet.NetworkAttachmentGVR).Namespace(ns).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return nil, err
-	}
-	var out []*vnet.NetworkAttachment
-	for i := range l.Items {
-		a, err := vnet.FromUnstructured[*vnet.NetworkAttachment](&l.Items[i])
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, a)
-	}
-	return out, nil
+	return listVnet[*vnet.NetworkAttachment](ctx, d, vnet.NetworkAttachmentGVR, ns)
 }
 
 // locks lists the IPLocks of namespace ns.
 func locks(ctx context.Context, d dynamic.Interface, ns string) ([]*vnet.IPLock, error) {
-	l, err := d.Resource(vnet.IPLockGVR).Namespace(ns).List(ctx, metav1.ListOptions{})
+	return listVnet[*vnet.IPLock](ctx, d, vnet.IPLockGVR, ns)
+}
+
+// listVnet lists the objects of a vnet resource in namespace ns.
+func listVnet[T vnet.Object](ctx context.Context, d dynamic.Interface, gvr schema.GroupVersionResource, ns string) ([]T, error) {
+	l, err := d.Resource(gvr).Namespace(ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, err
 	}
-	var out []*vnet.IPLock
+	var out []T
 	for i := range l.Items {
-		k, err := vnet.FromUnstructured[*vnet.IPLock](&l.Items[i])
+		o, err := vnet.FromUnstructured[T](&l.Items[i])
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, k)
+		out = append(out, o)
 	}
 	return out, nil
 }

@@ -11,8 +11,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -88,15 +86,7 @@ func startAgentEnv(t testing.TB, e *env, m *testbed.Member, env ...string) *exec
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
+		terminate(cmd)
 		logf.Close()
 		if dir := os.Getenv("NODEFLOW_BENCH_PPROF"); dir != "" {
 			// Kept with the profiles, for the timeline of a start.
@@ -204,9 +194,7 @@ func settled(t *testing.T, e *env) {
 // sorts just before zz_down_test.go: the replacement agent stops when the
 // test ends, and no later test should run without it.
 func TestAgentRestartZeroLoss(t *testing.T) {
-	e := up(t)
-	requireAgent(t, e)
-	ns := createNamespace(t, e, "e2e-restart")
+	e, ns := agentNamespace(t, "e2e-restart")
 	pods := netPods(t, e, ns)
 	// The pods are isolated both ways by a NetworkPolicy that admits each
 	// other: the traffic crosses the policy tables' conjunctions, which the
@@ -234,7 +222,6 @@ func TestAgentRestartZeroLoss(t *testing.T) {
 	// Continuous traffic: 500 pings 10 ms apart, and a new TCP connection
 	// every 20 ms, from a pod on this node to a pod on the other.
 	const pings = 500
-	var wg sync.WaitGroup
 	var pingReplies int
 	var pingOut string
 	pingDone := make(chan struct{})
@@ -246,29 +233,16 @@ func TestAgentRestartZeroLoss(t *testing.T) {
 			pingReplies, _ = strconv.Atoi(strings.Fields(pingOut[i+len("transmitted, "):])[0])
 		}
 	}()
-	stop := make(chan struct{})
-	var tcpOK, tcpFail atomic.Int64
-	var firstErr atomic.Value
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(20 * time.Millisecond):
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-			pod, _, err := httpGet(ctx, a.netns, dst, 8080)
-			cancel()
-			if err != nil || pod != other.name {
-				tcpFail.Add(1)
-				firstErr.CompareAndSwap(nil, fmt.Sprintf("%v (pod %q)", err, pod))
-			} else {
-				tcpOK.Add(1)
-			}
+	load := newBackground()
+	var tcp tally
+	load.loop(&tcp, 20*time.Millisecond, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		if pod, _, err := httpGet(ctx, a.netns, dst, 8080); err != nil || pod != other.name {
+			return fmt.Errorf("%v (pod %q)", err, pod)
 		}
-	}()
+		return nil
+	})
 
 	time.Sleep(500 * time.Millisecond) // traffic before the restart, by design of the scenario
 	start := time.Now()
@@ -278,15 +252,14 @@ func TestAgentRestartZeroLoss(t *testing.T) {
 	t.Logf("agent restart: stopped and ready again in %s", time.Since(start).Round(time.Millisecond))
 	checkMetrics(t, m)
 	<-pingDone
-	close(stop)
-	wg.Wait()
+	load.end()
 	if pingReplies != pings {
 		t.Errorf("ping across the agent restart: %d of %d replies\n%s", pingReplies, pings, pingOut)
 	}
-	if tcpFail.Load() != 0 || tcpOK.Load() == 0 {
-		t.Errorf("TCP across the agent restart: %d ok, %d failed (first: %v)", tcpOK.Load(), tcpFail.Load(), firstErr.Load())
+	if tcp.fail.Load() != 0 || tcp.ok.Load() == 0 {
+		t.Errorf("TCP across the agent restart: %s", &tcp)
 	}
-	t.Logf("across the agent restart: %d/%d pings, %d TCP connections, %d failed", pingReplies, pings, tcpOK.Load(), tcpFail.Load())
+	t.Logf("across the agent restart: %d/%d pings, %d TCP connections, %d failed", pingReplies, pings, tcp.ok.Load(), tcp.fail.Load())
 
 	t.Run("ovs-vswitchd-restart", func(t *testing.T) {
 		restored := restartVswitchd(t, m)

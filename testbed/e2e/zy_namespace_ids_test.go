@@ -18,7 +18,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"nodeflow/cluster/namespaceid"
 	"nodeflow/testbed"
@@ -48,11 +47,7 @@ func TestNamespaceIDs(t *testing.T) {
 			ag.ensure(m.Name)
 		}
 	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", e.state.Kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.QPS, cfg.Burst = 1000, 2000
+	cfg := adminConfig(t, e, 1000)
 	kc := kubernetes.NewForConfigOrDie(cfg)
 	dyn := dynamic.NewForConfigOrDie(cfg).Resource(namespaceid.GVR)
 

@@ -4,6 +4,7 @@ package flowtest
 import (
 	"context"
 	"io"
+	"net"
 	"slices"
 	"strings"
 	"testing"
@@ -99,4 +100,23 @@ func NewConnTrace(flow string) string {
 	return flow + ",ct_state=new|trk,ct_nw_proto=" + number +
 		"," + prefix + "src=" + src + "," + prefix + "dst=" + dst +
 		",ct_tp_src=" + port("src") + ",ct_tp_dst=" + port("dst")
+}
+
+// Render returns flows as golden files hold them: Flow.String, one a line.
+func Render(fs []openflow.Flow) string {
+	var sb strings.Builder
+	for _, f := range fs {
+		sb.WriteString(f.String())
+		sb.WriteByte('\n')
+	}
+	return sb.String()
+}
+
+// MAC parses a fixture's MAC address; it panics on a bad one.
+func MAC(s string) net.HardwareAddr {
+	m, err := net.ParseMAC(s)
+	if err != nil {
+		panic(err)
+	}
+	return m
 }

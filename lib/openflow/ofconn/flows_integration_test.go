@@ -71,6 +71,20 @@ func addMods(flows ...openflow.Flow) []openflow.Message {
 	return msgs
 }
 
+// allFlowStats asks c for the statistics of every flow.
+func allFlowStats(t *testing.T, ctx context.Context, c *Conn) []openflow.FlowStats {
+	t.Helper()
+	reply, err := c.MultipartReply(ctx, openflow.NewFlowStatsRequest())
+	if err != nil {
+		t.Fatal(err)
+	}
+	stats, err := reply.FlowStats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return stats
+}
+
 func TestIntegrationBundle(t *testing.T) {
 	sb, addr := testBridge(t)
 	ctx := testCtx(t)
@@ -91,68 +105,61 @@ func TestIntegrationBundle(t *testing.T) {
 				}
 			})
 
-			t.Run("message rejected when added: nothing installed", func(t *testing.T) {
-				bad := testFlow(255, 1, 1).AddMod()
-				msgs := append(addMods(testFlow(3, 1, 1)), bad)
-				msgs = append(msgs, addMods(testFlow(3, 1, 2))...)
-				err := c.Bundle(ctx, msgs)
-				var me *MessageError
-				if !errors.As(err, &me) || me.Index != 1 || me.Total != 3 || me.Message != bad {
-					t.Fatalf("err = %v, want message 2 of 3 named", err)
-				}
-				var oe *openflow.OFError
-				if !errors.As(err, &oe) || oe.Name() != "OFPFMFC_BAD_TABLE_ID" {
-					t.Fatalf("err = %v", err)
-				}
-				if !strings.HasPrefix(err.Error(), "ofconn: bundle ") || !strings.Contains(err.Error(), " add: message 2 of 3 (") {
-					t.Errorf("error text %q", err)
-				}
-				if got, want := dumpFlows(t, sb), flowStrings(good...); !slices.Equal(got, want) {
-					t.Errorf("flows changed:\n%s", strings.Join(got, "\n"))
-				}
-			})
-
-			t.Run("message failing at commit: nothing installed", func(t *testing.T) {
-				toGroup := testFlow(3, 1, 3)
-				toGroup.Instructions = apply(openflow.Group{ID: 99})
-				msgs := addMods(testFlow(3, 1, 1), testFlow(3, 1, 2), toGroup)
-				err := c.Bundle(ctx, msgs)
-				var me *MessageError
-				if !errors.As(err, &me) || me.Index != 2 || me.Total != 3 {
-					t.Fatalf("err = %v, want message 3 of 3 named", err)
-				}
-				var oe *openflow.OFError
-				if !errors.As(err, &oe) || oe.Name() != "OFPBAC_BAD_OUT_GROUP" {
-					t.Fatalf("err = %v, want OFPBAC_BAD_OUT_GROUP", err)
-				}
-				if !strings.Contains(err.Error(), " commit: message 3 of 3 (") || !strings.Contains(err.Error(), "group:99") {
-					t.Errorf("error text %q does not name the flow", err)
-				}
-				if got, want := dumpFlows(t, sb), flowStrings(good...); !slices.Equal(got, want) {
-					t.Errorf("flows changed:\n%s", strings.Join(got, "\n"))
-				}
-			})
-
-			t.Run("one message, refused: nothing installed, the message named", func(t *testing.T) {
+			// Refused bundles: nothing installed, the message named.
+			toGroup := func(port uint16) openflow.Flow {
+				f := testFlow(3, 1, port)
+				f.Instructions = apply(openflow.Group{ID: 99})
+				return f
+			}
+			bad := testFlow(255, 1, 1).AddMod()
+			for _, tc := range []struct {
+				name         string
+				msgs         []openflow.Message
+				index, total int
+				named        openflow.Message // when not nil, the message the error names
+				errName      string
+				prefix       string   // of the error text
+				text         []string // in the error text
+			}{{
+				name:  "message rejected when added: nothing installed",
+				msgs:  slices.Concat(addMods(testFlow(3, 1, 1)), []openflow.Message{bad}, addMods(testFlow(3, 1, 2))),
+				index: 1, total: 3, named: bad, errName: "OFPFMFC_BAD_TABLE_ID",
+				prefix: "ofconn: bundle ", text: []string{" add: message 2 of 3 ("},
+			}, {
+				name:  "message failing at commit: nothing installed",
+				msgs:  addMods(testFlow(3, 1, 1), testFlow(3, 1, 2), toGroup(3)),
+				index: 2, total: 3, errName: "OFPBAC_BAD_OUT_GROUP",
+				text: []string{" commit: message 3 of 3 (", "group:99"},
+			}, {
 				// A bundle of one goes as the message and a barrier.
-				toGroup := testFlow(3, 1, 4)
-				toGroup.Instructions = apply(openflow.Group{ID: 99})
-				err := c.Bundle(ctx, addMods(toGroup))
-				var me *MessageError
-				if !errors.As(err, &me) || me.Index != 0 || me.Total != 1 {
-					t.Fatalf("err = %v, want message 1 of 1 named", err)
-				}
-				var oe *openflow.OFError
-				if !errors.As(err, &oe) || oe.Name() != "OFPBAC_BAD_OUT_GROUP" {
-					t.Fatalf("err = %v, want OFPBAC_BAD_OUT_GROUP", err)
-				}
-				if !strings.Contains(err.Error(), "message 1 of 1 (") || !strings.Contains(err.Error(), "group:99") {
-					t.Errorf("error text %q does not name the flow", err)
-				}
-				if got, want := dumpFlows(t, sb), flowStrings(good...); !slices.Equal(got, want) {
-					t.Errorf("flows changed:\n%s", strings.Join(got, "\n"))
-				}
-			})
+				name:  "one message, refused: nothing installed, the message named",
+				msgs:  addMods(toGroup(4)),
+				index: 0, total: 1, errName: "OFPBAC_BAD_OUT_GROUP",
+				text: []string{"message 1 of 1 (", "group:99"},
+			}} {
+				t.Run(tc.name, func(t *testing.T) {
+					err := c.Bundle(ctx, tc.msgs)
+					var me *MessageError
+					if !errors.As(err, &me) || me.Index != tc.index || me.Total != tc.total || tc.named != nil && me.Message != tc.named {
+						t.Fatalf("err = %v, want message %d of %d named", err, tc.index+1, tc.total)
+					}
+					var oe *openflow.OFError
+					if !errors.As(err, &oe) || oe.Name() != tc.errName {
+						t.Fatalf("err = %v, want %s", err, tc.errName)
+					}
+					if !strings.HasPrefix(err.Error(), tc.prefix) {
+						t.Errorf("error text %q does not start with %q", err, tc.prefix)
+					}
+					for _, part := range tc.text {
+						if !strings.Contains(err.Error(), part) {
+							t.Errorf("error text %q lacks %q", err, part)
+						}
+					}
+					if got, want := dumpFlows(t, sb), flowStrings(good...); !slices.Equal(got, want) {
+						t.Errorf("flows changed:\n%s", strings.Join(got, "\n"))
+					}
+				})
+			}
 
 			t.Run("one message: installed", func(t *testing.T) {
 				one := testFlow(3, 1, 5)
@@ -243,14 +250,7 @@ func TestIntegrationMultipartReassembly(t *testing.T) {
 			t.Errorf("part %d of %d: more=%v", i+1, len(parts), more)
 		}
 	}
-	reply, err := c.MultipartReply(ctx, openflow.NewFlowStatsRequest())
-	if err != nil {
-		t.Fatal(err)
-	}
-	stats, err := reply.FlowStats()
-	if err != nil {
-		t.Fatal(err)
-	}
+	stats := allFlowStats(t, ctx, c)
 	var got []string
 	for _, s := range stats {
 		got = append(got, openflow.FlowFromStats(s).String())
@@ -515,14 +515,7 @@ func TestIntegrationPacketIn(t *testing.T) {
 	}
 
 	// The packet-out re-entered the pipeline: both flows counted it.
-	reply, err := c.MultipartReply(ctx, openflow.NewFlowStatsRequest())
-	if err != nil {
-		t.Fatal(err)
-	}
-	stats, err := reply.FlowStats()
-	if err != nil {
-		t.Fatal(err)
-	}
+	stats := allFlowStats(t, ctx, c)
 	for _, s := range stats {
 		if s.PacketCount != 1 {
 			t.Errorf("table %d priority %d: n_packets=%d, want 1", s.Table, s.Priority, s.PacketCount)

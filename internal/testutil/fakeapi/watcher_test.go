@@ -1,4 +1,4 @@
-package watchtest
+package fakeapi
 
 import (
 	"testing"
@@ -8,15 +8,15 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 )
 
-// TestOrderAndStop: events pushed before anyone reads arrive in order, and
+// TestWatcherOrderAndStop: events pushed before anyone reads arrive in order, and
 // Stop closes the channel.
-func TestOrderAndStop(t *testing.T) {
-	w := New()
+func TestWatcherOrderAndStop(t *testing.T) {
+	w := newWatcher()
 	const n = 1000
 	for i := range n {
 		u := &unstructured.Unstructured{}
 		u.SetGeneration(int64(i))
-		w.Push(watch.Event{Type: watch.Added, Object: u})
+		w.push(watch.Event{Type: watch.Added, Object: u})
 	}
 	deadline := time.After(10 * time.Second)
 	for i := range n {
@@ -29,12 +29,12 @@ func TestOrderAndStop(t *testing.T) {
 			t.Fatalf("event %d not delivered", i)
 		}
 	}
-	if w.Stopped() {
+	if w.stopped() {
 		t.Fatal("Stopped before Stop")
 	}
 	w.Stop()
 	w.Stop()
-	if !w.Stopped() {
+	if !w.stopped() {
 		t.Fatal("not Stopped after Stop")
 	}
 	select {
