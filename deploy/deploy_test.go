@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"nodeflow/agent/config"
+	"nodeflow/agent/features"
 	"nodeflow/internal/ociimage"
 )
 
@@ -156,7 +157,7 @@ func TestWorkloads(t *testing.T) {
 				t.Fatalf("agent: ConfigMap %s is not among the manifests", vol.ConfigMap.Name)
 			}
 			key := strings.TrimPrefix(path, m.MountPath+"/")
-			if _, err := config.Parse([]byte(cm.Data[key])); err != nil {
+			if _, err := config.Parse([]byte(cm.Data[key]), features.FileFields()); err != nil {
 				t.Errorf("agent: %s in ConfigMap %s: %v", key, cm.Name, err)
 			}
 			found = true
@@ -209,7 +210,7 @@ func TestKindMatchesManifests(t *testing.T) {
 	var cfg *config.AgentConfiguration
 	for _, o := range objects(t) {
 		if cm, ok := o.(*v1.ConfigMap); ok && cm.Name == "nodeflow-agent-config" {
-			if cfg, err = config.Parse([]byte(cm.Data["config.yaml"])); err != nil {
+			if cfg, err = config.Parse([]byte(cm.Data["config.yaml"]), features.FileFields()); err != nil {
 				t.Fatal(err)
 			}
 		}

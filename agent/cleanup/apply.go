@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io/fs"
 	"net"
-	"nodeflow/agent/features/vnetfeature"
 	"os"
 	"path/filepath"
 	"time"
@@ -102,12 +101,12 @@ func apply(ctx context.Context, s Step, db *ovsdb.Client, log logrus.FieldLogger
 		}
 		log.WithField("interface", s.Link).Info("turned the uplink's promiscuous mode off (Open vSwitch left it on)")
 	case DeleteVNetLink:
-		if err := (&vnetfeature.Links{}).Remove(s.Link, ""); err != nil {
+		if err := s.Links.Remove(s.Link, ""); err != nil {
 			return fmt.Errorf("cleanup: %s: %w", s, err)
 		}
 		log.WithField("interface", s.Link).Info("deleted the virtual-network interface")
 	case DeleteVNetNetns:
-		if err := (&vnetfeature.Links{NetnsDir: filepath.Dir(s.Path)}).Remove("", filepath.Base(s.Path)); err != nil {
+		if err := s.Links.Remove("", filepath.Base(s.Path)); err != nil {
 			return fmt.Errorf("cleanup: %s: %w", s, err)
 		}
 		log.WithField("netns", s.Path).Info("deleted the virtual-network namespace")

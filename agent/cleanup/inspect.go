@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"nodeflow/agent/features/vnetfeature"
 	"os"
 	"path/filepath"
 	"slices"
@@ -99,12 +98,12 @@ func Inspect(ctx context.Context, o Options, log logrus.FieldLogger) (Facts, *ov
 }
 
 // inspectVNet finds the virtual-network attachments' interfaces and
-// namespaces, when o names a namespace directory.
+// namespaces, when o has them looked at.
 func inspectVNet(o Options, f *Facts) error {
-	if o.NetnsDir == "" {
+	l := o.VNet
+	if l == nil {
 		return nil
 	}
-	l := &vnetfeature.Links{NetnsDir: o.NetnsDir}
 	var err error
 	if f.VNetInterfaces, err = l.HostEnds(); err != nil {
 		return fmt.Errorf("cleanup: virtual-network interfaces: %w", err)

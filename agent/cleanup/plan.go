@@ -64,9 +64,10 @@ type Options struct {
 	// NFTables are the nftables tables the features create
 	// (features.NFTables): those present are deleted.
 	NFTables []string
-	// NetnsDir holds the virtual-network attachments' namespaces
-	// (vnetagent.DefaultNetnsDir); "": not looked at.
-	NetnsDir string
+	// VNet are the virtual-network attachments' interfaces and
+	// namespaces, as the feature list declares them (features.Links);
+	// nil: not looked at.
+	VNet Links
 	// HealthAddr is the agent's health address; "": not asked.
 	HealthAddr string
 	// AgentLock is the OVSDB lock an agent holds while it programs the
@@ -81,6 +82,25 @@ type Options struct {
 	Force bool
 	// DryRun plans and prints, and changes nothing.
 	DryRun bool
+}
+
+// Links are the network interfaces and namespaces a feature keeps on the
+// node besides the bridges: the virtual networks' attachments, a veth each
+// with its peer in a namespace of its own. The feature list declares them
+// (features.Links), so that cleanup imports no feature.
+type Links interface {
+	// HostEnds returns the host ends of the veths.
+	HostEnds() ([]string, error)
+	// Namespaces returns the names of the namespaces in Dir that are the
+	// feature's: holding nothing but peers of hostEnds, or nothing at
+	// all.
+	Namespaces(hostEnds []string) ([]string, error)
+	// Remove removes the interface link (its peer goes with it) and the
+	// namespace netns, either of which may be "" (none); what is missing
+	// is not an error.
+	Remove(link, netns string) error
+	// Dir is the directory of the namespaces.
+	Dir() string
 }
 
 // DBSocket is the OVSDB endpoint's path.
@@ -170,9 +190,9 @@ type Facts struct {
 	// CNIBin is set when the CNI plugin's binary exists.
 	CNIBin bool
 	// VNetInterfaces are the host ends of virtual-network attachments'
-	// veths (vnetagent.Links.HostEnds), VNetNamespaces the attachments'
+	// veths (Options.VNet's HostEnds), VNetNamespaces the attachments'
 	// namespaces whose interfaces are their peers, or that hold none
-	// (vnetagent.Links.Namespaces).
+	// (its Namespaces).
 	VNetInterfaces, VNetNamespaces []string
 }
 
@@ -216,6 +236,9 @@ type Step struct {
 	Route netlink.Route
 	// Bridge is DeleteBridge's bridge.
 	Bridge Bridge
+	// Links remove DeleteVNetLink's interface and DeleteVNetNetns's
+	// namespace (Options.VNet).
+	Links Links
 	// Family is DeleteNFTable's family ("ip", "ip6"), Table its table.
 	Family, Table string
 }
@@ -394,10 +417,10 @@ func (p *Plan) vnet(o Options, f Facts) {
 		return
 	}
 	for _, l := range f.VNetInterfaces {
-		p.Steps = append(p.Steps, Step{Kind: DeleteVNetLink, Link: l})
+		p.Steps = append(p.Steps, Step{Kind: DeleteVNetLink, Link: l, Links: o.VNet})
 	}
 	for _, ns := range f.VNetNamespaces {
-		p.Steps = append(p.Steps, Step{Kind: DeleteVNetNetns, Path: filepath.Join(o.NetnsDir, ns)})
+		p.Steps = append(p.Steps, Step{Kind: DeleteVNetNetns, Path: filepath.Join(o.VNet.Dir(), ns), Links: o.VNet})
 	}
 }
 

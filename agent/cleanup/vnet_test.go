@@ -23,7 +23,7 @@ import (
 // pod bridge, and stay with it when it stays.
 func TestPlanVNet(t *testing.T) {
 	o := testOptions
-	o.NetnsDir = "/run/netns"
+	o.VNet = &vnetfeature.Links{NetnsDir: "/run/netns"}
 	f := agentNode()
 	f.VNetInterfaces = []string{"vn0123456789"}
 	f.VNetNamespaces = []string{"vnet-default.a1"}
@@ -89,7 +89,7 @@ func vnetCleanup(t *testing.T, dir string) {
 		t.Fatal(err)
 	}
 
-	o := Options{PodBridge: "br0", GatewayBridge: "breth0", NetnsDir: dir}
+	o := Options{PodBridge: "br0", GatewayBridge: "breth0", VNet: &vnetfeature.Links{NetnsDir: dir}}
 	var f Facts
 	if err := inspectVNet(o, &f); err != nil {
 		t.Fatal(err)

@@ -11,9 +11,12 @@
 //	mtu: 1400
 //	unidleHoldTime: 60s
 //
-// A field the agent does not know, or a value it cannot use, is an error
-// that names the file and the field: the agent does not start on a
-// configuration it would have to guess at.
+// The agent's own fields are AgentConfiguration's; each feature declares
+// its own (Field) in the feature list, which gives them to Parse, so that
+// adding a feature does not touch this package. A field the agent does not
+// know, or a value it cannot use, is an error that names the file and the
+// field: the agent does not start on a configuration it would have to
+// guess at.
 package config
 
 import (
@@ -22,9 +25,9 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"reflect"
 	"strconv"
 	"strings"
-	"time"
 
 	sigsjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
@@ -37,7 +40,9 @@ const (
 )
 
 // AgentConfiguration is the file. Every field but apiVersion and kind is
-// optional and sets the agent flag named in its comment.
+// optional and sets the agent flag named in its comment. These are the
+// agent's own fields; the features' fields are those the feature list
+// declares (Field), given to Parse.
 type AgentConfiguration struct {
 	APIVersion string `json:"apiVersion"`
 	Kind       string `json:"kind"`
@@ -60,39 +65,18 @@ type AgentConfiguration struct {
 	Socket             *string  `json:"socket,omitempty"`             // --socket
 	CNIConfDir         *string  `json:"cniConfDir,omitempty"`         // --cni-conf-dir
 	CNIDataDir         *string  `json:"cniDataDir,omitempty"`         // --cni-data-dir
-	Services           *bool    `json:"services,omitempty"`           // --services
-	Unidle             *bool    `json:"unidle,omitempty"`             // --unidle
-	ProxyHealthzAddr   *string  `json:"proxyHealthzAddr,omitempty"`   // --proxy-healthz-addr
-	ProxyMetricsAddr   *string  `json:"proxyMetricsAddr,omitempty"`   // --proxy-metrics-addr
-	UnidleHoldTime     *string  `json:"unidleHoldTime,omitempty"`     // --unidle-hold-time, a Go duration
-	EgressFirewall     *bool    `json:"egressFirewall,omitempty"`     // --egress-firewall
-	HostPorts          *bool    `json:"hostPorts,omitempty"`          // --host-ports
-	NetworkPolicy      *bool    `json:"networkPolicy,omitempty"`      // --network-policy
-	VirtualNetworks    *bool    `json:"virtualNetworks,omitempty"`    // --virtual-networks
-	ResolvConf         *string  `json:"resolvConf,omitempty"`         // --resolv-conf
 	HostCheckInterval  *string  `json:"hostCheckInterval,omitempty"`  // --host-check-interval, a Go duration
 	ProcSysNet         *string  `json:"procSysNet,omitempty"`         // --proc-sys-net
 	GCPercent          *int     `json:"gcPercent,omitempty"`          // --gc-percent: the Go collector's target when GOGC is unset
 	GCStartupFloor     *int     `json:"gcStartupFloor,omitempty"`     // --gc-startup-floor: MiB of Go memory before the start-up's first collection
-	ClusterDNSServices []string `json:"clusterDNSServices,omitempty"` // --cluster-dns-service: namespace/name of each cluster DNS Service ([] for none)
-	TrustedDNS         []string `json:"trustedDNS,omitempty"`         // --trusted-dns: resolver addresses or prefixes outside the pod network
 	NamespaceBudget    *int     `json:"namespaceBudget,omitempty"`    // --namespace-budget: flows and group buckets per namespace's Services on a node (0: none)
 
-	// ExternalIPs and LoadBalancerIPs are the policies for the addresses
-	// Services name in spec.externalIPs and status.loadBalancer.ingress:
-	// --external-ip-allowed-cidr, --external-ip-rejected-cidr,
-	// --load-balancer-ip-allowed-cidr, --load-balancer-ip-rejected-cidr.
-	ExternalIPs     *AddressPolicy `json:"externalIPs,omitempty"`
-	LoadBalancerIPs *AddressPolicy `json:"loadBalancerIPs,omitempty"`
 	// NodePortAddresses: --nodeport-addresses, CIDRs or "primary".
 	NodePortAddresses []string `json:"nodePortAddresses,omitempty"`
-}
 
-// AddressPolicy allows the addresses inside AllowedCIDRs and outside
-// RejectedCIDRs (which win).
-type AddressPolicy struct {
-	AllowedCIDRs  []string `json:"allowedCIDRs,omitempty"`
-	RejectedCIDRs []string `json:"rejectedCIDRs,omitempty"`
+	// features are the settings of the features' fields (Field), in the
+	// order the fields are declared.
+	features []Setting
 }
 
 // Setting is one flag the file sets.
@@ -106,41 +90,59 @@ type Setting struct {
 	Value string
 }
 
-// Load reads and checks the file at path.
-func Load(path string) (*AgentConfiguration, error) {
+// Load reads and checks the file at path, whose features' fields are
+// fields.
+func Load(path string, fields []Field) (*AgentConfiguration, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("agent configuration: %w", err)
 	}
-	c, err := Parse(b)
+	c, err := Parse(b, fields)
 	if err != nil {
 		return nil, fmt.Errorf("agent configuration %s: %w", path, err)
 	}
 	return c, nil
 }
 
-// Parse decodes and checks a file's content (YAML or JSON). An unknown
-// field, a field of the wrong type or a value the agent cannot use is an
-// error naming the field.
-func Parse(b []byte) (*AgentConfiguration, error) {
+// Parse decodes and checks a file's content (YAML or JSON): the agent's
+// own fields, and the features' fields. An unknown field, a field of the
+// wrong type or a value the agent cannot use is an error naming the
+// field.
+func Parse(b []byte, fields []Field) (*AgentConfiguration, error) {
+	t, err := fileType(fields)
+	if err != nil {
+		return nil, err
+	}
 	j, err := yaml.YAMLToJSONStrict(b)
 	if err != nil {
 		return nil, fmt.Errorf("not YAML: %w", err)
 	}
 	// Case-sensitive and strict: "clusterCidrs" is not clusterCIDRs, and
-	// a field given twice is an error.
-	var c AgentConfiguration
-	strict, err := sigsjson.UnmarshalStrict(j, &c)
+	// a field given twice is an error. The file is decoded as one object,
+	// the agent's fields and the features' side by side.
+	v := reflect.New(t)
+	strict, err := sigsjson.UnmarshalStrict(j, v.Interface())
 	if err != nil {
 		return nil, decodeError(err)
 	}
 	if err := errors.Join(strict...); err != nil {
 		return nil, decodeError(err)
 	}
+	var c AgentConfiguration
+	own := reflect.ValueOf(&c).Elem()
+	for i := range own.NumField() {
+		if own.Type().Field(i).IsExported() {
+			own.Field(i).Set(v.Elem().Field(i))
+		}
+	}
 	if c.APIVersion != APIVersion || c.Kind != Kind {
 		return nil, fmt.Errorf("apiVersion %q, kind %q: want %s %s", c.APIVersion, c.Kind, APIVersion, Kind)
 	}
-	if err := c.check(); err != nil {
+	errs := []error{c.check()}
+	for i, f := range fields {
+		errs = append(errs, f.settings("", v.Elem().Field(own.NumField()+i), &c.features))
+	}
+	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
 	return &c, nil
@@ -166,23 +168,10 @@ type field struct {
 func (c *AgentConfiguration) check() error {
 	var errs []error
 	prefixes := func(field string, ss []string) {
-		for i, s := range ss {
-			if _, err := netip.ParsePrefix(s); err != nil {
-				errs = append(errs, fmt.Errorf("%s[%d]: %q is not a CIDR", field, i, s))
-			}
-		}
+		errs = append(errs, checkList(field, ss, CIDR))
 	}
 	prefixes("clusterCIDRs", c.ClusterCIDRs)
 	prefixes("serviceCIDRs", c.ServiceCIDRs)
-	for _, pol := range []struct {
-		field string
-		p     *AddressPolicy
-	}{{"externalIPs", c.ExternalIPs}, {"loadBalancerIPs", c.LoadBalancerIPs}} {
-		if pol.p != nil {
-			prefixes(pol.field+".allowedCIDRs", pol.p.AllowedCIDRs)
-			prefixes(pol.field+".rejectedCIDRs", pol.p.RejectedCIDRs)
-		}
-	}
 	if !(len(c.NodePortAddresses) == 1 && c.NodePortAddresses[0] == "primary") {
 		prefixes("nodePortAddresses", c.NodePortAddresses)
 	}
@@ -197,13 +186,8 @@ func (c *AgentConfiguration) check() error {
 			errs = append(errs, fmt.Errorf("%s: %q is not an %s CIDR", f.field, *f.v, f.family))
 		}
 	}
-	for _, f := range []field{{"unidleHoldTime", c.UnidleHoldTime}, {"hostCheckInterval", c.HostCheckInterval}} {
-		if f.v == nil {
-			continue
-		}
-		if d, err := time.ParseDuration(*f.v); err != nil || d <= 0 {
-			errs = append(errs, fmt.Errorf("%s: %q is not a positive duration (like 60s)", f.name, *f.v))
-		}
+	if c.HostCheckInterval != nil {
+		errs = append(errs, checkValue("hostCheckInterval", *c.HostCheckInterval, PositiveDuration))
 	}
 	if c.DatapathType != nil && *c.DatapathType != "auto" && *c.DatapathType != "system" && *c.DatapathType != "netdev" {
 		errs = append(errs, fmt.Errorf("datapathType: %q is not auto, system or netdev", *c.DatapathType))
@@ -217,18 +201,6 @@ func (c *AgentConfiguration) check() error {
 	if c.GCStartupFloor != nil && (*c.GCStartupFloor < 0 || *c.GCStartupFloor > 1<<20) {
 		errs = append(errs, fmt.Errorf("gcStartupFloor: %d is not between 0 and 1048576 (MiB)", *c.GCStartupFloor))
 	}
-	for i, s := range c.ClusterDNSServices {
-		if ns, name, ok := strings.Cut(s, "/"); !ok || ns == "" || name == "" || strings.Contains(name, "/") {
-			errs = append(errs, fmt.Errorf("clusterDNSServices[%d]: %q is not namespace/name", i, s))
-		}
-	}
-	for i, s := range c.TrustedDNS {
-		if _, err := netip.ParseAddr(s); err != nil {
-			if _, err := netip.ParsePrefix(s); err != nil {
-				errs = append(errs, fmt.Errorf("trustedDNS[%d]: %q is not an address or a CIDR", i, s))
-			}
-		}
-	}
 	if c.NamespaceBudget != nil && *c.NamespaceBudget < 0 {
 		errs = append(errs, fmt.Errorf("namespaceBudget: %d is negative (0 is no budget)", *c.NamespaceBudget))
 	}
@@ -240,7 +212,9 @@ func (c *AgentConfiguration) check() error {
 	return errors.Join(errs...)
 }
 
-// Settings lists the flags the file sets, in the order of the fields.
+// Settings lists the flags the file sets: the agent's own fields', in
+// their order, then the features' fields', in the order they are
+// declared.
 func (c *AgentConfiguration) Settings() []Setting {
 	var out []Setting
 	str := func(flag, field string, v *string) {
@@ -251,11 +225,6 @@ func (c *AgentConfiguration) Settings() []Setting {
 	list := func(flag, field string, v []string) {
 		if v != nil {
 			out = append(out, Setting{Flag: flag, Field: field, Value: strings.Join(v, ",")})
-		}
-	}
-	boolean := func(flag, field string, v *bool) {
-		if v != nil {
-			out = append(out, Setting{Flag: flag, Field: field, Value: strconv.FormatBool(*v)})
 		}
 	}
 	str("kubeconfig", "kubeconfig", c.Kubeconfig)
@@ -282,16 +251,6 @@ func (c *AgentConfiguration) Settings() []Setting {
 	str("socket", "socket", c.Socket)
 	str("cni-conf-dir", "cniConfDir", c.CNIConfDir)
 	str("cni-data-dir", "cniDataDir", c.CNIDataDir)
-	boolean("services", "services", c.Services)
-	boolean("unidle", "unidle", c.Unidle)
-	str("proxy-healthz-addr", "proxyHealthzAddr", c.ProxyHealthzAddr)
-	str("proxy-metrics-addr", "proxyMetricsAddr", c.ProxyMetricsAddr)
-	str("unidle-hold-time", "unidleHoldTime", c.UnidleHoldTime)
-	boolean("egress-firewall", "egressFirewall", c.EgressFirewall)
-	boolean("host-ports", "hostPorts", c.HostPorts)
-	boolean("network-policy", "networkPolicy", c.NetworkPolicy)
-	boolean("virtual-networks", "virtualNetworks", c.VirtualNetworks)
-	str("resolv-conf", "resolvConf", c.ResolvConf)
 	str("host-check-interval", "hostCheckInterval", c.HostCheckInterval)
 	str("proc-sys-net", "procSysNet", c.ProcSysNet)
 	if c.GCPercent != nil {
@@ -300,19 +259,9 @@ func (c *AgentConfiguration) Settings() []Setting {
 	if c.GCStartupFloor != nil {
 		out = append(out, Setting{Flag: "gc-startup-floor", Field: "gcStartupFloor", Value: strconv.Itoa(*c.GCStartupFloor)})
 	}
-	if p := c.ExternalIPs; p != nil {
-		list("external-ip-allowed-cidr", "externalIPs.allowedCIDRs", p.AllowedCIDRs)
-		list("external-ip-rejected-cidr", "externalIPs.rejectedCIDRs", p.RejectedCIDRs)
-	}
-	if p := c.LoadBalancerIPs; p != nil {
-		list("load-balancer-ip-allowed-cidr", "loadBalancerIPs.allowedCIDRs", p.AllowedCIDRs)
-		list("load-balancer-ip-rejected-cidr", "loadBalancerIPs.rejectedCIDRs", p.RejectedCIDRs)
-	}
 	list("nodeport-addresses", "nodePortAddresses", c.NodePortAddresses)
-	list("cluster-dns-service", "clusterDNSServices", c.ClusterDNSServices)
-	list("trusted-dns", "trustedDNS", c.TrustedDNS)
 	if c.NamespaceBudget != nil {
 		out = append(out, Setting{Flag: "namespace-budget", Field: "namespaceBudget", Value: strconv.Itoa(*c.NamespaceBudget)})
 	}
-	return out
+	return append(out, c.features...)
 }

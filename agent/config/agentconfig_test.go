@@ -1,11 +1,19 @@
-package config
+package config_test
 
 import (
 	"os"
 	"path/filepath"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
+
+	"nodeflow/agent/config"
+	"nodeflow/agent/features"
 )
+
+// fields are the features' fields, as the agent reads the file.
+var fields = features.FileFields()
 
 const full = `apiVersion: nodeflow.io/v1alpha1
 kind: AgentConfiguration
@@ -43,7 +51,7 @@ trustedDNS: [169.254.20.10, "fd00:172:30::/64"]
 
 // Every field becomes its flag's value, as the command line writes it.
 func TestParse(t *testing.T) {
-	c, err := Parse([]byte(full))
+	c, err := config.Parse([]byte(full), fields)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +78,7 @@ func TestParse(t *testing.T) {
 		t.Errorf("%d settings, want the file's 28: %v", len(got), got)
 	}
 	// An empty list is a setting: no cluster DNS Service at all.
-	c, err = Parse([]byte("apiVersion: nodeflow.io/v1alpha1\nkind: AgentConfiguration\nclusterDNSServices: []\n"))
+	c, err = config.Parse([]byte("apiVersion: nodeflow.io/v1alpha1\nkind: AgentConfiguration\nclusterDNSServices: []\n"), fields)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +112,7 @@ func TestParseErrors(t *testing.T) {
 		{"no version", "kind: AgentConfiguration\n", `apiVersion ""`},
 		{"not YAML", "\tfoo: [", "not YAML"},
 	} {
-		_, err := Parse([]byte(c.file))
+		_, err := config.Parse([]byte(c.file), fields)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v, want an error with %q", c.name, err, c.want)
 		}
@@ -117,10 +125,10 @@ func TestLoad(t *testing.T) {
 	if err := os.WriteFile(p, []byte("apiVersion: nodeflow.io/v1alpha1\nkind: AgentConfiguration\nmtu: 10\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Load(p); err == nil || !strings.Contains(err.Error(), p+": mtu: 10") {
+	if _, err := config.Load(p, fields); err == nil || !strings.Contains(err.Error(), p+": mtu: 10") {
 		t.Errorf("Load: %v, want the file and the field named", err)
 	}
-	if _, err := Load(filepath.Join(t.TempDir(), "none")); err == nil {
+	if _, err := config.Load(filepath.Join(t.TempDir(), "none"), fields); err == nil {
 		t.Error("a missing file loaded")
 	}
 }
@@ -129,7 +137,7 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte(full))
 	f.Add([]byte("apiVersion: nodeflow.io/v1alpha1\nkind: AgentConfiguration\nmtu: 1e9\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		c, err := Parse(b)
+		c, err := config.Parse(b, fields)
 		if err != nil {
 			return
 		}
@@ -147,12 +155,12 @@ func TestDocExample(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, rest, ok := strings.Cut(string(b), "```yaml\napiVersion: "+APIVersion)
+	_, rest, ok := strings.Cut(string(b), "```yaml\napiVersion: "+config.APIVersion)
 	if !ok {
 		t.Fatal("docs/install.md has no AgentConfiguration example")
 	}
 	body, _, _ := strings.Cut(rest, "```")
-	if _, err := Parse([]byte("apiVersion: " + APIVersion + body)); err != nil {
+	if _, err := config.Parse([]byte("apiVersion: "+config.APIVersion+body), fields); err != nil {
 		t.Errorf("the example in docs/install.md: %v", err)
 	}
 }
@@ -160,14 +168,101 @@ func TestDocExample(t *testing.T) {
 // namespaceBudget sets --namespace-budget; a negative one is refused.
 func TestParseNamespaceBudget(t *testing.T) {
 	head := "apiVersion: nodeflow.io/v1alpha1\nkind: AgentConfiguration\n"
-	c, err := Parse([]byte(head + "namespaceBudget: 20000\n"))
+	c, err := config.Parse([]byte(head+"namespaceBudget: 20000\n"), fields)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s := c.Settings(); len(s) != 1 || s[0] != (Setting{Flag: "namespace-budget", Field: "namespaceBudget", Value: "20000"}) {
+	if s := c.Settings(); len(s) != 1 || s[0] != (config.Setting{Flag: "namespace-budget", Field: "namespaceBudget", Value: "20000"}) {
 		t.Errorf("settings %+v", s)
 	}
-	if _, err := Parse([]byte(head + "namespaceBudget: -1\n")); err == nil || !strings.Contains(err.Error(), "namespaceBudget: -1") {
+	if _, err := config.Parse([]byte(head+"namespaceBudget: -1\n"), fields); err == nil || !strings.Contains(err.Error(), "namespaceBudget: -1") {
 		t.Errorf("negative budget: %v", err)
+	}
+}
+
+// docs/install.md lists every field of the file: the agent's own and the
+// features'.
+func TestDocFields(t *testing.T) {
+	b, err := os.ReadFile("../../docs/install.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, _ := strings.Cut(string(b), "```yaml\napiVersion: "+config.APIVersion)
+	body, _, _ := strings.Cut(rest, "```")
+	listed := map[string]bool{}
+	for _, line := range strings.Split(body, "\n") {
+		if also, ok := strings.CutPrefix(line, "# also: "); ok {
+			for _, f := range strings.Split(also, ", ") {
+				listed[strings.TrimSpace(f)] = true
+			}
+			continue
+		}
+		if name, _, ok := strings.Cut(strings.TrimSpace(line), ":"); ok {
+			listed[name] = true
+		}
+	}
+	var names []string
+	own := reflect.TypeFor[config.AgentConfiguration]()
+	for i := range own.NumField() {
+		if name, _, _ := strings.Cut(own.Field(i).Tag.Get("json"), ","); name != "" && name != "-" && name != "apiVersion" && name != "kind" {
+			names = append(names, name)
+		}
+	}
+	var walk func(fs []config.Field)
+	walk = func(fs []config.Field) {
+		for _, f := range fs {
+			names = append(names, f.Name)
+			walk(f.Fields)
+		}
+	}
+	walk(fields)
+	for _, n := range names {
+		if !listed[n] {
+			t.Errorf("field %s is not in docs/install.md's example", n)
+		}
+	}
+}
+
+// A feature's field is declared once, and not over one of the agent's.
+func TestFieldDeclaredTwice(t *testing.T) {
+	for _, fs := range [][]config.Field{
+		{{Name: "mtu", Flag: "mtu", Type: config.String}},
+		{{Name: "x", Flag: "x", Type: config.Bool}, {Name: "x", Flag: "y", Type: config.Bool}},
+		{{Name: "o", Type: config.Object, Fields: []config.Field{{Name: "a", Flag: "a", Type: config.List}, {Name: "a", Flag: "b", Type: config.List}}}},
+	} {
+		if _, err := config.Parse([]byte("apiVersion: nodeflow.io/v1alpha1\nkind: AgentConfiguration\n"), fs); err == nil || !strings.Contains(err.Error(), "declared twice") {
+			t.Errorf("fields %+v: %v, want an error", fs, err)
+		}
+	}
+}
+
+// A feature's fields set their flags with the values the command line
+// would give, and are checked as declared.
+func TestFeatureFields(t *testing.T) {
+	fs := []config.Field{
+		{Name: "enabled", Flag: "enabled", Type: config.Bool},
+		{Name: "wait", Flag: "wait", Type: config.String, Check: config.PositiveDuration},
+		{Name: "policy", Type: config.Object, Fields: []config.Field{{Name: "allowed", Flag: "allowed-cidr", Type: config.List, Check: config.CIDR}}},
+	}
+	head := "apiVersion: nodeflow.io/v1alpha1\nkind: AgentConfiguration\n"
+	c, err := config.Parse([]byte(head+"mtu: 1400\npolicy:\n  allowed: [10.0.0.0/8, 10.1.0.0/16]\nenabled: false\nwait: 5s\n"), fs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []config.Setting{{Flag: "mtu", Field: "mtu", Value: "1400"}, {Flag: "enabled", Field: "enabled", Value: "false"},
+		{Flag: "wait", Field: "wait", Value: "5s"}, {Flag: "allowed-cidr", Field: "policy.allowed", Value: "10.0.0.0/8,10.1.0.0/16"}}
+	if got := c.Settings(); !slices.Equal(got, want) {
+		t.Errorf("settings %+v, want %+v", got, want)
+	}
+	for _, bad := range []struct{ file, want string }{
+		{"enabled: yes please\n", "enabled: string given, want bool"},
+		{"wait: 0s\n", `wait: "0s" is not a positive duration`},
+		{"policy:\n  allowed: [10.0.0.0/8, nope]\n", `policy.allowed[1]: "nope" is not a CIDR`},
+		{"policy:\n  denied: []\n", `unknown field "policy.denied"`},
+		{"policy: [10.0.0.0/8]\n", "policy"},
+	} {
+		if _, err := config.Parse([]byte(head+bad.file), fs); err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("%q: %v, want an error with %q", bad.file, err, bad.want)
+		}
 	}
 }

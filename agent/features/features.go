@@ -1,10 +1,11 @@
 // Package features is the one list of the node agent's features. Each
-// entry says which flags turn the feature on and tune it, how it is built
-// from them, and what it leaves on a node besides the bridges (its
-// nftables tables). The agent's command (cmd/nodeflow) takes its flags
-// and builds the features from this list, and `nodeflow cleanup` takes
-// from it what to remove: adding a feature touches its own folders and
-// this list.
+// entry says which flags turn the feature on and tune it, which fields of
+// the configuration file set them, how it is built from them, and what it
+// leaves on a node besides the bridges (its nftables tables, its network
+// interfaces and namespaces). The agent's command (cmd/nodeflow) takes
+// its flags and file fields and builds the features from this list, and
+// `nodeflow cleanup` takes from it what to remove: adding a feature
+// touches its own folders and this list.
 //
 // The seam (agent/feature) knows none of the features; this package is
 // where they are named, above them.
@@ -22,6 +23,8 @@ import (
 	"github.com/sirupsen/logrus"
 	"github.com/urfave/cli/v2"
 
+	"nodeflow/agent/cleanup"
+	"nodeflow/agent/config"
 	"nodeflow/agent/feature"
 	"nodeflow/agent/features/egressfirewallfeature"
 	"nodeflow/agent/features/hostportfeature"
@@ -71,6 +74,9 @@ type Spec struct {
 	// Flags are its flags, added to the agent's (and, hidden, to
 	// cleanup's, so that both read the same configuration).
 	Flags []cli.Flag
+	// File are the fields of the agent's configuration file that set its
+	// flags.
+	File []config.Field
 	// New builds its features from env, in the order the agent wires
 	// them; none when its flags turn it off. A bad flag is an error that
 	// names it.
@@ -81,6 +87,9 @@ type Spec struct {
 	// NFTables are the nftables tables it creates (one per family), which
 	// cleanup deletes.
 	NFTables []string
+	// Links, when set, are the network interfaces and namespaces it keeps
+	// on the node, which cleanup removes after the pod bridge.
+	Links cleanup.Links
 }
 
 // All is the list, in the order the agent wires the features: node
@@ -95,6 +104,28 @@ func CLIFlags() []cli.Flag {
 		out = append(out, s.Flags...)
 	}
 	return out
+}
+
+// FileFields returns every entry's fields of the configuration file, in
+// the list's order.
+func FileFields() []config.Field {
+	var out []config.Field
+	for _, s := range All {
+		out = append(out, s.File...)
+	}
+	return out
+}
+
+// Links returns the network interfaces and namespaces a feature keeps on
+// the node (one entry declares them at most: cleanup's steps are named
+// for the virtual networks'); nil when none does.
+func Links() cleanup.Links {
+	for _, s := range All {
+		if s.Links != nil {
+			return s.Links
+		}
+	}
+	return nil
 }
 
 // NFTables returns every nftables table a feature creates.
@@ -174,6 +205,23 @@ var services = Spec{
 		&cli.StringSliceFlag{Name: "load-balancer-ip-rejected-cidr", EnvVars: []string{"NODEFLOW_LOAD_BALANCER_IP_REJECTED_CIDRS"},
 			Usage: "`CIDR`s refused to status.loadBalancer.ingress even inside --load-balancer-ip-allowed-cidr"},
 	},
+	// externalIPs and loadBalancerIPs are the policies for the addresses
+	// Services name in spec.externalIPs and status.loadBalancer.ingress.
+	File: []config.Field{
+		{Name: "services", Flag: "services", Type: config.Bool},
+		{Name: "unidle", Flag: "unidle", Type: config.Bool},
+		{Name: "proxyHealthzAddr", Flag: "proxy-healthz-addr", Type: config.String},
+		{Name: "proxyMetricsAddr", Flag: "proxy-metrics-addr", Type: config.String},
+		{Name: "unidleHoldTime", Flag: "unidle-hold-time", Type: config.String, Check: config.PositiveDuration},
+		{Name: "externalIPs", Type: config.Object, Fields: []config.Field{
+			{Name: "allowedCIDRs", Flag: "external-ip-allowed-cidr", Type: config.List, Check: config.CIDR},
+			{Name: "rejectedCIDRs", Flag: "external-ip-rejected-cidr", Type: config.List, Check: config.CIDR},
+		}},
+		{Name: "loadBalancerIPs", Type: config.Object, Fields: []config.Field{
+			{Name: "allowedCIDRs", Flag: "load-balancer-ip-allowed-cidr", Type: config.List, Check: config.CIDR},
+			{Name: "rejectedCIDRs", Flag: "load-balancer-ip-rejected-cidr", Type: config.List, Check: config.CIDR},
+		}},
+	},
 	New: func(env Env) ([]feature.Feature, error) {
 		var policies [4][]netip.Prefix
 		for i, flag := range []string{"external-ip-allowed-cidr", "external-ip-rejected-cidr", "load-balancer-ip-allowed-cidr", "load-balancer-ip-rejected-cidr"} {
@@ -214,6 +262,7 @@ var hostPorts = Spec{
 		&cli.BoolFlag{Name: "host-ports", Value: true, EnvVars: []string{"NODEFLOW_HOST_PORTS"},
 			Usage: "serve the hostPorts of this node's pods (on br0, breth0 and, for the host's own connections, nftables)"},
 	},
+	File: []config.Field{{Name: "hostPorts", Flag: "host-ports", Type: config.Bool}},
 	New: func(env Env) ([]feature.Feature, error) {
 		if !env.Flags.Bool("host-ports") {
 			return nil, nil
@@ -230,6 +279,7 @@ var networkPolicy = Spec{
 		&cli.BoolFlag{Name: "network-policy", Value: true, EnvVars: []string{"NODEFLOW_NETWORK_POLICY"},
 			Usage: "enforce NetworkPolicy (networking.k8s.io/v1) on br0: tables 45 and 65"},
 	},
+	File: []config.Field{{Name: "networkPolicy", Flag: "network-policy", Type: config.Bool}},
 	New: func(env Env) ([]feature.Feature, error) {
 		if !env.Flags.Bool("network-policy") {
 			return nil, nil
@@ -248,6 +298,23 @@ var egressFirewall = Spec{
 			Usage: "`NAMESPACE/NAME` of a cluster DNS Service whose answers to pods the egress firewall learns dnsName addresses from (through its ClusterIPs and its endpoints, answered by a pod of its namespace); repeat or comma-separate; an empty value trusts none"},
 		&cli.StringSliceFlag{Name: "trusted-dns", EnvVars: []string{"NODEFLOW_TRUSTED_DNS"},
 			Usage: "`ADDRESS` or prefix of a resolver outside the pod and service networks (a node-local DNS cache's 169.254.20.10, say) whose answers that reach pods from the host or the gateway the egress firewall learns from, besides --resolv-conf's nameservers"},
+	},
+	File: []config.Field{
+		{Name: "egressFirewall", Flag: "egress-firewall", Type: config.Bool},
+		{Name: "resolvConf", Flag: "resolv-conf", Type: config.String},
+		// An empty list trusts no cluster DNS Service.
+		{Name: "clusterDNSServices", Flag: "cluster-dns-service", Type: config.List, Check: func(s string) string {
+			if ns, name, ok := strings.Cut(s, "/"); !ok || ns == "" || name == "" || strings.Contains(name, "/") {
+				return "is not namespace/name"
+			}
+			return ""
+		}},
+		{Name: "trustedDNS", Flag: "trusted-dns", Type: config.List, Check: func(s string) string {
+			if _, err := netip.ParseAddr(s); err != nil && config.CIDR(s) != "" {
+				return "is not an address or a CIDR"
+			}
+			return ""
+		}},
 	},
 	New: func(env Env) ([]feature.Feature, error) {
 		clusterDNS, err := egressfirewallfeature.ParseClusterDNSServices(env.Flags.StringSlice("cluster-dns-service"))
@@ -275,6 +342,10 @@ var virtualNetworks = Spec{
 		&cli.BoolFlag{Name: "virtual-networks", Value: true, EnvVars: []string{"NODEFLOW_VIRTUAL_NETWORKS"},
 			Usage: "run the virtual networks' connection agent (vnet.nodeflow.io): an interface per NetworkAttachment of this node, and their VNIs on br0; it waits for the CRDs when they are not installed"},
 	},
+	File: []config.Field{{Name: "virtualNetworks", Flag: "virtual-networks", Type: config.Bool}},
+	// The attachments' veths, and their namespaces in the directory `ip
+	// netns` uses.
+	Links: &vnetfeature.Links{NetnsDir: vnetfeature.DefaultNetnsDir},
 	New: func(env Env) ([]feature.Feature, error) {
 		if !env.Flags.Bool("virtual-networks") {
 			return nil, nil

@@ -10,6 +10,8 @@ import (
 	"github.com/sirupsen/logrus"
 	"github.com/urfave/cli/v2"
 
+	"nodeflow/agent/config"
+	"nodeflow/agent/features/vnetfeature"
 	"nodeflow/host/nat"
 )
 
@@ -115,5 +117,30 @@ func TestReservedPorts(t *testing.T) {
 	got := ReservedPorts("127.0.0.1:9476", "", "0.0.0.0:10256", "bad", "[::1]:9476")
 	if want := []uint16{10250, 9476, 10256}; !slices.Equal(got, want) {
 		t.Errorf("reserved ports %v, want %v", got, want)
+	}
+}
+
+// Each entry's fields of the configuration file set flags of its own, and
+// cleanup learns where the virtual networks keep their namespaces.
+func TestListFileFieldsAndLinks(t *testing.T) {
+	for _, s := range All {
+		own := map[string]bool{}
+		for _, f := range s.Flags {
+			own[f.Names()[0]] = true
+		}
+		var walk func(fs []config.Field)
+		walk = func(fs []config.Field) {
+			for _, f := range fs {
+				if f.Type == config.Object {
+					walk(f.Fields)
+				} else if !own[f.Flag] {
+					t.Errorf("%s: field %s sets --%s, not one of its flags", s.Name, f.Name, f.Flag)
+				}
+			}
+		}
+		walk(s.File)
+	}
+	if l := Links(); l == nil || l.Dir() != vnetfeature.DefaultNetnsDir {
+		t.Errorf("cleanup's links %v, want the virtual networks' in %s", l, vnetfeature.DefaultNetnsDir)
 	}
 }

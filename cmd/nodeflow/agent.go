@@ -185,7 +185,7 @@ func applyConfigFile(c *cli.Context) error {
 	if path == "" {
 		return nil
 	}
-	ac, err := config.Load(path)
+	ac, err := config.Load(path, features.FileFields())
 	if err != nil {
 		return err
 	}

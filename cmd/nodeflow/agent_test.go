@@ -11,10 +11,12 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"nodeflow/agent/config"
+	"nodeflow/agent/features"
 	"nodeflow/agent/features/egressfirewallfeature"
 )
 
-// Every field of the configuration file sets a flag the agent has.
+// Every field of the configuration file sets a flag the agent has: the
+// agent's own fields and the features'.
 func TestConfigFileFlagsExist(t *testing.T) {
 	flags := map[string]bool{}
 	for _, f := range agentCommand().Flags {
@@ -22,17 +24,29 @@ func TestConfigFileFlagsExist(t *testing.T) {
 			flags[n] = true
 		}
 	}
-	on, s := true, "x"
+	s := "x"
 	mtu := 1400
 	qps := 50.0
 	c := config.AgentConfiguration{Kubeconfig: &s, NodeName: &s, OVSRundir: &s, PodBridge: &s, GatewayBridge: &s, Uplink: &s,
 		DatapathType: &s, ClusterCIDRs: []string{s}, ServiceCIDRs: []string{s}, MasqueradeSubnetV4: &s, MasqueradeSubnetV6: &s, MTU: &mtu,
-		HealthAddr: &s, Socket: &s, CNIConfDir: &s, CNIDataDir: &s, Services: &on, Unidle: &on, UnidleHoldTime: &s, EgressFirewall: &on,
-		ResolvConf: &s, HostCheckInterval: &s, VirtualNetworks: &on, KubeAPIQPS: &qps, KubeAPIBurst: &mtu,
-		ClusterDNSServices: []string{s}, TrustedDNS: []string{s}}
+		HealthAddr: &s, Socket: &s, CNIConfDir: &s, CNIDataDir: &s, HostCheckInterval: &s, KubeAPIQPS: &qps, KubeAPIBurst: &mtu}
 	settings := c.Settings()
-	if len(settings) != 27 {
-		t.Errorf("%d settings from a file with every field, want 27", len(settings))
+	if len(settings) != 19 {
+		t.Errorf("%d settings from a file with these fields, want 19", len(settings))
+	}
+	var walk func(prefix string, fs []config.Field)
+	walk = func(prefix string, fs []config.Field) {
+		for _, f := range fs {
+			if f.Type == config.Object {
+				walk(prefix+f.Name+".", f.Fields)
+				continue
+			}
+			settings = append(settings, config.Setting{Flag: f.Flag, Field: prefix + f.Name})
+		}
+	}
+	walk("", features.FileFields())
+	if len(settings) != 19+16 {
+		t.Errorf("%d fields, want the agent's 19 and the features' 16", len(settings))
 	}
 	for _, st := range settings {
 		if !flags[st.Flag] {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
-	"nodeflow/agent/features/vnetfeature"
 	"os"
 	"os/signal"
 	"syscall"
@@ -92,9 +91,9 @@ func runCleanup(c *cli.Context) error {
 	o := cleanup.Options{
 		OVSRundir: c.String("ovs-rundir"), PodBridge: c.String("pod-bridge"), GatewayBridge: c.String("gateway-bridge"),
 		Uplink: c.String("uplink"), CNIConfDir: c.String("cni-conf-dir"), CNIDataDir: dataDir, CNIBin: c.String("cni-bin"),
-		Socket: socket, HealthAddr: c.String("health-addr"), AgentLock: agent.AgentLock, NetnsDir: vnetfeature.DefaultNetnsDir,
-		NFTables: features.NFTables(),
-		Purge:    c.Bool("purge"), Force: c.Bool("force"), DryRun: c.Bool("dry-run"),
+		Socket: socket, HealthAddr: c.String("health-addr"), AgentLock: agent.AgentLock,
+		NFTables: features.NFTables(), VNet: features.Links(),
+		Purge: c.Bool("purge"), Force: c.Bool("force"), DryRun: c.Bool("dry-run"),
 	}
 	for _, flag := range []string{"masquerade-subnet-v4", "masquerade-subnet-v6"} {
 		if s := c.String(flag); s != "" {

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"nodeflow/agent/feature"
+	"nodeflow/lib/syncloop"
 	"nodeflow/model/egressfirewall"
 )
 
@@ -52,16 +53,20 @@ func Rollup(messages []string) string {
 	return StatusApplied
 }
 
+// statusRetry is the wait before a status that could not be written is
+// tried again.
+const statusRetry = 2 * time.Second
+
 // statusWriter writes this node's status message on the enforced
-// EgressFirewalls, once the flows it reports on are in the switch.
+// EgressFirewalls, once the flows it reports on are in the switch. Its
+// loop is a syncloop.Keyed over the objects' namespace/name.
 type statusWriter struct {
 	f    *Firewall
 	node string
-	wake chan struct{}
+	loop *syncloop.Keyed[string]
 
 	mu      sync.Mutex
 	desired map[string]desiredStatus // namespace/name -> this node's message
-	pending map[string]struct{}
 }
 
 type desiredStatus struct {
@@ -70,10 +75,9 @@ type desiredStatus struct {
 }
 
 func newStatusWriter(f *Firewall) *statusWriter {
-	return &statusWriter{
-		f: f, node: f.h.Node().Name, wake: make(chan struct{}, 1),
-		desired: map[string]desiredStatus{}, pending: map[string]struct{}{},
-	}
+	w := &statusWriter{f: f, node: f.h.Node().Name, desired: map[string]desiredStatus{}}
+	w.loop = syncloop.NewKeyed(w.pass, syncloop.KeyedOptions{RetryInterval: statusRetry})
+	return w
 }
 
 func key(ns, name string) string { return ns + "/" + name }
@@ -83,12 +87,13 @@ func (w *statusWriter) want(ref egressfirewall.ObjectRef, body string) {
 	d := desiredStatus{ref: ref, msg: w.node + ": " + body}
 	k := key(ref.Namespace, ref.Name)
 	w.mu.Lock()
-	if old, ok := w.desired[k]; !ok || old != d {
-		w.desired[k] = d
-		w.pending[k] = struct{}{}
-	}
+	old, ok := w.desired[k]
+	changed := !ok || old != d
+	w.desired[k] = d
 	w.mu.Unlock()
-	w.poke()
+	if changed {
+		w.loop.Mark(k)
+	}
 }
 
 // keepOnly forgets the messages for ns's objects other than keep.
@@ -98,7 +103,6 @@ func (w *statusWriter) keepOnly(ns string, keep egressfirewall.ObjectRef) {
 	for k, d := range w.desired {
 		if d.ref.Namespace == ns && (d.ref.Name != keep.Name || d.ref.Kind != keep.Kind) {
 			delete(w.desired, k)
-			delete(w.pending, k)
 		}
 	}
 }
@@ -109,75 +113,42 @@ func (w *statusWriter) objectUpdated(u *unstructured.Unstructured) {
 	k := key(u.GetNamespace(), u.GetName())
 	w.mu.Lock()
 	_, ok := w.desired[k]
-	if ok {
-		w.pending[k] = struct{}{}
-	}
 	w.mu.Unlock()
 	if ok {
-		w.poke()
+		w.loop.Mark(k)
 	}
 }
 
-func (w *statusWriter) poke() {
-	select {
-	case w.wake <- struct{}{}:
-	default:
-	}
-}
+// run writes the pending messages until ctx ends.
+func (w *statusWriter) run(ctx context.Context) { w.loop.Loop(ctx) }
 
-// run writes the pending messages until ctx ends: it waits until the
-// bridges hold every flow set before, then applies each message.
-func (w *statusWriter) run(ctx context.Context) {
-	retry := time.NewTimer(time.Hour)
-	retry.Stop()
-	defer retry.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-w.wake:
-		case <-retry.C:
-		}
-		w.mu.Lock()
-		var todo []desiredStatus
-		for k := range w.pending {
-			if d, ok := w.desired[k]; ok {
-				todo = append(todo, d)
-			}
-		}
-		clear(w.pending)
-		w.mu.Unlock()
-		if len(todo) == 0 {
-			continue
-		}
-		fctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		err := w.f.h.Flush(fctx, plan.Pod)
-		cancel()
-		failed := false
-		if err != nil {
-			w.f.log.WithError(err).Warn("status: waiting for the bridges")
-			failed = true
-		} else {
-			for _, d := range todo {
-				if !w.write(ctx, d) {
-					failed = true
-					w.mu.Lock()
-					w.pending[key(d.ref.Namespace, d.ref.Name)] = struct{}{}
-					w.mu.Unlock()
-				}
-			}
-		}
-		if failed {
-			w.mu.Lock()
-			for _, d := range todo {
-				if _, ok := w.desired[key(d.ref.Namespace, d.ref.Name)]; ok {
-					w.pending[key(d.ref.Namespace, d.ref.Name)] = struct{}{}
-				}
-			}
-			w.mu.Unlock()
-			retry.Reset(2 * time.Second)
+// pass writes the messages of keys (those forgotten meanwhile are
+// skipped): it waits until the bridges hold every flow set before, then
+// applies each message. It returns the keys to retry.
+func (w *statusWriter) pass(ctx context.Context, keys []string, _ bool) (failed []string) {
+	w.mu.Lock()
+	var todo []desiredStatus
+	for _, k := range keys {
+		if d, ok := w.desired[k]; ok {
+			todo = append(todo, d)
 		}
 	}
+	w.mu.Unlock()
+	if len(todo) == 0 {
+		return nil
+	}
+	fctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	err := w.f.h.Flush(fctx, plan.Pod)
+	cancel()
+	for _, d := range todo {
+		if err != nil || !w.write(ctx, d) {
+			failed = append(failed, key(d.ref.Namespace, d.ref.Name))
+		}
+	}
+	if err != nil {
+		w.f.log.WithError(err).Warn("status: waiting for the bridges")
+	}
+	return failed
 }
 
 // write applies d unless the object already says it; it reports false

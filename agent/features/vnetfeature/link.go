@@ -98,6 +98,9 @@ type Links struct {
 
 func (l *Links) netnsPath(name string) string { return filepath.Join(l.NetnsDir, name) }
 
+// Dir is NetnsDir.
+func (l *Links) Dir() string { return l.NetnsDir }
+
 // hostHandle returns a netlink handle on the host's namespace.
 func (l *Links) hostHandle() (*netlink.Handle, error) {
 	if l.HostNetns == "" {
