@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"nodeflow/internal/testutil/waittest"
 	"nodeflow/lib/openflow"
 	"nodeflow/testbed/ovs"
 )
@@ -46,7 +47,7 @@ func changesDuringAudit(b *testing.B, owners int, state func(o, version int) Sta
 		name  string
 		s     *Store
 		run   *running
-		clk   *waitClock
+		clk   *waittest.WaitClock
 		ended chan struct{}
 		// during are update times during audits, quiet without one;
 		// audits the audits' wall time.
@@ -61,7 +62,7 @@ func changesDuringAudit(b *testing.B, owners int, state func(o, version int) Sta
 				b.Fatal(err)
 			}
 		}
-		d.clk = newWaitClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+		d.clk = waittest.NewWaitClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 		d.ended = make(chan struct{}, 1)
 		opts := Options{Bridge: []string{"br0", "br1"}[i], Clock: d.clk, AuditInterval: time.Minute,
 			OnSync: func(rep SyncReport) {

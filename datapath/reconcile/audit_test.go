@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"nodeflow/datapath/plan"
+	"nodeflow/internal/testutil/waittest"
 	"nodeflow/lib/openflow"
 	"nodeflow/testbed/ovs"
 )
@@ -90,7 +91,7 @@ func (p *partsRun) audits(t *testing.T, n int) []SyncReport {
 	from := len(p.reps)
 	p.mu.Unlock()
 	var out []SyncReport
-	poll(t, fmt.Sprintf("%d audits in parts", n), 30*time.Second, func() error {
+	waittest.Poll(t, fmt.Sprintf("%d audits in parts", n), 30*time.Second, func() error {
 		p.mu.Lock()
 		out = append([]SyncReport(nil), p.reps[from:]...)
 		p.mu.Unlock()

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"nodeflow/datapath/plan"
+	"nodeflow/internal/testutil/waittest"
 	"nodeflow/lib/openflow"
 	"nodeflow/testbed/ovs"
 )
@@ -254,7 +255,7 @@ func BenchmarkSwitchRestartReplay(b *testing.B) {
 		cancel()
 		b.StartTimer()
 		back := time.Now()
-		poll(b, "flows replayed", 60*time.Second, func() error {
+		waittest.Poll(b, "flows replayed", 60*time.Second, func() error {
 			out, err := sb.Ofctl("-O", "OpenFlow15", "dump-aggregate", "br0")
 			if err != nil {
 				return err
@@ -299,7 +300,7 @@ func BenchmarkDriftRepair(b *testing.B) {
 		if _, err := sb.Ofctl("-O", "OpenFlow15", "del-flows", "br0"); err != nil {
 			b.Fatal(err)
 		}
-		poll(b, "all flows repaired", 60*time.Second, func() error {
+		waittest.Poll(b, "all flows repaired", 60*time.Second, func() error {
 			if n := countFlows(b, sb); n != owners*per+1 {
 				return fmt.Errorf("%d flows", n)
 			}

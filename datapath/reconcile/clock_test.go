@@ -2,13 +2,10 @@ package reconcile
 
 import (
 	"fmt"
-	"slices"
-	"sync"
 	"testing"
 	"time"
 
-	clocktesting "k8s.io/utils/clock/testing"
-
+	"nodeflow/internal/testutil/waittest"
 	"nodeflow/lib/openflow"
 	"nodeflow/testbed/ovs"
 )
@@ -32,63 +29,11 @@ func (c reports) next(t *testing.T, kind SyncKind) SyncReport {
 	}
 }
 
-// waitClock is the library's fake clock, noting the times After is asked
-// to wait for, so a test can wait until the code under test waits for a
-// given time. Like time.After, After with d <= 0 fires at once.
-type waitClock struct {
-	*clocktesting.FakeClock
-	mu sync.Mutex
-	at []time.Time
-}
-
-func newWaitClock(t time.Time) *waitClock {
-	return &waitClock{FakeClock: clocktesting.NewFakeClock(t)}
-}
-
-// After implements the Clock's After.
-func (c *waitClock) After(d time.Duration) <-chan time.Time {
-	if d <= 0 {
-		ch := make(chan time.Time, 1)
-		ch <- c.Now()
-		return ch
-	}
-	c.mu.Lock()
-	c.at = append(c.at, c.Now().Add(d))
-	c.mu.Unlock()
-	return c.FakeClock.After(d)
-}
-
-// HasWaiterAt reports whether someone waits for exactly t, still ahead.
-func (c *waitClock) HasWaiterAt(t time.Time) bool {
-	if !t.After(c.Now()) {
-		return false
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return slices.ContainsFunc(c.at, t.Equal)
-}
-
-// Waiting returns the times still ahead that were waited for, earliest
-// first, once each.
-func (c *waitClock) Waiting() []time.Time {
-	now := c.Now()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var out []time.Time
-	for _, a := range c.at {
-		if a.After(now) {
-			out = append(out, a)
-		}
-	}
-	slices.SortFunc(out, time.Time.Compare)
-	return slices.CompactFunc(out, time.Time.Equal)
-}
-
 // waitingAt waits until the reconciler's loop waits on the clock for t
 // (it has finished what it was doing and armed its timer).
-func waitingAt(t *testing.T, clk *waitClock, at time.Time) {
+func waitingAt(t *testing.T, clk *waittest.WaitClock, at time.Time) {
 	t.Helper()
-	poll(t, fmt.Sprintf("the reconciler waits for %s", at.Format("15:04:05.000")), 20*time.Second, func() error {
+	waittest.Poll(t, fmt.Sprintf("the reconciler waits for %s", at.Format("15:04:05.000")), 20*time.Second, func() error {
 		if clk.HasWaiterAt(at) {
 			return nil
 		}
@@ -107,7 +52,7 @@ func waitingAt(t *testing.T, clk *waitClock, at time.Time) {
 func TestClockTimeline(t *testing.T) {
 	_, addr := testBridge(t, ovs.Options{Dummy: true}, "br0")
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	clk := newWaitClock(t0)
+	clk := waittest.NewWaitClock(t0)
 	reps := make(reports, 64)
 	store := NewStore(StoreOptions{})
 	run := start(t, addr, store, Options{Clock: clk, AuditInterval: 30 * time.Second,
@@ -191,7 +136,7 @@ func TestClockTimeline(t *testing.T) {
 func TestClockMinInterval(t *testing.T) {
 	_, addr := testBridge(t, ovs.Options{Dummy: true}, "br0")
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	clk := newWaitClock(t0)
+	clk := waittest.NewWaitClock(t0)
 	reps := make(reports, 64)
 	store := NewStore(StoreOptions{})
 	start(t, addr, store, Options{Clock: clk, AuditInterval: -1, MinInterval: time.Second,

@@ -16,6 +16,7 @@ import (
 	"github.com/gopacket/gopacket/layers"
 
 	"nodeflow/datapath/plan"
+	"nodeflow/internal/testutil/waittest"
 	"nodeflow/lib/openflow"
 	"nodeflow/testbed/ovs"
 )
@@ -106,7 +107,7 @@ func TestFlushThenRunsAfterTheChanges(t *testing.T) {
 	}
 	// The packet-outs of the last calls may still be in the switch's
 	// queue: Send does not wait, so wait for the counters.
-	poll(t, "every flow counted its packet", 20*time.Second, func() error {
+	waittest.Poll(t, "every flow counted its packet", 20*time.Second, func() error {
 		got := packetsTo(t, sb)
 		for i := 1; i <= n; i++ {
 			if a := fmt.Sprintf("10.128.0.%d", i); got[a] != 1 {
@@ -121,7 +122,7 @@ func TestFlushThenRunsAfterTheChanges(t *testing.T) {
 	if err := run.r.FlushThen(ctx, udpTo(t, a)); err != nil {
 		t.Fatal(err)
 	}
-	poll(t, "the served call's packet", 20*time.Second, func() error {
+	waittest.Poll(t, "the served call's packet", 20*time.Second, func() error {
 		if got := packetsTo(t, sb)["10.128.0.1"]; got != 2 {
 			return fmt.Errorf("10.128.0.1: %d packets, want 2", got)
 		}
@@ -148,7 +149,7 @@ func TestFlushThenBadMessage(t *testing.T) {
 	mustSet(t, s, "pod/default/bad", countFlow(a))
 	_ = run.r.FlushThen(ctx, bad) // refused in the bundle, or sent alone after it
 	run.flush(t)
-	poll(t, "the flow installed", 20*time.Second, func() error {
+	waittest.Poll(t, "the flow installed", 20*time.Second, func() error {
 		if _, ok := packetsTo(t, sb)["10.128.0.7"]; !ok {
 			return fmt.Errorf("no flow for 10.128.0.7")
 		}
@@ -214,7 +215,7 @@ func TestFlushThenOneChange(t *testing.T) {
 			t.Fatalf("flush %d: %v", i, err)
 		}
 	}
-	poll(t, "every flow counted its packet", 20*time.Second, func() error {
+	waittest.Poll(t, "every flow counted its packet", 20*time.Second, func() error {
 		got := packetsTo(t, sb)
 		for i := 1; i <= n; i++ {
 			if a := fmt.Sprintf("10.128.1.%d", i); got[a] != 1 {
@@ -232,7 +233,7 @@ func TestFlushThenOneChange(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "OFPBAC_BAD_OUT_PORT") {
 		t.Errorf("flush with a refused change: %v, want OFPBAC_BAD_OUT_PORT", err)
 	}
-	poll(t, "the packet-out after the refused change", 20*time.Second, func() error {
+	waittest.Poll(t, "the packet-out after the refused change", 20*time.Second, func() error {
 		if got := packetsTo(t, sb)["10.128.1.1"]; got != 2 {
 			return fmt.Errorf("10.128.1.1: %d packets, want 2", got)
 		}
@@ -247,7 +248,7 @@ func TestFlushThenOneChange(t *testing.T) {
 	if err := oneChangeThen("pod/default/last", countFlow(last), udpTo(t, last)); err != nil {
 		t.Fatal(err)
 	}
-	poll(t, "the last packet-out", 20*time.Second, func() error {
+	waittest.Poll(t, "the last packet-out", 20*time.Second, func() error {
 		if got := packetsTo(t, sb)["10.128.1.100"]; got != 1 {
 			return fmt.Errorf("10.128.1.100: %d packets, want 1", got)
 		}

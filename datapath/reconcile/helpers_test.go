@@ -179,22 +179,6 @@ func desiredState(t testing.TB, s *Store, gen plan.Generation, maskGen bool) str
 	return normalize(lines, maskGen)
 }
 
-// poll waits until cond returns nil or the deadline passes.
-func poll(t testing.TB, what string, timeout time.Duration, cond func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	var err error
-	for {
-		if err = cond(); err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: still failing after %s: %v", what, timeout, err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func sameState(t testing.TB, sb *ovs.Sandbox, bridge string, s *Store, gen plan.Generation, maskGen bool) error {
 	got, err := ovsState(sb, bridge, maskGen)
 	if err != nil {

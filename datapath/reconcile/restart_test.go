@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"nodeflow/datapath/plan"
+	"nodeflow/internal/testutil/waittest"
 	"nodeflow/lib/openflow"
 	"nodeflow/testbed/ovs"
 )
@@ -118,7 +119,7 @@ func TestAgentRestartZeroLoss(t *testing.T) {
 	run1 := start(t, addr, s1, Options{AuditInterval: -1})
 
 	// Warm up: the first pings wait for ARP.
-	poll(t, "first ping", 20*time.Second, func() error {
+	waittest.Poll(t, "first ping", 20*time.Second, func() error {
 		_, err := exec.Command("ip", "netns", "exec", cli, "ping", "-c", "1", "-W", "1", "10.200.0.2").CombinedOutput()
 		return err
 	})
@@ -134,7 +135,7 @@ func TestAgentRestartZeroLoss(t *testing.T) {
 		done <- result{string(out), err}
 	}()
 	before := packets(t, sb, "br0", "in_port=1")
-	poll(t, "stream flowing", 10*time.Second, func() error {
+	waittest.Poll(t, "stream flowing", 10*time.Second, func() error {
 		if n := packets(t, sb, "br0", "in_port=1"); n < before+200 {
 			return fmt.Errorf("%d packets so far", n-before)
 		}
@@ -157,7 +158,7 @@ func TestAgentRestartZeroLoss(t *testing.T) {
 		t.Fatal(err)
 	}
 	mid := packets(t, sb, "br0", "in_port=1")
-	poll(t, "stream flowing after the restart", 10*time.Second, func() error {
+	waittest.Poll(t, "stream flowing after the restart", 10*time.Second, func() error {
 		if n := packets(t, sb, "br0", "in_port=1"); n < mid+100 {
 			return fmt.Errorf("%d packets since", n-mid)
 		}
@@ -208,7 +209,7 @@ func TestSwitchRestartReplays(t *testing.T) {
 		t.Fatal(err)
 	}
 	back := time.Now()
-	poll(t, "state replayed", 30*time.Second, func() error { return sameState(t, sb, "br0", s, gen, false) })
+	waittest.Poll(t, "state replayed", 30*time.Second, func() error { return sameState(t, sb, "br0", s, gen, false) })
 	t.Logf("ovs-vswitchd restart: %d flows and 200 groups back %s after it answered", func() int { f, _, _ := s.Counts(); return f }(), time.Since(back).Round(time.Millisecond))
 	meters, err := sb.Ofctl("-O", "OpenFlow15", "dump-meters", "br0")
 	if err != nil || !strings.Contains(meters, fmt.Sprintf("meter=%d", plan.MeterReject)) {
@@ -270,7 +271,7 @@ func TestDriftRepair(t *testing.T) {
 					t.Fatalf("no repair within 20 s; so far %s", got)
 				}
 			}
-			poll(t, "state back", 10*time.Second, func() error { return sameState(t, sb, "br0", s, gen, false) })
+			waittest.Poll(t, "state back", 10*time.Second, func() error { return sameState(t, sb, "br0", s, gen, false) })
 		})
 	}
 }
@@ -286,7 +287,7 @@ func TestAuditRepairsGroups(t *testing.T) {
 		t.Fatal(err)
 	}
 	changed := time.Now()
-	poll(t, "group repaired", 20*time.Second, func() error { return sameState(t, sb, "br0", s, gen, false) })
+	waittest.Poll(t, "group repaired", 20*time.Second, func() error { return sameState(t, sb, "br0", s, gen, false) })
 	t.Logf("mod-group repaired by the audit within %s", time.Since(changed).Round(time.Millisecond))
 }
 

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	clocktesting "k8s.io/utils/clock/testing"
+
+	"nodeflow/internal/testutil/waittest"
 )
 
 type keyedPass struct {
@@ -68,7 +70,7 @@ func TestKeyedTimeline(t *testing.T) {
 		default:
 		}
 	}
-	drained := func() { eventually(t, "marks taken", func() bool { return len(k.r.req) == 0 }) }
+	drained := func() { waittest.Eventually(t, "marks taken", func() bool { return len(k.r.req) == 0 }) }
 
 	// Before the loop starts: two keys marked.
 	k.Mark("a", "b")

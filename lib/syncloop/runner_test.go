@@ -8,23 +8,13 @@ import (
 	"time"
 
 	clocktesting "k8s.io/utils/clock/testing"
+
+	"nodeflow/internal/testutil/waittest"
 )
 
 type syncCall struct {
 	at   time.Time
 	full bool
-}
-
-// eventually polls cond until it holds or a deadline passes.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond) // polling interval, not synchronisation
-	}
 }
 
 func TestRunnerTimeline(t *testing.T) {
@@ -67,7 +57,7 @@ func TestRunnerTimeline(t *testing.T) {
 		}
 	}
 	// requestsDrained waits until the loop has taken every request.
-	requestsDrained := func() { eventually(t, "requests taken", func() bool { return len(r.req) == 0 }) }
+	requestsDrained := func() { waittest.Eventually(t, "requests taken", func() bool { return len(r.req) == 0 }) }
 	// armed waits until the loop has armed n timers.
 	armed := waitersOf(t, clk)
 
@@ -142,7 +132,7 @@ func ranOf(r *Runner) func(t *testing.T) {
 func waitersOf(t *testing.T, clk *clocktesting.FakeClock) func(n int, what string) {
 	return func(n int, what string) {
 		t.Helper()
-		eventually(t, what+" armed", func() bool { return clk.Waiters() == n })
+		waittest.Eventually(t, what+" armed", func() bool { return clk.Waiters() == n })
 	}
 }
 

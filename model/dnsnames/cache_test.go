@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"nodeflow/internal/testutil/dnstest"
+	"nodeflow/internal/testutil/waittest"
 )
 
 // TestLookupTimeline follows one exact name along a timeline of answers
@@ -223,7 +224,7 @@ func TestTTLBounds(t *testing.T) {
 	e.srv.Set("nxdomain.example.com", 60, addrs("192.0.2.5")...)
 	e.waitPlanned(at(5 * time.Second))
 	e.stepTo(at(300 * time.Second)) // every name comes due on the way
-	eventually(t, "nxdomain.example.com found", func() bool { return len(e.c.Addrs("nxdomain.example.com")) == 1 })
+	waittest.Eventually(t, "nxdomain.example.com found", func() bool { return len(e.c.Addrs("nxdomain.example.com")) == 1 })
 	if st, _ := e.c.Status("nxdomain.example.com"); st.LastError != nil {
 		t.Fatalf("error %v after the name appeared", st.LastError)
 	}
@@ -343,7 +344,7 @@ func TestRefcount(t *testing.T) {
 	if err := e.c.Add(slow); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the slow query", func() bool { return e.srv.Queries(slow, "A", "udp") == 1 })
+	waittest.Eventually(t, "the slow query", func() bool { return e.srv.Queries(slow, "A", "udp") == 1 })
 	e.c.Release(slow)
 	e.waitLookups(3)
 	if _, ok := e.c.Status(slow); ok {

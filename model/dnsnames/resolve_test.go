@@ -16,6 +16,7 @@ import (
 
 	clocktesting "k8s.io/utils/clock/testing"
 	"nodeflow/internal/testutil/dnstest"
+	"nodeflow/internal/testutil/waittest"
 	"nodeflow/lib/dnsmsg"
 )
 
@@ -116,7 +117,7 @@ func TestSlowDNSBlocksNobody(t *testing.T) {
 		}
 		return k
 	}
-	eventually(t, "two lookups in flight", func() bool { return asked() == 2 })
+	waittest.Eventually(t, "two lookups in flight", func() bool { return asked() == 2 })
 	start := time.Now()
 	e.c.mu.Lock()
 	inflight, ready := e.c.inflight, len(e.c.ready)
@@ -141,7 +142,7 @@ func TestSlowDNSBlocksNobody(t *testing.T) {
 	}
 	e.waitLookups(4)
 	e.stepTo(at(time.Second))
-	eventually(t, "all names resolved", func() bool {
+	waittest.Eventually(t, "all names resolved", func() bool {
 		for _, n := range names {
 			if len(e.c.Addrs(n)) == 0 {
 				return false
@@ -170,7 +171,7 @@ func TestRunEndsPromptly(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { c.Run(ctx); close(done) }()
-	eventually(t, "the query", func() bool { return srv.Queries("slow.example.com", "A", "udp") == 1 })
+	waittest.Eventually(t, "the query", func() bool { return srv.Queries("slow.example.com", "A", "udp") == 1 })
 	cancel()
 	select {
 	case <-done:
@@ -187,7 +188,7 @@ func TestRunEndsPromptly(t *testing.T) {
 	done = make(chan struct{})
 	go func() { c.Run(ctx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
-	eventually(t, "the name resolved by the second Run", func() bool { return len(c.Addrs("slow.example.com")) == 1 })
+	waittest.Eventually(t, "the name resolved by the second Run", func() bool { return len(c.Addrs("slow.example.com")) == 1 })
 }
 
 // TestResolvConf: the servers come from the resolver configuration, and

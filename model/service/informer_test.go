@@ -12,6 +12,8 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/cache"
+
+	"nodeflow/internal/testutil/waittest"
 )
 
 // TestTrackersFromInformers feeds both trackers from client-go informers
@@ -58,8 +60,8 @@ func TestTrackersFromInformers(t *testing.T) {
 		metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "service recorded", func() bool { return st.PendingCount() != 0 })
-	eventually(t, "slice recorded", func() bool { return et.PendingCount() != 0 })
+	waittest.Eventually(t, "service recorded", func() bool { return st.PendingCount() != 0 })
+	waittest.Eventually(t, "slice recorded", func() bool { return et.PendingCount() != 0 })
 	changed := st.Update()
 	changed.Merge(et.Update())
 	if !changed.Has(web) || len(changed) != 1 {
@@ -74,7 +76,7 @@ func TestTrackersFromInformers(t *testing.T) {
 	if err := client.DiscoveryV1().EndpointSlices("default").Delete(ctx, "web-1", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "slice delete recorded", func() bool { return et.PendingCount() != 0 })
+	waittest.Eventually(t, "slice delete recorded", func() bool { return et.PendingCount() != 0 })
 	if got := et.Update(); !got.Has(web) || len(et.Endpoints(web)) != 0 {
 		t.Fatalf("after delete: %v %v", got.Sorted(), et.Endpoints(web))
 	}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"nodeflow/internal/testutil/waittest"
 	"nodeflow/lib/openflow"
 )
 
@@ -249,7 +250,7 @@ func TestFakeFloodDropsButRepliesFlow(t *testing.T) {
 	if _, ok := m.(*openflow.BarrierRequest); !ok {
 		t.Fatalf("got %T", m)
 	}
-	poll(t, "flood read", 10*time.Second, func() error {
+	waittest.Poll(t, "flood read", 10*time.Second, func() error {
 		if st := c.Stats().Async[KindPacketIn]; st.Received < 1001 {
 			return errors.New("not all packet-ins read yet")
 		}
@@ -264,7 +265,7 @@ func TestFakeFloodDropsButRepliesFlow(t *testing.T) {
 		t.Errorf("stats %+v, want 1001 received and 996 dropped (1 in the handler, 4 queued)", st)
 	}
 	close(release)
-	poll(t, "queue drained", 10*time.Second, func() error {
+	waittest.Poll(t, "queue drained", 10*time.Second, func() error {
 		if st := c.Stats().Async[KindPacketIn]; st.Delivered != 5 {
 			return errors.New("not delivered yet")
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/gopacket/gopacket"
 	"github.com/gopacket/gopacket/layers"
 
+	"nodeflow/internal/testutil/waittest"
 	"nodeflow/lib/openflow"
 	"nodeflow/testbed/ovs"
 )
@@ -418,7 +419,7 @@ func TestIntegrationGroupsAndMeters(t *testing.T) {
 		if !errors.Is(err, ErrDisconnected) || !errors.Is(err, openflow.ErrMalformed) {
 			t.Errorf("stats of a 4500-bucket group: %v, want a dropped session", err)
 		}
-		poll(t, "reconnect", 20*time.Second, func() error { return c.Barrier(ctx) })
+		waittest.Poll(t, "reconnect", 20*time.Second, func() error { return c.Barrier(ctx) })
 
 		// Group 3 does not exist.
 		reply, err := c.MultipartReply(ctx, &openflow.GroupStatsRequest{GroupID: 3})

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"nodeflow/internal/testutil/waittest"
 	"nodeflow/lib/openflow"
 	"nodeflow/testbed/ovs"
 	"nodeflow/testbed/ovs/ovstest"
@@ -58,20 +59,6 @@ func testCtx(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	t.Cleanup(cancel)
 	return ctx
-}
-
-// poll waits until cond returns nil or the deadline passes.
-func poll(t testing.TB, what string, timeout time.Duration, cond func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	var err error
-	for time.Now().Before(deadline) {
-		if err = cond(); err == nil {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("%s: still failing after %s: %v", what, timeout, err)
 }
 
 func TestIntegrationHandshake(t *testing.T) {
@@ -329,7 +316,7 @@ func TestIntegrationKilledSwitch(t *testing.T) {
 	if err := sb.KillVswitchd(); err != nil {
 		t.Fatal(err)
 	}
-	poll(t, "disconnect noticed", 10*time.Second, func() error {
+	waittest.Poll(t, "disconnect noticed", 10*time.Second, func() error {
 		if c.Connected() {
 			return errors.New("still connected")
 		}
@@ -342,7 +329,7 @@ func TestIntegrationKilledSwitch(t *testing.T) {
 	if err := sb.StartVswitchd(ctx); err != nil {
 		t.Fatal(err)
 	}
-	poll(t, "reconnect", 20*time.Second, func() error { return c.Barrier(ctx) })
+	waittest.Poll(t, "reconnect", 20*time.Second, func() error { return c.Barrier(ctx) })
 }
 
 func TestIntegrationFlowMonitorAndRole(t *testing.T) {

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"nodeflow/internal/testutil/waittest"
 	"nodeflow/testbed/ovs/ovstest"
 )
 
@@ -20,7 +21,7 @@ func TestRedialAfterBridgeRecreated(t *testing.T) {
 	if _, err := sb.Vsctl("del-br", "br0"); err != nil {
 		t.Fatal(err)
 	}
-	poll(t, "the Conn notices the bridge is gone", 10*time.Second, func() error {
+	waittest.Poll(t, "the Conn notices the bridge is gone", 10*time.Second, func() error {
 		if c.Version() != 0 {
 			return errStillConnected
 		}
