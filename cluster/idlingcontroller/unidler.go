@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 
+	"nodeflow/cluster/workers"
 	"nodeflow/model/idling"
 )
 
@@ -175,16 +176,7 @@ func (c *Controller) Run(ctx context.Context) error {
 		return nil // ctx ended
 	}
 	c.log.Info("watching NeedPods events")
-	var wg sync.WaitGroup
-	for range c.opts.Workers {
-		wg.Go(func() {
-			for c.next(ctx) {
-			}
-		})
-	}
-	<-ctx.Done()
-	c.queue.ShutDown()
-	wg.Wait()
+	workers.Run(ctx, c.opts.Workers, c.queue, c.next)
 	return nil
 }
 

@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 
+	"nodeflow/cluster/workers"
 	"nodeflow/model/vnet"
 )
 
@@ -225,16 +226,7 @@ func (c *Controller) Run(ctx context.Context) error {
 		return nil // ctx ended
 	}
 	c.log.WithField("workers", c.opts.Workers).Info("assigning addresses")
-	var workers sync.WaitGroup
-	for range c.opts.Workers {
-		workers.Go(func() {
-			for c.next(ctx) {
-			}
-		})
-	}
-	<-ctx.Done()
-	c.queue.ShutDown()
-	workers.Wait()
+	workers.Run(ctx, c.opts.Workers, c.queue, c.next)
 	return nil
 }
 
