@@ -207,22 +207,36 @@ func (e *opEncoder) table(table string) {
 // where appends the "where" member: [column, function, value] per
 // condition.
 func (e *opEncoder) where(where []Condition) {
+	e.triples("where", len(where), func(i int) (string, string, any) {
+		return where[i].Column, where[i].Function, where[i].Value
+	}, func(i int, err error) error {
+		return fmt.Errorf("where %d (%s): %w", i, where[i].Column, err)
+	})
+}
+
+// triples appends member as a list of n [string, string, value] triples
+// (the where clause and the mutations); at gives the i-th, and wrap
+// names it in the error of a value that does not encode.
+func (e *opEncoder) triples(member string, n int, at func(i int) (string, string, any), wrap func(i int, err error) error) {
 	if e.err != nil {
 		return
 	}
-	e.b = append(e.b, `,"where":[`...)
-	for i, c := range where {
+	e.b = append(e.b, `,"`...)
+	e.b = append(e.b, member...)
+	e.b = append(e.b, `":[`...)
+	for i := range n {
 		if i > 0 {
 			e.b = append(e.b, ',')
 		}
+		a, b, v := at(i)
 		e.b = append(e.b, '[')
-		e.b = appendJSONString(e.b, c.Column)
+		e.b = appendJSONString(e.b, a)
 		e.b = append(e.b, ',')
-		e.b = appendJSONString(e.b, c.Function)
+		e.b = appendJSONString(e.b, b)
 		e.b = append(e.b, ',')
 		var err error
-		if e.b, err = appendValue(e.b, c.Value); err != nil {
-			e.err = fmt.Errorf("where %d (%s): %w", i, c.Column, err)
+		if e.b, err = appendValue(e.b, v); err != nil {
+			e.err = wrap(i, err)
 			return
 		}
 		e.b = append(e.b, ']')
@@ -274,27 +288,11 @@ func (e *opEncoder) uuidName(name string) {
 // mutations appends the "mutations" member: [column, mutator, value] per
 // mutation.
 func (e *opEncoder) mutations(ms []Mutation) {
-	if e.err != nil {
-		return
-	}
-	e.b = append(e.b, `,"mutations":[`...)
-	for i, m := range ms {
-		if i > 0 {
-			e.b = append(e.b, ',')
-		}
-		e.b = append(e.b, '[')
-		e.b = appendJSONString(e.b, m.Column)
-		e.b = append(e.b, ',')
-		e.b = appendJSONString(e.b, m.Mutator)
-		e.b = append(e.b, ',')
-		var err error
-		if e.b, err = appendValue(e.b, m.Value); err != nil {
-			e.err = fmt.Errorf("mutation %d (%s %s): %w", i, m.Column, m.Mutator, err)
-			return
-		}
-		e.b = append(e.b, ']')
-	}
-	e.b = append(e.b, ']')
+	e.triples("mutations", len(ms), func(i int) (string, string, any) {
+		return ms[i].Column, ms[i].Mutator, ms[i].Value
+	}, func(i int, err error) error {
+		return fmt.Errorf("mutation %d (%s %s): %w", i, ms[i].Column, ms[i].Mutator, err)
+	})
 }
 
 // until appends a wait's "until", "rows" and, when it has one, "timeout"
