@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"nodeflow/datapath/plan"
+	"nodeflow/internal/testutil/flowtest"
 	"nodeflow/internal/testutil/waittest"
 	"nodeflow/lib/openflow"
 	"nodeflow/testbed/ovs"
@@ -48,38 +49,6 @@ func benchOwnerFlows(i, n, version int) []openflow.Flow {
 
 func benchOwner(i int) string { return fmt.Sprintf("service/bench/s%05d:80/TCP", i) }
 
-// writeFlowsFile writes the store's flows, with generation gen, as an
-// ovs-ofctl flow file.
-func writeFlowsFile(b *testing.B, s *Store, gen plan.Generation) string {
-	var sb strings.Builder
-	if err := s.Render(&sb, "", gen); err != nil {
-		b.Fatal(err)
-	}
-	var lines []string
-	for _, l := range strings.Split(sb.String(), "\n") {
-		if strings.HasPrefix(l, " cookie=") {
-			lines = append(lines, strings.TrimSpace(l))
-		}
-	}
-	path := filepath.Join(b.TempDir(), "flows.txt")
-	if err := os.WriteFile(path, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
-		b.Fatal(err)
-	}
-	return path
-}
-
-func countFlows(b *testing.B, sb *ovs.Sandbox) int {
-	out, err := sb.Ofctl("-O", "OpenFlow15", "dump-aggregate", "br0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	var n int
-	if i := strings.Index(out, "flow_count="); i >= 0 {
-		fmt.Sscanf(out[i:], "flow_count=%d", &n)
-	}
-	return n
-}
-
 // BenchmarkReconcileFromEmpty measures the start-up reconcile of 100,000
 // ct/nat flows (1,000 owners of 100) into an empty bridge: dial, read the
 // switch, diff, and one atomic bundle up to its commit reply. In the same
@@ -108,10 +77,10 @@ func BenchmarkReconcileFromEmpty(b *testing.B) {
 		ours += time.Since(t1)
 		b.StopTimer()
 		run.stop()
-		if n := countFlows(b, sb); n != owners*per+1 {
+		if n := flowtest.CountFlows(b, sb, "br0"); n != owners*per+1 {
 			b.Fatalf("%d flows installed, want %d", n, owners*per+1)
 		}
-		file := writeFlowsFile(b, s, run.r.Generation())
+		file := flowtest.FlowFile(b, s, run.r.Generation())
 		if _, err := sb.Ofctl("-O", "OpenFlow15", "del-flows", "br0"); err != nil {
 			b.Fatal(err)
 		}
@@ -120,7 +89,7 @@ func BenchmarkReconcileFromEmpty(b *testing.B) {
 			b.Fatal(err)
 		}
 		theirs += time.Since(t2)
-		if n := countFlows(b, sb); n != owners*per+1 {
+		if n := flowtest.CountFlows(b, sb, "br0"); n != owners*per+1 {
 			b.Fatalf("ovs-ofctl installed %d flows, want %d", n, owners*per+1)
 		}
 		b.StartTimer()
@@ -179,7 +148,7 @@ func BenchmarkIncrementalUpdate(b *testing.B) {
 	if err := run.r.Flush(ctx); err != nil {
 		b.Fatal(err)
 	}
-	if n := countFlows(b, sb); n != 1000*per+1 {
+	if n := flowtest.CountFlows(b, sb, "br0"); n != 1000*per+1 {
 		b.Fatalf("%d flows installed, want %d", n, 1000*per+1)
 	}
 	// At 100,000: this design and the previous one (every flow compared
@@ -301,7 +270,7 @@ func BenchmarkDriftRepair(b *testing.B) {
 			b.Fatal(err)
 		}
 		waittest.Poll(b, "all flows repaired", 60*time.Second, func() error {
-			if n := countFlows(b, sb); n != owners*per+1 {
+			if n := flowtest.CountFlows(b, sb, "br0"); n != owners*per+1 {
 				return fmt.Errorf("%d flows", n)
 			}
 			return nil

@@ -4,11 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"runtime"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -22,6 +19,7 @@ import (
 	"nodeflow/datapath/networkpolicyflows"
 	"nodeflow/datapath/plan"
 	"nodeflow/datapath/reconcile"
+	"nodeflow/internal/testutil/flowtest"
 	"nodeflow/lib/openflow/ofconn"
 	"nodeflow/model/networkpolicy"
 	"nodeflow/testbed/ovs"
@@ -209,7 +207,7 @@ func BenchmarkInstall(b *testing.B) {
 		b.Fatal(err)
 	}
 	addr := "unix:" + sb.MgmtSock("br0")
-	file := flowsFile(b, s)
+	file := flowtest.FlowFile(b, s, 1)
 	var ours, theirs time.Duration
 	for b.Loop() {
 		if _, err := sb.Ofctl("-O", "OpenFlow15", "del-flows", "br0"); err != nil {
@@ -218,7 +216,7 @@ func BenchmarkInstall(b *testing.B) {
 		t0 := time.Now()
 		installOnce(b, addr, s)
 		ours += time.Since(t0)
-		if n := countFlows(b, sb); n != flows+1 { // and the version note
+		if n := flowtest.CountFlows(b, sb, "br0"); n != flows+1 { // and the version note
 			b.Fatalf("%d flows installed, want %d", n, flows+1)
 		}
 		if _, err := sb.Ofctl("-O", "OpenFlow15", "del-flows", "br0"); err != nil {
@@ -229,7 +227,7 @@ func BenchmarkInstall(b *testing.B) {
 			b.Fatal(err)
 		}
 		theirs += time.Since(t1)
-		if n := countFlows(b, sb); n != flows {
+		if n := flowtest.CountFlows(b, sb, "br0"); n != flows {
 			b.Fatalf("ovs-ofctl installed %d flows, want %d", n, flows)
 		}
 	}
@@ -264,35 +262,4 @@ func installOnce(b *testing.B, addr string, s *reconcile.Store) {
 	}
 	cancel()
 	<-done
-}
-
-// flowsFile writes the store's flows as an ovs-ofctl flow file.
-func flowsFile(b *testing.B, s *reconcile.Store) string {
-	var sb strings.Builder
-	if err := s.Render(&sb, "", 1); err != nil {
-		b.Fatal(err)
-	}
-	var lines []string
-	for _, l := range strings.Split(sb.String(), "\n") {
-		if strings.HasPrefix(l, " cookie=") {
-			lines = append(lines, strings.TrimSpace(l))
-		}
-	}
-	path := filepath.Join(b.TempDir(), "flows.txt")
-	if err := os.WriteFile(path, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
-		b.Fatal(err)
-	}
-	return path
-}
-
-func countFlows(b *testing.B, sb *ovs.Sandbox) int {
-	out, err := sb.Ofctl("-O", "OpenFlow15", "dump-aggregate", "br0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	var n int
-	if i := strings.Index(out, "flow_count="); i >= 0 {
-		fmt.Sscanf(out[i:], "flow_count=%d", &n)
-	}
-	return n
 }
