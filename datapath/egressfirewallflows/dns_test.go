@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/netip"
 	"regexp"
 	"strings"
@@ -12,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gopacket/gopacket"
-	"github.com/gopacket/gopacket/layers"
 	"github.com/sirupsen/logrus"
 
 	"nodeflow/datapath/plan"
@@ -118,7 +115,7 @@ func TestOVSDNSRelease(t *testing.T) {
 		{"IPv6", "fd00:172:30::100", pod6.String()},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			frame := udpFrame(t, tc.server, tc.pod, 53, 40000, []byte("a dns reply"))
+			frame := flowtest.UDPFrame(t, tc.server, tc.pod, 53, 40000, []byte("a dns reply"))
 			if _, err := sb.Appctl("netdev-dummy/receive", "p5", fmt.Sprintf("%x", frame)); err != nil {
 				t.Fatal(err)
 			}
@@ -151,7 +148,7 @@ func TestOVSDNSRelease(t *testing.T) {
 	}
 	// What is not a reply from port 53 is not caught.
 	before := dump(t, sb)
-	frame := udpFrame(t, "172.30.0.100", pod4.String(), 5353, 40000, []byte("not dns"))
+	frame := flowtest.UDPFrame(t, "172.30.0.100", pod4.String(), 5353, 40000, []byte("not dns"))
 	if _, err := sb.Appctl("netdev-dummy/receive", "p5", fmt.Sprintf("%x", frame)); err != nil {
 		t.Fatal(err)
 	}
@@ -197,28 +194,4 @@ func poll(d time.Duration, cond func() bool) bool {
 		time.Sleep(10 * time.Millisecond)
 	}
 	return true
-}
-
-// udpFrame returns an Ethernet frame of a UDP datagram.
-func udpFrame(t *testing.T, src, dst string, sport, dport uint16, payload []byte) []byte {
-	t.Helper()
-	s, d := net.ParseIP(src), net.ParseIP(dst)
-	eth := &layers.Ethernet{SrcMAC: net.HardwareAddr{2, 0, 0, 0, 0, 1}, DstMAC: net.HardwareAddr{2, 0, 0, 0, 0, 2}, EthernetType: layers.EthernetTypeIPv4}
-	udp := &layers.UDP{SrcPort: layers.UDPPort(sport), DstPort: layers.UDPPort(dport)}
-	var l3 gopacket.SerializableLayer
-	if s.To4() != nil {
-		ip := &layers.IPv4{Version: 4, TTL: 64, Protocol: layers.IPProtocolUDP, SrcIP: s, DstIP: d}
-		_ = udp.SetNetworkLayerForChecksum(ip)
-		l3 = ip
-	} else {
-		eth.EthernetType = layers.EthernetTypeIPv6
-		ip := &layers.IPv6{Version: 6, HopLimit: 64, NextHeader: layers.IPProtocolUDP, SrcIP: s, DstIP: d}
-		_ = udp.SetNetworkLayerForChecksum(ip)
-		l3 = ip
-	}
-	buf := gopacket.NewSerializeBuffer()
-	if err := gopacket.SerializeLayers(buf, gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true}, eth, l3, udp, gopacket.Payload(payload)); err != nil {
-		t.Fatal(err)
-	}
-	return buf.Bytes()
 }

@@ -261,7 +261,7 @@ func TestOVSDNSTrust(t *testing.T) {
 	}
 	send := func(p pkt) {
 		t.Helper()
-		frame := udpFrame(t, p.src, p.dst, p.sport, p.dport, []byte("dns"))
+		frame := flowtest.UDPFrame(t, p.src, p.dst, p.sport, p.dport, []byte("dns"))
 		if _, err := sb.Appctl("netdev-dummy/receive", fmt.Sprintf("p%d", p.port), fmt.Sprintf("%x", frame)); err != nil {
 			t.Fatal(err)
 		}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/netip"
 	"slices"
 	"strings"
@@ -12,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gopacket/gopacket"
-	"github.com/gopacket/gopacket/layers"
 	"github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -34,6 +31,7 @@ import (
 	"nodeflow/datapath/plan"
 	"nodeflow/internal/testutil/dnstest"
 	"nodeflow/internal/testutil/featuretest"
+	"nodeflow/internal/testutil/flowtest"
 	"nodeflow/lib/openflow"
 	"nodeflow/model/dnsnames"
 	"nodeflow/model/egressfirewall"
@@ -393,25 +391,7 @@ func dnsReply(t *testing.T, server, pod, name string, ttl uint32, addrs ...strin
 	if err != nil {
 		t.Fatal(err)
 	}
-	src, dst := net.ParseIP(server), net.ParseIP(pod)
-	eth := &layers.Ethernet{SrcMAC: net.HardwareAddr{2, 0, 0, 0, 0, 1}, DstMAC: net.HardwareAddr{2, 0, 0, 0, 0, 2}, EthernetType: layers.EthernetTypeIPv4}
-	udp := &layers.UDP{SrcPort: 53, DstPort: 40000}
-	var l3 gopacket.SerializableLayer
-	if src.To4() != nil {
-		ip := &layers.IPv4{Version: 4, TTL: 64, Protocol: layers.IPProtocolUDP, SrcIP: src, DstIP: dst}
-		_ = udp.SetNetworkLayerForChecksum(ip)
-		l3 = ip
-	} else {
-		eth.EthernetType = layers.EthernetTypeIPv6
-		ip := &layers.IPv6{Version: 6, HopLimit: 64, NextHeader: layers.IPProtocolUDP, SrcIP: src, DstIP: dst}
-		_ = udp.SetNetworkLayerForChecksum(ip)
-		l3 = ip
-	}
-	buf := gopacket.NewSerializeBuffer()
-	if err := gopacket.SerializeLayers(buf, gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true}, eth, l3, udp, gopacket.Payload(payload)); err != nil {
-		t.Fatal(err)
-	}
-	return buf.Bytes()
+	return flowtest.UDPFrame(t, server, pod, 53, 40000, payload)
 }
 
 // kubeSystemID is kube-system's namespace id in the tests.
