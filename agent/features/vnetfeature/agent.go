@@ -186,28 +186,44 @@ func (f *Agent) Sync(ctx context.Context) error {
 		f.notServed(err)
 		return nil
 	}
-	if err := f.startLocal(ctx); err != nil {
+	// The informer on this node's attachments starts here without the
+	// full pass startLocal asks for once it has listed: Sync waits for the
+	// listing and runs that pass itself, and a second one would remove
+	// leftovers and write statuses again. Only when Sync gives up waiting
+	// does the loop take the full pass over.
+	if err := f.inf.startLocal(); err != nil {
 		return fmt.Errorf("vnetagent: %w", err)
 	}
 	sctx, cancel := context.WithTimeout(ctx, f.opts.SyncTimeout)
 	defer cancel()
 	if !cache.WaitForCacheSync(sctx.Done(), f.inf.localSynced) {
 		f.log.WithField("timeout", f.opts.SyncTimeout).Warn("the NetworkAttachments of this node are not listed yet (RBAC?); the virtual networks start once they are")
+		f.fullPassOnceListed(ctx)
 		return nil
 	}
-	f.loop.SyncNow(ctx) // starts the informers of the relevant VNIs
 	var vnis []cache.InformerSynced
-	for _, vni := range f.inf.vniList() {
+	for _, vni := range f.followLocals() {
 		vi := f.inf.vni(vni)
 		vnis = append(vnis, vi.attachments.inf.HasSynced, vi.subnets.inf.HasSynced)
 	}
 	if !cache.WaitForCacheSync(sctx.Done(), vnis...) {
 		f.log.WithField("timeout", f.opts.SyncTimeout).Warn("the attachments and Subnets of this node's VNIs are not listed yet; going on without them")
-		return nil
 	}
 	f.loop.MarkAll()
 	f.loop.SyncNow(ctx)
 	return nil
+}
+
+// followLocals starts the informers of the VNIs of this node's attachments,
+// as the local informer lists them, and returns those VNIs. Sync calls it
+// before its pass, so that the pass sees them listed.
+func (f *Agent) followLocals() []uint32 {
+	view := f.scanLocals()
+	if _, err := f.inf.setVNIs(view.relevant); err != nil {
+		// The pass tries again.
+		f.log.WithError(err).Error("cannot start the informers of a VNI")
+	}
+	return f.inf.vniList()
 }
 
 // notServed logs, once, that the CRDs are not there.
@@ -242,13 +258,19 @@ func (f *Agent) startLocal(ctx context.Context) error {
 	if err := f.inf.startLocal(); err != nil {
 		return err
 	}
+	f.fullPassOnceListed(ctx)
+	return nil
+}
+
+// fullPassOnceListed asks the loop for a full pass once the informer on
+// this node's attachments has listed everything.
+func (f *Agent) fullPassOnceListed(ctx context.Context) {
 	local := f.inf.local
 	go func() {
 		if cache.WaitForCacheSync(ctx.Done(), local.inf.HasSynced) {
 			f.loop.MarkAll()
 		}
 	}()
-	return nil
 }
 
 // waitForAPI polls discovery, with back-off, until the CRDs are served.

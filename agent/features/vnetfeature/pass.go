@@ -58,7 +58,7 @@ func (f *Agent) pass(ctx context.Context, d dirty) (retry dirty) {
 		}
 	}
 	f.syncLocals(ctx, d.local, view.objs, retry)
-	if d.all && retry.empty() && f.allSynced() {
+	if d.all && retry.empty() && f.viewComplete() {
 		f.collect(ctx)
 	}
 	f.gauges()
@@ -173,14 +173,17 @@ func (f *Agent) syncLocals(ctx context.Context, keys map[string]bool, objs map[s
 	}
 }
 
-// allSynced reports whether every informer has listed everything, so that
-// what they do not hold is really not there.
-func (f *Agent) allSynced() bool {
+// viewComplete reports whether the pass judged every attachment on
+// informers that had listed everything when it began, so that what it did
+// not make is really not wanted. A VNI whose informers finish listing
+// during the pass does not count: its attachments were judged waiting,
+// and what they already have must not be collected.
+func (f *Agent) viewComplete() bool {
 	if !f.inf.localSynced() {
 		return false
 	}
 	for _, vni := range f.inf.vniList() {
-		if !f.inf.vni(vni).synced() {
+		if !f.passSynced[vni] {
 			return false
 		}
 	}
