@@ -16,7 +16,7 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
-	nsrun "nodeflow/host/netns"
+	"nodeflow/host/nsrun"
 )
 
 // HostVethName is the name of the host end of an attachment's veth, and of

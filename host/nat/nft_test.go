@@ -15,7 +15,7 @@ import (
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
 
-	"nodeflow/host/netns"
+	"nodeflow/host/nsrun"
 )
 
 // skipOrFail skips the test, or fails it when NODEFLOW_REQUIRE_OVS is set
@@ -316,7 +316,7 @@ func TestDNATInNamespace(t *testing.T) {
 	path := "/run/netns/" + ns
 	var lns []net.Listener
 	var pcs []net.PacketConn
-	if err := netns.Do(path, func() error {
+	if err := nsrun.Do(path, func() error {
 		for _, c := range []netip.Addr{cip4, cip6} {
 			l, err := net.Listen("tcp", netip.AddrPortFrom(c, 80).String())
 			if err != nil {
@@ -361,7 +361,7 @@ func TestDNATInNamespace(t *testing.T) {
 	}
 	dial := func(network string, dst netip.AddrPort) (string, error) {
 		var conn net.Conn
-		err := netns.Do(path, func() error {
+		err := nsrun.Do(path, func() error {
 			var err error
 			conn, err = net.DialTimeout(network, dst.String(), 2*time.Second)
 			return err

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	nsrun "nodeflow/host/netns"
+	"nodeflow/host/nsrun"
 
 	"github.com/vishvananda/netns"
 )

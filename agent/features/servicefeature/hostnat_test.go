@@ -17,7 +17,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"nodeflow/host/nat"
-	"nodeflow/host/netns"
+	"nodeflow/host/nsrun"
 	"nodeflow/internal/testutil/featuretest"
 )
 
@@ -302,7 +302,7 @@ func TestRemoveHostNAT(t *testing.T) {
 	}
 	log := logrus.New()
 	log.SetLevel(logrus.ErrorLevel)
-	if err := netns.Do(path, func() error { RemoveHostNAT(log); return nil }); err != nil {
+	if err := nsrun.Do(path, func() error { RemoveHostNAT(log); return nil }); err != nil {
 		t.Fatal(err)
 	}
 	if _, found, err := ap.Read(); err != nil || found {

@@ -15,7 +15,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 
-	proxy "nodeflow/model/service"
+	"nodeflow/model/service"
 )
 
 // controllerSlice is an EndpointSlice as the EndpointSlice controller
@@ -85,7 +85,7 @@ func TestProcessSlice(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, ok := obj.(*proxy.Slice)
+	got, ok := obj.(*service.Slice)
 	if !ok {
 		t.Fatalf("the transform kept a %T", obj)
 	}
@@ -95,21 +95,21 @@ func TestProcessSlice(t *testing.T) {
 	// Recorded as received and as kept, in two trackers: the same
 	// endpoints and the same errors.
 	var errs [2][]error
-	var trackers [2]*proxy.EndpointsTracker
+	var trackers [2]*service.EndpointsTracker
 	for i := range trackers {
-		trackers[i] = proxy.NewEndpointsTracker(func(err error) { errs[i] = append(errs[i], err) })
+		trackers[i] = service.NewEndpointsTracker(func(err error) { errs[i] = append(errs[i], err) })
 	}
 	trackers[0].Record(nil, orig)
 	trackers[1].RecordSlice(nil, got)
-	service, ports, _ := proxy.SliceEndpoints(orig)
+	svcName, ports, _ := service.SliceEndpoints(orig)
 	for i, tr := range trackers {
 		if changed := tr.Update(); len(changed) != len(ports) {
 			t.Errorf("tracker %d: %d ports changed, want %d", i, len(changed), len(ports))
 		}
 	}
 	for name, want := range ports {
-		if name.NamespacedName != service {
-			t.Errorf("port %s of %s", name, service)
+		if name.NamespacedName != svcName {
+			t.Errorf("port %s of %s", name, svcName)
 		}
 		for i, tr := range trackers {
 			if eps := tr.Endpoints(name); !reflect.DeepEqual(eps, want) {
@@ -127,8 +127,8 @@ func TestProcessSlice(t *testing.T) {
 	}
 	// Not a slice: managed fields stripped, nothing else touched.
 	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "web", ManagedFields: []metav1.ManagedFieldsEntry{{}},
-		Annotations: map[string]string{lastApplied: "{}", proxy.IdledAtAnnotation: "t"}}}
-	if _, err := processSlice(svc); err != nil || svc.ManagedFields != nil || len(svc.Annotations) != 1 || svc.Annotations[proxy.IdledAtAnnotation] != "t" {
+		Annotations: map[string]string{lastApplied: "{}", service.IdledAtAnnotation: "t"}}}
+	if _, err := processSlice(svc); err != nil || svc.ManagedFields != nil || len(svc.Annotations) != 1 || svc.Annotations[service.IdledAtAnnotation] != "t" {
 		t.Errorf("service after the transform: %+v (%v)", svc.ObjectMeta, err)
 	}
 }
@@ -201,7 +201,7 @@ func TestProcessService(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, ok := obj.(*proxy.Service)
+	got, ok := obj.(*service.Service)
 	if !ok {
 		t.Fatalf("the transform kept a %T", obj)
 	}
@@ -209,9 +209,9 @@ func TestProcessService(t *testing.T) {
 		t.Error("the transform changed the object it was given")
 	}
 	var errs [2][]error
-	var trackers [2]*proxy.ServiceTracker
+	var trackers [2]*service.ServiceTracker
 	for i := range trackers {
-		trackers[i] = proxy.NewServiceTracker(func(err error) { errs[i] = append(errs[i], err) })
+		trackers[i] = service.NewServiceTracker(func(err error) { errs[i] = append(errs[i], err) })
 	}
 	trackers[0].Record(nil, orig)
 	trackers[1].RecordService(nil, got)

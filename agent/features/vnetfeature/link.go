@@ -18,7 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"nodeflow/host/cni"
-	nsrun "nodeflow/host/netns"
+	"nodeflow/host/nsrun"
 )
 
 // Names of an attachment's interface and namespace.

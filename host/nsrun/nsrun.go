@@ -1,9 +1,9 @@
-// Package netns runs Go code inside another network namespace.
+// Package nsrun runs Go code inside another network namespace.
 //
 // Do is the one place in nodeflow that switches a thread's namespace: the
 // CNI plugin uses it to configure a pod's side of a veth, and the testbed to
 // open sockets in nodes, pods and hosts.
-package netns
+package nsrun
 
 import (
 	"errors"

@@ -1,4 +1,4 @@
-package netns
+package nsrun
 
 import (
 	"os"
