@@ -143,15 +143,7 @@ func newEnvOpts(t *testing.T, setup func(*dnstest.Server), prepare func(*feature
 	f := New(o)
 	e.f = f
 	h.Restrict(f.Owns())
-	if err := f.Init(h); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	h.Start(ctx)
-	if err := f.Sync(ctx); err != nil {
-		t.Fatal(err)
-	}
+	ctx := h.Synced(t, f)
 	go f.Run(ctx)
 	return e
 }
