@@ -515,18 +515,12 @@ func stripManagedFields(obj any) (any, error) {
 }
 
 func unstructuredOf(obj any) *unstructured.Unstructured {
-	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = t.Obj
-	}
-	u, _ := obj.(*unstructured.Unstructured)
+	u, _ := feature.ObjectOf[*unstructured.Unstructured](obj)
 	return u
 }
 
 func podOf(obj any) *corev1.Pod {
-	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = t.Obj
-	}
-	p, _ := obj.(*corev1.Pod)
+	p, _ := feature.ObjectOf[*corev1.Pod](obj)
 	return p
 }
 

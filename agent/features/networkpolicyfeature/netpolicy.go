@@ -144,9 +144,7 @@ func (f *Feature) Init(h feature.Host) error {
 			}
 			f.loop.Mark(change{hd.kind, key})
 		}
-		if _, err := hd.inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-			AddFunc: mark, UpdateFunc: func(_, cur any) { mark(cur) }, DeleteFunc: mark,
-		}); err != nil {
+		if _, err := hd.inf.AddEventHandler(feature.OnEveryChange(mark)); err != nil {
 			return fmt.Errorf("netpolicy: %s: %w", hd.what, err)
 		}
 	}

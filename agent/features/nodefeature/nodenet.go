@@ -164,11 +164,7 @@ func (n *NodeNet) Init(h feature.Host) error {
 		return err
 	}
 	n.nodes = h.Informers().Core().V1().Nodes().Informer()
-	if _, err := n.nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { poke(n.remotesDirty) },
-		UpdateFunc: func(old, cur any) { poke(n.remotesDirty) },
-		DeleteFunc: func(any) { poke(n.remotesDirty) },
-	}); err != nil {
+	if _, err := n.nodes.AddEventHandler(feature.OnEveryChange(func(any) { poke(n.remotesDirty) })); err != nil {
 		return fmt.Errorf("nodenet: nodes: %w", err)
 	}
 	h.OnNodeChange(func() { poke(n.nodeDirty) })

@@ -259,25 +259,19 @@ func (p *Proxy) watch(h feature.Host) error {
 		return fmt.Errorf("services: endpointslices: %w", err)
 	}
 	svc := func(obj any) *service.Service {
-		if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-			obj = t.Obj
-		}
-		switch s := obj.(type) {
-		case *service.Service:
+		if s, ok := feature.ObjectOf[*service.Service](obj); ok {
 			return s
-		case *corev1.Service: // not through the transform
+		}
+		if s, ok := feature.ObjectOf[*corev1.Service](obj); ok { // not through the transform
 			return service.ServiceOf(s)
 		}
 		return nil
 	}
 	slice := func(obj any) *service.Slice {
-		if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-			obj = t.Obj
-		}
-		switch s := obj.(type) {
-		case *service.Slice:
+		if s, ok := feature.ObjectOf[*service.Slice](obj); ok {
 			return s
-		case *discovery.EndpointSlice: // not through the transform
+		}
+		if s, ok := feature.ObjectOf[*discovery.EndpointSlice](obj); ok { // not through the transform
 			return service.SliceOf(s)
 		}
 		return nil
