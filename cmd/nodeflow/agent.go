@@ -86,8 +86,8 @@ func datapathType(s string) string {
 }
 
 func runAgent(c *cli.Context) error {
-	if c.NArg() > 0 {
-		return fmt.Errorf("agent: unexpected argument %q", c.Args().First())
+	if err := noArgs(c, "agent"); err != nil {
+		return err
 	}
 	if err := applyConfigFile(c); err != nil {
 		return fmt.Errorf("agent: %w", err)

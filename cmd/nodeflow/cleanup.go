@@ -81,8 +81,8 @@ func hideFlag(f cli.Flag) {
 }
 
 func runCleanup(c *cli.Context) error {
-	if c.NArg() > 0 {
-		return fmt.Errorf("cleanup: unexpected argument %q", c.Args().First())
+	if err := noArgs(c, "cleanup"); err != nil {
+		return err
 	}
 	if err := applyConfigFile(c); err != nil {
 		return fmt.Errorf("cleanup: %w", err)
