@@ -276,26 +276,21 @@ func (p *Proxy) watch(h feature.Host) error {
 		}
 		return nil
 	}
+	// queued counts a recorded change and asks for a sync.
+	queued := func(changes prometheus.Counter) {
+		changes.Inc()
+		p.metrics.lastQueued.SetToCurrentTime()
+		p.proxyHealth.queued()
+		p.runner.Run()
+	}
 	recordSvc := func(old, cur *service.Service) {
-		if old == nil && cur == nil {
-			return
-		}
-		if p.svcs.RecordService(old, cur) {
-			p.metrics.serviceChanges.Inc()
-			p.metrics.lastQueued.SetToCurrentTime()
-			p.proxyHealth.queued()
-			p.runner.Run()
+		if (old != nil || cur != nil) && p.svcs.RecordService(old, cur) {
+			queued(p.metrics.serviceChanges)
 		}
 	}
 	recordSlice := func(old, cur *service.Slice) {
-		if old == nil && cur == nil {
-			return
-		}
-		if p.eps.RecordSlice(old, cur) {
-			p.metrics.endpointChanges.Inc()
-			p.metrics.lastQueued.SetToCurrentTime()
-			p.proxyHealth.queued()
-			p.runner.Run()
+		if (old != nil || cur != nil) && p.eps.RecordSlice(old, cur) {
+			queued(p.metrics.endpointChanges)
 		}
 	}
 	svcReg, err := p.svcInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
