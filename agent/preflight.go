@@ -87,12 +87,8 @@ func (a *Agent) loadKubeconfig() error {
 	}
 	rc.UserAgent = "nodeflow-agent/" + a.cfg.NodeName
 	rc.QPS, rc.Burst = a.cfg.KubeAPIQPS, a.cfg.KubeAPIBurst
-	if rc.QPS <= 0 {
-		rc.QPS = DefaultKubeAPIQPS
-	}
-	if rc.Burst <= 0 {
-		rc.Burst = DefaultKubeAPIBurst
-	}
+	feature.DefaultIfUnset(&rc.QPS, DefaultKubeAPIQPS)
+	feature.DefaultIfUnset(&rc.Burst, DefaultKubeAPIBurst)
 	kc, err := kubeclient.NewTyped(rc)
 	if err != nil {
 		return fmt.Errorf("controller: %s: kubernetes client: %w", a.kubeconfigSource(), err)

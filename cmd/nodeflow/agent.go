@@ -85,14 +85,24 @@ func datapathType(s string) string {
 	return "netdev"
 }
 
-func runAgent(c *cli.Context) error {
-	if c.NArg() > 0 {
-		return fmt.Errorf("agent: unexpected argument %q", c.Args().First())
+// agentPrologue is what the agent and its cleanup do first: refuse
+// arguments, read the configuration file under the flags, and point
+// netstack at --proc-sys-net.
+func agentPrologue(c *cli.Context, command string) error {
+	if err := noArgs(c, command); err != nil {
+		return err
 	}
 	if err := applyConfigFile(c); err != nil {
-		return fmt.Errorf("agent: %w", err)
+		return fmt.Errorf("%s: %w", command, err)
 	}
 	netstack.ProcSysNet = c.String("proc-sys-net")
+	return nil
+}
+
+func runAgent(c *cli.Context) error {
+	if err := agentPrologue(c, "agent"); err != nil {
+		return err
+	}
 	cfg, err := agentConfig(c)
 	if err != nil {
 		return err

@@ -57,18 +57,11 @@ func TestConfigFileFlagsExist(t *testing.T) {
 
 // The file sets what the command line and the environment leave; they win.
 func TestConfigFilePrecedence(t *testing.T) {
-	p := filepath.Join(t.TempDir(), "config.yaml")
-	if err := os.WriteFile(p, []byte("apiVersion: nodeflow.io/v1alpha1\nkind: AgentConfiguration\nmtu: 1450\npodBridge: brfile\n"+
-		"uplink: ethfile\nserviceCIDRs: [10.1.0.0/16, \"fd00:1::/112\"]\nclusterDNSServices: []\ntrustedDNS: [169.254.20.10]\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
 	t.Setenv("NODEFLOW_UPLINK", "ethenv")
 	got := map[string]string{}
-	cmd := agentCommand()
-	cmd.Action = func(c *cli.Context) error {
-		if err := applyConfigFile(c); err != nil {
-			return err
-		}
+	config := "apiVersion: nodeflow.io/v1alpha1\nkind: AgentConfiguration\nmtu: 1450\npodBridge: brfile\n" +
+		"uplink: ethfile\nserviceCIDRs: [10.1.0.0/16, \"fd00:1::/112\"]\nclusterDNSServices: []\ntrustedDNS: [169.254.20.10]\n"
+	runWithConfigFile(t, agentCommand(), config, func(c *cli.Context) error {
 		for _, f := range []string{"pod-bridge", "uplink", "gateway-bridge"} {
 			got[f] = c.String(f)
 		}
@@ -81,11 +74,7 @@ func TestConfigFilePrecedence(t *testing.T) {
 		got["cluster-dns-service"] = fmt.Sprint(svcs)
 		got["trusted-dns"] = strings.Join(c.StringSlice("trusted-dns"), ",")
 		return nil
-	}
-	app := &cli.App{Commands: []*cli.Command{cmd}}
-	if err := app.Run([]string{"nodeflow", "agent", "--config", p, "--pod-bridge", "brflag"}); err != nil {
-		t.Fatal(err)
-	}
+	}, "--pod-bridge", "brflag")
 	for flag, want := range map[string]string{
 		"mtu": "1450", "pod-bridge": "brflag", "uplink": "ethenv", "gateway-bridge": "breth0", "service-cidr": "10.1.0.0/16,fd00:1::/112",
 		// An empty list in the file replaces the default: no cluster DNS
@@ -149,5 +138,26 @@ func TestInstallFile(t *testing.T) {
 	}
 	if ents, _ := os.ReadDir(bin); len(ents) != 1 {
 		t.Errorf("%d files in the bin directory, want 1", len(ents))
+	}
+}
+
+// runWithConfigFile writes config to a file and runs cmd with --config
+// naming it, then args; cmd's action reads the configuration file, as the
+// commands do, then calls read.
+func runWithConfigFile(t *testing.T, cmd *cli.Command, config string, read func(c *cli.Context) error, args ...string) {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(p, []byte(config), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd.Action = func(c *cli.Context) error {
+		if err := applyConfigFile(c); err != nil {
+			return err
+		}
+		return read(c)
+	}
+	app := &cli.App{Commands: []*cli.Command{cmd}}
+	if err := app.Run(append([]string{"nodeflow", cmd.Name, "--config", p}, args...)); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -15,7 +15,6 @@ import (
 	"nodeflow/agent"
 	"nodeflow/agent/cleanup"
 	"nodeflow/agent/features"
-	"nodeflow/host/netstack"
 )
 
 func init() {
@@ -80,13 +79,9 @@ func hideFlag(f cli.Flag) {
 }
 
 func runCleanup(c *cli.Context) error {
-	if c.NArg() > 0 {
-		return fmt.Errorf("cleanup: unexpected argument %q", c.Args().First())
+	if err := agentPrologue(c, "cleanup"); err != nil {
+		return err
 	}
-	if err := applyConfigFile(c); err != nil {
-		return fmt.Errorf("cleanup: %w", err)
-	}
-	netstack.ProcSysNet = c.String("proc-sys-net")
 	socket, dataDir := agentPaths(c.String("ovs-rundir"), c.String("socket"), c.String("cni-conf-dir"), c.String("cni-data-dir"))
 	o := cleanup.Options{
 		OVSRundir: c.String("ovs-rundir"), PodBridge: c.String("pod-bridge"), GatewayBridge: c.String("gateway-bridge"),

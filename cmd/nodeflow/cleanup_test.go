@@ -1,8 +1,6 @@
 package main
 
 import (
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/urfave/cli/v2"
@@ -35,26 +33,15 @@ func TestCleanupTakesTheAgentsFlags(t *testing.T) {
 
 // The agent's configuration file sets cleanup's flags; the command line wins.
 func TestCleanupConfigFile(t *testing.T) {
-	p := filepath.Join(t.TempDir(), "config.yaml")
-	if err := os.WriteFile(p, []byte("apiVersion: nodeflow.io/v1alpha1\nkind: AgentConfiguration\nuplink: ethfile\npodBridge: brfile\n"+
-		"mtu: 1450\nunidleHoldTime: 10s\nclusterCIDRs: [10.0.0.0/16]\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
 	got := map[string]string{}
-	cmd := cleanupCommand()
-	cmd.Action = func(c *cli.Context) error {
-		if err := applyConfigFile(c); err != nil {
-			return err
-		}
+	config := "apiVersion: nodeflow.io/v1alpha1\nkind: AgentConfiguration\nuplink: ethfile\npodBridge: brfile\n" +
+		"mtu: 1450\nunidleHoldTime: 10s\nclusterCIDRs: [10.0.0.0/16]\n"
+	runWithConfigFile(t, cleanupCommand(), config, func(c *cli.Context) error {
 		for _, f := range []string{"uplink", "pod-bridge", "gateway-bridge"} {
 			got[f] = c.String(f)
 		}
 		return nil
-	}
-	app := &cli.App{Commands: []*cli.Command{cmd}}
-	if err := app.Run([]string{"nodeflow", "cleanup", "--config", p, "--pod-bridge", "brflag"}); err != nil {
-		t.Fatal(err)
-	}
+	}, "--pod-bridge", "brflag")
 	want := map[string]string{"uplink": "ethfile", "pod-bridge": "brflag", "gateway-bridge": "breth0"}
 	for k, v := range want {
 		if got[k] != v {

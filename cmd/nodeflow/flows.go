@@ -46,8 +46,8 @@ func flowsCommand() *cli.Command {
 }
 
 func runFlows(c *cli.Context) error {
-	if c.NArg() > 0 {
-		return fmt.Errorf("flows: unexpected argument %q", c.Args().First())
+	if err := noArgs(c, "flows"); err != nil {
+		return err
 	}
 	path := "/flows"
 	switch {

@@ -40,7 +40,7 @@ func idleCommand() *cli.Command {
 			"and " + idling.UnidleTargetsAnnotation + ", then scales them to 0. A NeedPods event on the Service\n" +
 			"(as the agent emits for a connection to it) makes `nodeflow unidler` scale them back up.",
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "kubeconfig", EnvVars: []string{"KUBECONFIG"}, Usage: "kubeconfig `PATH` (default: ~/.kube/config, or in-cluster)"},
+			kubeconfigFlag(),
 			&cli.StringFlag{Name: "namespace", Aliases: []string{"n"}, Usage: "`NAMESPACE` of the Services (default: the kubeconfig context's)"},
 			&cli.StringFlag{Name: "selector", Aliases: []string{"l"}, Usage: "idle the Services matching this label `SELECTOR`"},
 			&cli.BoolFlag{Name: "all", Usage: "idle every Service of the namespace"},

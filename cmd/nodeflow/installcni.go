@@ -19,8 +19,8 @@ func init() {
 			&cli.StringFlag{Name: "to", Value: "/opt/cni/bin/nodeflow", Usage: "the plugin's `PATH`"},
 		},
 		Action: func(c *cli.Context) error {
-			if c.NArg() > 0 {
-				return fmt.Errorf("install-cni: unexpected argument %q", c.Args().First())
+			if err := noArgs(c, "install-cni"); err != nil {
+				return err
 			}
 			self, err := os.Executable()
 			if err != nil {

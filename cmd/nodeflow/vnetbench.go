@@ -28,8 +28,8 @@ func vnetBenchCommand() *cli.Command {
 			"and to its interface on its node (the connection agent), p50 and p99, and the API server's requests per\n" +
 			"attachment (from its apiserver_request_total). Needs the IPAM controller running, and the right to create\n" +
 			"namespaces and, with --fake-nodes, Nodes, and to read the API server's /metrics.",
-		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "kubeconfig", EnvVars: []string{"KUBECONFIG"}, Usage: "kubeconfig `PATH` (default: ~/.kube/config, or in-cluster)"},
+		Flags: append([]cli.Flag{
+			kubeconfigFlag(),
 			&cli.IntFlag{Name: "attachments", Aliases: []string{"n"}, Value: 1000, Usage: "how many attachments"},
 			&cli.IntFlag{Name: "vnis", Value: 100, Usage: "how many virtual networks they are spread over"},
 			&cli.UintFlag{Name: "first-vni", Value: uint(vnet.MinVNI + 0x1000), Usage: "the first VNI"},
@@ -41,16 +41,14 @@ func vnetBenchCommand() *cli.Command {
 			&cli.StringFlag{Name: "namespace", Value: "vnet-bench", Usage: "the `NAMESPACE` created for the run"},
 			&cli.DurationFlag{Name: "timeout", Value: 0, Usage: "how long to wait for every attachment (default 30m)"},
 			&cli.BoolFlag{Name: "keep", Usage: "leave the namespace and fake Nodes in place"},
-			&cli.Float64Flag{Name: "kube-api-qps", Value: 500, Usage: "client-side rate limit of API requests per second"},
-			&cli.IntFlag{Name: "kube-api-burst", Value: 1000, Usage: "client-side burst of API requests"},
-		},
+		}, kubeAPIFlags(500, 1000)...),
 		Action: runVNetBench,
 	}
 }
 
 func runVNetBench(c *cli.Context) error {
-	if c.NArg() > 0 {
-		return fmt.Errorf("vnet-bench: unexpected argument %q", c.Args().First())
+	if err := noArgs(c, "vnet-bench"); err != nil {
+		return err
 	}
 	api, err := clients(c, "nodeflow-vnet-bench")
 	if err != nil {

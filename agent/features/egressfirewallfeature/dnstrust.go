@@ -22,6 +22,7 @@ import (
 	discoveryinformers "k8s.io/client-go/informers/discovery/v1"
 	"k8s.io/client-go/tools/cache"
 
+	"nodeflow/agent/feature"
 	"nodeflow/datapath/egressfirewallflows"
 )
 
@@ -179,11 +180,7 @@ func newDNSTrust(f *Firewall, services []types.NamespacedName, resolvers []netip
 			if err := inf.SetTransform(stripManagedFields); err != nil {
 				return nil, fmt.Errorf("egressfirewall: cluster DNS Service %s: %w", k, err)
 			}
-			if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-				AddFunc:    func(any) { t.update() },
-				UpdateFunc: func(any, any) { t.update() },
-				DeleteFunc: func(any) { t.update() },
-			}); err != nil {
+			if _, err := inf.AddEventHandler(feature.OnEveryChange(func(any) { t.update() })); err != nil {
 				return nil, fmt.Errorf("egressfirewall: cluster DNS Service %s: %w", k, err)
 			}
 		}

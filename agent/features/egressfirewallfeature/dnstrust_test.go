@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -73,8 +74,8 @@ func TestDNSTrustedSources(t *testing.T) {
 	// endpoint from its namespace is learned; the same address from a
 	// tenant's pod (it got the address after the endpoint died) and the
 	// ClusterIP answered by a tenant's pod are not.
-	untrusted := counterValue(t, e.f.m.dnsReplies.WithLabelValues(ReplyUntrusted))
-	learned := counterValue(t, e.f.m.dnsReplies.WithLabelValues(ReplyLearned))
+	untrusted := testutil.ToFloat64(e.f.m.dnsReplies.WithLabelValues(ReplyUntrusted))
+	learned := testutil.ToFloat64(e.f.m.dnsReplies.WithLabelValues(ReplyLearned))
 	for _, tc := range []struct {
 		name  string
 		src   string
@@ -96,11 +97,11 @@ func TestDNSTrustedSources(t *testing.T) {
 		e.f.HandlePacketIn(packetInFrom(frame, 7, plan.FromPod, nsID, ct))
 	}
 	if !featuretest.WaitFor(5*time.Second, func() bool {
-		return counterValue(t, e.f.m.dnsReplies.WithLabelValues(ReplyLearned)) == learned+1 &&
-			counterValue(t, e.f.m.dnsReplies.WithLabelValues(ReplyUntrusted)) == untrusted+2
+		return testutil.ToFloat64(e.f.m.dnsReplies.WithLabelValues(ReplyLearned)) == learned+1 &&
+			testutil.ToFloat64(e.f.m.dnsReplies.WithLabelValues(ReplyUntrusted)) == untrusted+2
 	}) {
-		t.Errorf("learned %v (want %v), untrusted %v (want %v)", counterValue(t, e.f.m.dnsReplies.WithLabelValues(ReplyLearned)), learned+1,
-			counterValue(t, e.f.m.dnsReplies.WithLabelValues(ReplyUntrusted)), untrusted+2)
+		t.Errorf("learned %v (want %v), untrusted %v (want %v)", testutil.ToFloat64(e.f.m.dnsReplies.WithLabelValues(ReplyLearned)), learned+1,
+			testutil.ToFloat64(e.f.m.dnsReplies.WithLabelValues(ReplyUntrusted)), untrusted+2)
 	}
 
 	ctx := context.Background()
@@ -180,7 +181,7 @@ func TestUntrustedDNSCounters(t *testing.T) {
 			Cookie: uint64(plan.MakeCookie(plan.FeatureEgressFirewall, owner, 1)),
 			Match:  openflow.NewMatch(openflow.EthType(0x0800), openflow.IPv4DstPrefix(netip.MustParsePrefix(dst)))}, PacketCount: n}
 	}
-	before := counterValue(t, e.f.m.dnsReplies.WithLabelValues(ReplyUntrusted))
+	before := testutil.ToFloat64(e.f.m.dnsReplies.WithLabelValues(ReplyUntrusted))
 	last := &feature.Growth[denyKey]{}
 	e.f.addUntrustedDNS([]openflow.FlowStats{
 		stat(egressfirewallflows.DNSOwner, plan.PriorityEgressFirewallDNSUntrusted, "10.244.1.5/32", 4),
@@ -193,7 +194,7 @@ func TestUntrustedDNSCounters(t *testing.T) {
 		stat(egressfirewallflows.DNSOwner, plan.PriorityEgressFirewallDNSUntrusted, "10.244.1.5/32", 7),
 		stat(egressfirewallflows.DNSOwner, plan.PriorityEgressFirewallDNSUntrusted, "10.244.1.6/32", 0),
 	}, last)
-	if got := counterValue(t, e.f.m.dnsReplies.WithLabelValues(ReplyUntrusted)) - before; got != 8 {
+	if got := testutil.ToFloat64(e.f.m.dnsReplies.WithLabelValues(ReplyUntrusted)) - before; got != 8 {
 		t.Errorf("untrusted replies %v, want 8", got)
 	}
 }
@@ -287,7 +288,7 @@ func TestDNSNodeLocalCache(t *testing.T) {
 	if has(got, "198.51.100.61") {
 		t.Errorf("the cache's address from a pod was learned:\n%s", strings.Join(got, "\n"))
 	}
-	if v := counterValue(t, e.f.m.dnsReplies.WithLabelValues(ReplyUntrusted)); v != 1 {
+	if v := testutil.ToFloat64(e.f.m.dnsReplies.WithLabelValues(ReplyUntrusted)); v != 1 {
 		t.Errorf("untrusted %v, want 1", v)
 	}
 }

@@ -142,18 +142,10 @@ type nsState struct {
 
 // New returns the egress firewall feature.
 func New(opts Options) *Firewall {
-	if opts.MaxHold <= 0 {
-		opts.MaxHold = DefaultMaxHold
-	}
-	if opts.MaxHeld <= 0 {
-		opts.MaxHeld = DefaultMaxHeld
-	}
-	if opts.CounterInterval <= 0 {
-		opts.CounterInterval = DefaultCounterInterval
-	}
-	if opts.StatusTimeout <= 0 {
-		opts.StatusTimeout = DefaultStatusTimeout
-	}
+	feature.DefaultIfUnset(&opts.MaxHold, DefaultMaxHold)
+	feature.DefaultIfUnset(&opts.MaxHeld, DefaultMaxHeld)
+	feature.DefaultIfUnset(&opts.CounterInterval, DefaultCounterInterval)
+	feature.DefaultIfUnset(&opts.StatusTimeout, DefaultStatusTimeout)
 	f := &Firewall{
 		opts: opts,
 		ns:   map[string]*nsState{}, byName: map[string]map[string]struct{}{},
@@ -523,18 +515,12 @@ func stripManagedFields(obj any) (any, error) {
 }
 
 func unstructuredOf(obj any) *unstructured.Unstructured {
-	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = t.Obj
-	}
-	u, _ := obj.(*unstructured.Unstructured)
+	u, _ := feature.ObjectOf[*unstructured.Unstructured](obj)
 	return u
 }
 
 func podOf(obj any) *corev1.Pod {
-	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = t.Obj
-	}
-	p, _ := obj.(*corev1.Pod)
+	p, _ := feature.ObjectOf[*corev1.Pod](obj)
 	return p
 }
 

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
@@ -274,13 +275,13 @@ func TestDNSLearning(t *testing.T) {
 	if got := e.flows(egressfirewallflows.Owner("a")); !slices.Equal(got, before) {
 		t.Errorf("an untrusted reply changed the rules:\n%s", strings.Join(got, "\n"))
 	}
-	if v := counterValue(t, e.f.m.dnsReplies.WithLabelValues(ReplyUntrusted)); v != 1 {
+	if v := testutil.ToFloat64(e.f.m.dnsReplies.WithLabelValues(ReplyUntrusted)); v != 1 {
 		t.Errorf("untrusted %v replies, want 1", v)
 	}
-	if v := counterValue(t, e.f.m.dnsReplies.WithLabelValues(ReplyLearned)); v != 2 {
+	if v := testutil.ToFloat64(e.f.m.dnsReplies.WithLabelValues(ReplyLearned)); v != 2 {
 		t.Errorf("learned %v replies, want 2", v)
 	}
-	if v := counterValue(t, e.f.m.dnsReplies.WithLabelValues(ReplyPassed)); v != 2 {
+	if v := testutil.ToFloat64(e.f.m.dnsReplies.WithLabelValues(ReplyPassed)); v != 2 {
 		t.Errorf("passed %v replies, want 2", v)
 	}
 
@@ -368,7 +369,7 @@ func TestDeniedCounters(t *testing.T) {
 		stat("b", 10999, "10.0.0.0/8", 1, true),
 	}, last)
 	for ns, want := range map[string]float64{"a": 7, "b": 4} {
-		if got := counterValue(t, e.f.m.denied.WithLabelValues(ns)); got != want {
+		if got := testutil.ToFloat64(e.f.m.denied.WithLabelValues(ns)); got != want {
 			t.Errorf("denied packets of %s: %v, want %v", ns, got, want)
 		}
 	}

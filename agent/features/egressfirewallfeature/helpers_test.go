@@ -12,8 +12,6 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
-	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -21,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
@@ -141,15 +140,7 @@ func newEnvOpts(t *testing.T, setup func(*dnstest.Server), prepare func(*feature
 	f := New(o)
 	e.f = f
 	h.Restrict(f.Owns())
-	if err := f.Init(h); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	h.Start(ctx)
-	if err := f.Sync(ctx); err != nil {
-		t.Fatal(err)
-	}
+	ctx := h.Synced(t, f)
 	go f.Run(ctx)
 	return e
 }
@@ -263,24 +254,25 @@ func (e *env) lastApplied(ns, name, msg string) appliedStatus {
 	return got
 }
 
-func (e *env) create(u *unstructured.Unstructured) {
-	e.t.Helper()
+// resource is the client of u's kind in u's namespace.
+func (e *env) resource(u *unstructured.Unstructured) dynamic.ResourceInterface {
 	gvr := egressfirewall.EgressFirewallGVR
 	if u.GetKind() == string(egressfirewall.KindEgressNetworkPolicy) {
 		gvr = egressfirewall.EgressNetworkPolicyGVR
 	}
-	if _, err := e.dyn.Resource(gvr).Namespace(u.GetNamespace()).Create(context.Background(), u, metav1.CreateOptions{}); err != nil {
+	return e.dyn.Resource(gvr).Namespace(u.GetNamespace())
+}
+
+func (e *env) create(u *unstructured.Unstructured) {
+	e.t.Helper()
+	if _, err := e.resource(u).Create(context.Background(), u, metav1.CreateOptions{}); err != nil {
 		e.t.Fatal(err)
 	}
 }
 
 func (e *env) update(u *unstructured.Unstructured) {
 	e.t.Helper()
-	gvr := egressfirewall.EgressFirewallGVR
-	if u.GetKind() == string(egressfirewall.KindEgressNetworkPolicy) {
-		gvr = egressfirewall.EgressNetworkPolicyGVR
-	}
-	if _, err := e.dyn.Resource(gvr).Namespace(u.GetNamespace()).Update(context.Background(), u, metav1.UpdateOptions{}); err != nil {
+	if _, err := e.resource(u).Update(context.Background(), u, metav1.UpdateOptions{}); err != nil {
 		e.t.Fatal(err)
 	}
 }
@@ -452,15 +444,6 @@ func endpointSlice(svc *corev1.Service, name, managedBy string, owned bool, addr
 		sl.Endpoints = append(sl.Endpoints, discovery.Endpoint{Addresses: []string{a}})
 	}
 	return sl
-}
-
-func counterValue(t *testing.T, c prometheus.Counter) float64 {
-	t.Helper()
-	var m dto.Metric
-	if err := c.Write(&m); err != nil {
-		t.Fatal(err)
-	}
-	return m.GetCounter().GetValue()
 }
 
 // enforcedUID waits until namespace ns enforces a policy and returns the

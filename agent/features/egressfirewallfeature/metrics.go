@@ -1,6 +1,10 @@
 package egressfirewallfeature
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"nodeflow/agent/feature"
+)
 
 // metrics are the firewall's own metrics; the name cache registers its
 // DNS lookup metrics beside them (package dnsnames).
@@ -55,58 +59,30 @@ const (
 
 func newMetrics() *metrics {
 	return &metrics{
-		namespaces: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "nodeflow_egress_firewall_namespaces", Help: "Namespaces whose egress firewall is enforced on this node.",
-		}),
-		rules: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "nodeflow_egress_firewall_rules", Help: "Egress firewall rules programmed on this node, in every namespace.",
-		}),
-		flows: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "nodeflow_egress_firewall_flows", Help: "Table 50 flows the egress firewall rules take.",
-		}),
-		syncDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "nodeflow_egress_firewall_sync_duration_seconds", Help: "Time to decide and build one namespace's egress firewall.",
-			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
-		}),
-		syncErrors: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "nodeflow_egress_firewall_sync_errors_total", Help: "Namespace syncs whose flows could not be built or set (retried).",
-		}),
-		problems: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "nodeflow_egress_firewall_problems_total", Help: "Objects reported as not enforced as they stand, by event reason.",
-		}, []string{"reason"}),
-		statusWrites: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "nodeflow_egress_firewall_status_writes_total", Help: "Writes of this node's EgressFirewall status message, by result.",
-		}, []string{"result"}),
-		dnsReplies: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "nodeflow_egress_firewall_dns_replies_total", Help: "DNS replies to pods caught for learning, by what became of them.",
-		}, []string{"result"}),
-		dnsHeld: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "nodeflow_egress_firewall_dns_held_replies", Help: "DNS replies held now while their addresses are installed.",
-		}),
+		namespaces:   feature.NewGauge("nodeflow_egress_firewall_namespaces", "Namespaces whose egress firewall is enforced on this node."),
+		rules:        feature.NewGauge("nodeflow_egress_firewall_rules", "Egress firewall rules programmed on this node, in every namespace."),
+		flows:        feature.NewGauge("nodeflow_egress_firewall_flows", "Table 50 flows the egress firewall rules take."),
+		syncDuration: feature.NewHistogram("nodeflow_egress_firewall_sync_duration_seconds", "Time to decide and build one namespace's egress firewall.", prometheus.ExponentialBuckets(0.0001, 2, 16)),
+		syncErrors:   feature.NewCounter("nodeflow_egress_firewall_sync_errors_total", "Namespace syncs whose flows could not be built or set (retried)."),
+		problems:     feature.NewCounterVec("nodeflow_egress_firewall_problems_total", "Objects reported as not enforced as they stand, by event reason.", "reason"),
+		statusWrites: feature.NewCounterVec("nodeflow_egress_firewall_status_writes_total", "Writes of this node's EgressFirewall status message, by result.", "result"),
+		dnsReplies:   feature.NewCounterVec("nodeflow_egress_firewall_dns_replies_total", "DNS replies to pods caught for learning, by what became of them.", "result"),
+		dnsHeld:      feature.NewGauge("nodeflow_egress_firewall_dns_held_replies", "DNS replies held now while their addresses are installed."),
 		dnsHold: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "nodeflow_egress_firewall_dns_hold_seconds",
 			Help:    "Time a DNS reply was held, from its packet-in to its release, for the replies that were held (result learned).",
 			Buckets: prometheus.ExponentialBuckets(0.00005, 2, 16), // 50 us .. 1.6 s
 		}),
-		dnsSources: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "nodeflow_egress_firewall_dns_trusted_sources",
-			Help: "Sources whose DNS answers to pods are learned from: cluster DNS Services' ClusterIPs and endpoint addresses, and resolver prefixes.",
-		}, []string{"kind"}),
-		denied: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "nodeflow_egress_firewall_denied_packets_total", Help: "Packets dropped by a namespace's Deny rules, from the flow counters.",
-		}, []string{"namespace"}),
-		counterReads: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "nodeflow_egress_firewall_counter_reads_total", Help: "Reads of table 50's flow counters, by result.",
-		}, []string{"result"}),
+		dnsSources:   feature.NewGaugeVec("nodeflow_egress_firewall_dns_trusted_sources", "Sources whose DNS answers to pods are learned from: cluster DNS Services' ClusterIPs and endpoint addresses, and resolver prefixes.", "kind"),
+		denied:       feature.NewCounterVec("nodeflow_egress_firewall_denied_packets_total", "Packets dropped by a namespace's Deny rules, from the flow counters.", "namespace"),
+		counterReads: feature.NewCounterVec("nodeflow_egress_firewall_counter_reads_total", "Reads of table 50's flow counters, by result.", "result"),
 	}
 }
 
 func (m *metrics) register(r prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{m.namespaces, m.rules, m.flows, m.syncDuration, m.syncErrors, m.problems,
-		m.statusWrites, m.dnsReplies, m.dnsHeld, m.dnsHold, m.dnsSources, m.denied, m.counterReads} {
-		if err := r.Register(c); err != nil {
-			return err
-		}
+	if err := feature.Register(r, m.namespaces, m.rules, m.flows, m.syncDuration, m.syncErrors, m.problems,
+		m.statusWrites, m.dnsReplies, m.dnsHeld, m.dnsHold, m.dnsSources, m.denied, m.counterReads); err != nil {
+		return err
 	}
 	for _, k := range []string{sourceClusterIP, sourceEndpoint, sourceResolver} {
 		m.dnsSources.WithLabelValues(k)

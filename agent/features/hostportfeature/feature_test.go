@@ -1,7 +1,6 @@
 package hostportfeature
 
 import (
-	"context"
 	"strings"
 	"testing"
 	"time"
@@ -30,15 +29,7 @@ func TestFeatureServesAndWarns(t *testing.T) {
 	h := featuretest.New(featuretest.DefaultNode(), pod)
 	f := New(Options{ReservedPorts: []uint16{KubeletPort}})
 	h.Restrict(f.Owns())
-	if err := f.Init(h); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	h.Start(ctx)
-	if err := f.Sync(ctx); err != nil {
-		t.Fatal(err)
-	}
+	ctx := h.Synced(t, f)
 	owner := hostportflows.Owner("ns", "web")
 	br0, _ := h.Stores[plan.Pod].Get(owner)
 	breth0, _ := h.Stores[plan.Gateway].Get(owner)

@@ -107,11 +107,7 @@ func (f *HostPorts) APIAccess() []feature.APIAccess {
 func (f *HostPorts) Init(h feature.Host) error {
 	f.h, f.log = h, h.Log()
 	f.pods = h.LocalPods().Core().V1().Pods().Informer()
-	if _, err := f.pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    f.podChanged,
-		UpdateFunc: func(_, cur any) { f.podChanged(cur) },
-		DeleteFunc: f.podChanged,
-	}); err != nil {
+	if _, err := f.pods.AddEventHandler(feature.OnEveryChange(f.podChanged)); err != nil {
 		return fmt.Errorf("hostports: pods: %w", err)
 	}
 	h.OnNodeChange(f.loop.MarkAll)
@@ -149,10 +145,7 @@ func (f *HostPorts) pass(_ context.Context, keys []string, full bool) (failed []
 }
 
 func (f *HostPorts) podChanged(obj any) {
-	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = d.Obj
-	}
-	pod, ok := obj.(*v1.Pod)
+	pod, ok := feature.ObjectOf[*v1.Pod](obj)
 	if !ok {
 		return
 	}

@@ -84,21 +84,11 @@ type Options struct {
 }
 
 func (o *Options) defaults() {
-	if o.HoldTime <= 0 {
-		o.HoldTime = DefaultHoldTime
-	}
-	if o.PortPackets <= 0 {
-		o.PortPackets = DefaultPortPackets
-	}
-	if o.PortBytes <= 0 {
-		o.PortBytes = DefaultPortBytes
-	}
-	if o.TotalPackets <= 0 {
-		o.TotalPackets = DefaultTotalPackets
-	}
-	if o.TotalBytes <= 0 {
-		o.TotalBytes = DefaultTotalBytes
-	}
+	feature.DefaultIfUnset(&o.HoldTime, DefaultHoldTime)
+	feature.DefaultIfUnset(&o.PortPackets, DefaultPortPackets)
+	feature.DefaultIfUnset(&o.PortBytes, DefaultPortBytes)
+	feature.DefaultIfUnset(&o.TotalPackets, DefaultTotalPackets)
+	feature.DefaultIfUnset(&o.TotalBytes, DefaultTotalBytes)
 	if o.Now == nil {
 		o.Now = time.Now
 	}
@@ -584,31 +574,24 @@ type metrics struct {
 func newMetrics() *metrics {
 	buckets := []float64{.01, .05, .1, .25, .5, 1, 2, 5, 10, 30, 60, 120}
 	return &metrics{
-		packetIns: prometheus.NewCounter(prometheus.CounterOpts{Name: "nodeflow_unidle_packet_ins_total", Help: "Packet-ins of new connections to idled service ports."}),
-		needPods:  prometheus.NewCounter(prometheus.CounterOpts{Name: "nodeflow_unidle_needpods_events_total", Help: "NeedPods events emitted (one per wait cycle per port)."}),
-		released:  prometheus.NewCounter(prometheus.CounterOpts{Name: "nodeflow_unidle_released_packets_total", Help: "Held packets re-injected into br0's pipeline."}),
-		expired:   prometheus.NewCounter(prometheus.CounterOpts{Name: "nodeflow_unidle_expired_packets_total", Help: "Held packets answered as a service without endpoints after the hold time."}),
-		rejected: prometheus.NewCounter(prometheus.CounterOpts{Name: "nodeflow_unidle_rejected_packets_total",
-			Help: "Held packets answered as a service without endpoints because their Service was deleted."}),
-		late: prometheus.NewCounter(prometheus.CounterOpts{Name: "nodeflow_unidle_late_packets_total",
-			Help: "Packet-ins of a port released a moment ago (a datapath flow not yet revalidated), sent on like its held packets."}),
-		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "nodeflow_unidle_dropped_packets_total",
-			Help: "Packet-ins of idled ports not held, by cause (retransmit, port-full, total-full, not-idled, malformed, bridge, reinject-error, release-queue)."}, []string{"cause"}),
-		heldPackets: prometheus.NewGauge(prometheus.GaugeOpts{Name: "nodeflow_unidle_held_packets", Help: "Packets held for idled service ports."}),
-		heldBytes:   prometheus.NewGauge(prometheus.GaugeOpts{Name: "nodeflow_unidle_held_bytes", Help: "Bytes held for idled service ports."}),
-		idled:       prometheus.NewGauge(prometheus.GaugeOpts{Name: "nodeflow_unidle_idled_ports", Help: "Idled service ports whose connections are caught."}),
-		holdTime: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "nodeflow_unidle_hold_seconds",
-			Help: "How long a re-injected packet was held.", Buckets: buckets}),
-		unidle: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "nodeflow_unidle_duration_seconds",
-			Help: "From a port's first held packet to its release.", Buckets: buckets}),
+		packetIns:   feature.NewCounter("nodeflow_unidle_packet_ins_total", "Packet-ins of new connections to idled service ports."),
+		needPods:    feature.NewCounter("nodeflow_unidle_needpods_events_total", "NeedPods events emitted (one per wait cycle per port)."),
+		released:    feature.NewCounter("nodeflow_unidle_released_packets_total", "Held packets re-injected into br0's pipeline."),
+		expired:     feature.NewCounter("nodeflow_unidle_expired_packets_total", "Held packets answered as a service without endpoints after the hold time."),
+		rejected:    feature.NewCounter("nodeflow_unidle_rejected_packets_total", "Held packets answered as a service without endpoints because their Service was deleted."),
+		late:        feature.NewCounter("nodeflow_unidle_late_packets_total", "Packet-ins of a port released a moment ago (a datapath flow not yet revalidated), sent on like its held packets."),
+		dropped:     feature.NewCounterVec("nodeflow_unidle_dropped_packets_total", "Packet-ins of idled ports not held, by cause (retransmit, port-full, total-full, not-idled, malformed, bridge, reinject-error, release-queue).", "cause"),
+		heldPackets: feature.NewGauge("nodeflow_unidle_held_packets", "Packets held for idled service ports."),
+		heldBytes:   feature.NewGauge("nodeflow_unidle_held_bytes", "Bytes held for idled service ports."),
+		idled:       feature.NewGauge("nodeflow_unidle_idled_ports", "Idled service ports whose connections are caught."),
+		holdTime:    feature.NewHistogram("nodeflow_unidle_hold_seconds", "How long a re-injected packet was held.", buckets),
+		unidle:      feature.NewHistogram("nodeflow_unidle_duration_seconds", "From a port's first held packet to its release.", buckets),
 	}
 }
 
 func (m *metrics) register(r prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{m.packetIns, m.needPods, m.released, m.expired, m.rejected, m.late, m.dropped, m.heldPackets, m.heldBytes, m.idled, m.holdTime, m.unidle} {
-		if err := r.Register(c); err != nil {
-			return err
-		}
+	if err := feature.Register(r, m.packetIns, m.needPods, m.released, m.expired, m.rejected, m.late, m.dropped, m.heldPackets, m.heldBytes, m.idled, m.holdTime, m.unidle); err != nil {
+		return err
 	}
 	for _, c := range []string{"retransmit", "port-full", "total-full", "not-idled", "malformed", "bridge", "reinject-error", "release-queue"} {
 		m.dropped.WithLabelValues(c)

@@ -60,15 +60,7 @@ func TestHoldAndRelease(t *testing.T) {
 	var rejected []*openflow.PacketIn
 	u := New(Options{PortPackets: 3, HoldTime: 10 * time.Second, Now: func() time.Time { return now },
 		Reject: func(p *openflow.PacketIn) bool { rejected = append(rejected, p); return true }})
-	if err := u.Init(h); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	h.Start(ctx)
-	if err := u.Sync(ctx); err != nil {
-		t.Fatal(err)
-	}
+	ctx := h.Synced(t, u)
 	name := service.ServicePortName{NamespacedName: types.NamespacedName{Namespace: "ns", Name: "web"}, Port: "http", Protocol: corev1.ProtocolTCP}
 	port := &service.ServicePort{Name: name, Protocol: corev1.ProtocolTCP, Port: 80, ClusterIPs: []netip.Addr{netip.MustParseAddr("10.96.0.50")}}
 	ids := map[string]uint32{serviceflows.GroupKey(name, service.IPv4, false): 7}
@@ -136,12 +128,7 @@ func TestLatePacket(t *testing.T) {
 	now := time.Unix(1000, 0)
 	var rejected int
 	u := New(Options{Now: func() time.Time { return now }, Reject: func(*openflow.PacketIn) bool { rejected++; return true }})
-	if err := u.Init(h); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	h.Start(ctx)
+	ctx := h.Started(t, u)
 	ports := map[string]uint32{"http": 7, "gone": 8}
 	for p, id := range ports {
 		name := service.ServicePortName{NamespacedName: types.NamespacedName{Namespace: "ns", Name: "web"}, Port: p, Protocol: corev1.ProtocolTCP}
@@ -257,12 +244,7 @@ func idledWeb(t *testing.T, opts Options) (*Unidler, *featuretest.Host, service.
 	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web"}}
 	h := featuretest.New(featuretest.DefaultNode(), svc)
 	u := New(opts)
-	if err := u.Init(h); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	h.Start(ctx)
+	h.Started(t, u)
 	name := service.ServicePortName{NamespacedName: types.NamespacedName{Namespace: "ns", Name: "web"}, Port: "http", Protocol: corev1.ProtocolTCP}
 	port := &service.ServicePort{Name: name, Protocol: corev1.ProtocolTCP, Port: 80, ClusterIPs: []netip.Addr{netip.MustParseAddr("10.96.0.50")}}
 	u.Idled(name, port, map[string]uint32{serviceflows.GroupKey(name, service.IPv4, false): 7})
@@ -318,12 +300,7 @@ func TestNeedPodsProcessedService(t *testing.T) {
 		t.Fatal(err)
 	}
 	u := New(Options{})
-	if err := u.Init(h); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	h.Start(ctx)
+	h.Started(t, u)
 	if obj, _, _ := u.svcs.GetByKey("ns/web"); obj == nil {
 		t.Fatal("ns/web not in the cache")
 	} else if _, ok := obj.(*service.Service); !ok {

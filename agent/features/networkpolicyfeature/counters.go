@@ -35,19 +35,12 @@ type counterMetrics struct {
 
 func newCounterMetrics(reg prometheus.Registerer) (counterMetrics, error) {
 	m := counterMetrics{
-		denied: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "nodeflow_netpol_denied_packets_total",
-			Help: "Packets an isolated pod's policies denied, by pod and direction (from its drop flow's counter)."},
-			[]string{"namespace", "pod", "direction"}),
-		allowed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "nodeflow_netpol_allowed_packets_total",
-			Help: "Packets a NetworkPolicy rule allowed that no established connection carried, by policy, direction and rule index."},
-			[]string{"namespace", "policy", "direction", "rule"}),
-		reads: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "nodeflow_netpol_counter_reads_total",
-			Help: "Reads of tables 45 and 65's flow counters, by result."}, []string{"result"}),
+		denied:  feature.NewCounterVec("nodeflow_netpol_denied_packets_total", "Packets an isolated pod's policies denied, by pod and direction (from its drop flow's counter).", "namespace", "pod", "direction"),
+		allowed: feature.NewCounterVec("nodeflow_netpol_allowed_packets_total", "Packets a NetworkPolicy rule allowed that no established connection carried, by policy, direction and rule index.", "namespace", "policy", "direction", "rule"),
+		reads:   feature.NewCounterVec("nodeflow_netpol_counter_reads_total", "Reads of tables 45 and 65's flow counters, by result.", "result"),
 	}
-	for _, c := range []prometheus.Collector{m.denied, m.allowed, m.reads} {
-		if err := reg.Register(c); err != nil {
-			return m, fmt.Errorf("netpolicy: metrics: %w", err)
-		}
+	if err := feature.Register(reg, m.denied, m.allowed, m.reads); err != nil {
+		return m, fmt.Errorf("netpolicy: metrics: %w", err)
 	}
 	return m, nil
 }

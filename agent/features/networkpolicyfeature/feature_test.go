@@ -1,7 +1,6 @@
 package networkpolicyfeature
 
 import (
-	"context"
 	"strings"
 	"testing"
 	"time"
@@ -43,15 +42,7 @@ func TestFeature(t *testing.T) {
 	h := featuretest.New(node, web, client, np, ns)
 	f := New(Options{})
 	h.Restrict(f.Owns())
-	if err := f.Init(h); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	h.Start(ctx)
-	if err := f.Sync(ctx); err != nil {
-		t.Fatal(err)
-	}
+	ctx := h.Synced(t, f)
 	flows := func(owner string) string {
 		st, _ := h.Stores[plan.Pod].Get(owner)
 		var lines []string

@@ -96,9 +96,7 @@ const (
 
 // New returns the feature.
 func New(opts Options) *Feature {
-	if opts.CounterInterval <= 0 {
-		opts.CounterInterval = DefaultCounterInterval
-	}
+	feature.DefaultIfUnset(&opts.CounterInterval, DefaultCounterInterval)
 	f := &Feature{opts: opts, podPorts: map[string]uint32{}, warned: map[string]string{}}
 	f.loop = syncloop.NewKeyed(f.pass, syncloop.KeyedOptions{})
 	return f
@@ -146,9 +144,7 @@ func (f *Feature) Init(h feature.Host) error {
 			}
 			f.loop.Mark(change{hd.kind, key})
 		}
-		if _, err := hd.inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-			AddFunc: mark, UpdateFunc: func(_, cur any) { mark(cur) }, DeleteFunc: mark,
-		}); err != nil {
+		if _, err := hd.inf.AddEventHandler(feature.OnEveryChange(mark)); err != nil {
 			return fmt.Errorf("netpolicy: %s: %w", hd.what, err)
 		}
 	}
@@ -158,22 +154,15 @@ func (f *Feature) Init(h feature.Host) error {
 
 func (f *Feature) initMetrics(reg prometheus.Registerer) error {
 	f.metrics = metrics{
-		policies: prometheus.NewGauge(prometheus.GaugeOpts{Name: "nodeflow_netpol_policies", Help: "NetworkPolicies the agent enforces."}),
-		rules:    prometheus.NewGauge(prometheus.GaugeOpts{Name: "nodeflow_netpol_rules", Help: "NetworkPolicy rules (one conjunction each)."}),
-		refused: prometheus.NewGauge(prometheus.GaugeOpts{Name: "nodeflow_netpol_refused_policies",
-			Help: "NetworkPolicies the agent refuses (their last good version, if any, stays)."}),
-		changes: prometheus.NewCounter(prometheus.CounterOpts{Name: "nodeflow_netpol_owner_changes_total",
-			Help: "Flow owners rewritten for NetworkPolicy (a policy, a pod, a peer prefix)."}),
-		latency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "nodeflow_netpol_sync_seconds",
-			Help:    "Time to turn a batch of pod, namespace and policy changes into desired flows.",
-			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16)}),
-		errors: prometheus.NewCounter(prometheus.CounterOpts{Name: "nodeflow_netpol_errors_total",
-			Help: "Owners whose flows could not be built or set."}),
+		policies: feature.NewGauge("nodeflow_netpol_policies", "NetworkPolicies the agent enforces."),
+		rules:    feature.NewGauge("nodeflow_netpol_rules", "NetworkPolicy rules (one conjunction each)."),
+		refused:  feature.NewGauge("nodeflow_netpol_refused_policies", "NetworkPolicies the agent refuses (their last good version, if any, stays)."),
+		changes:  feature.NewCounter("nodeflow_netpol_owner_changes_total", "Flow owners rewritten for NetworkPolicy (a policy, a pod, a peer prefix)."),
+		latency:  feature.NewHistogram("nodeflow_netpol_sync_seconds", "Time to turn a batch of pod, namespace and policy changes into desired flows.", prometheus.ExponentialBuckets(0.0001, 2, 16)),
+		errors:   feature.NewCounter("nodeflow_netpol_errors_total", "Owners whose flows could not be built or set."),
 	}
-	for _, c := range []prometheus.Collector{f.metrics.policies, f.metrics.rules, f.metrics.refused, f.metrics.changes, f.metrics.latency, f.metrics.errors} {
-		if err := reg.Register(c); err != nil {
-			return fmt.Errorf("netpolicy: metrics: %w", err)
-		}
+	if err := feature.Register(reg, f.metrics.policies, f.metrics.rules, f.metrics.refused, f.metrics.changes, f.metrics.latency, f.metrics.errors); err != nil {
+		return fmt.Errorf("netpolicy: metrics: %w", err)
 	}
 	var err error
 	f.counters, err = newCounterMetrics(reg)

@@ -117,12 +117,8 @@ type NodeNet struct {
 
 // New returns the node networking feature.
 func New(opts Options) *NodeNet {
-	if opts.HostCheckInterval <= 0 {
-		opts.HostCheckInterval = 30 * time.Second
-	}
-	if opts.MeterStatsInterval <= 0 {
-		opts.MeterStatsInterval = DefaultMeterStatsInterval
-	}
+	feature.DefaultIfUnset(&opts.HostCheckInterval, 30*time.Second)
+	feature.DefaultIfUnset(&opts.MeterStatsInterval, DefaultMeterStatsInterval)
 	return &NodeNet{
 		opts:      opts,
 		nodeDirty: make(chan struct{}, 1), remotesDirty: make(chan struct{}, 1), podsDirty: make(chan struct{}, 1),
@@ -157,22 +153,10 @@ func (n *NodeNet) APIAccess() []feature.APIAccess {
 func (n *NodeNet) Init(h feature.Host) error {
 	n.h, n.log = h, h.Log()
 	n.pod, n.gw = h.Owners(plan.Pod), h.Owners(plan.Gateway)
-	n.hostChanges = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "nodeflow_host_changes_total", Help: "Host addresses, routes and neighbours the agent had to (re)install.",
-	})
-	n.hostErrors = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "nodeflow_host_errors_total", Help: "Failed attempts to configure the host side.",
-	})
-	n.modelErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "nodeflow_model_errors_total", Help: "Objects whose flows could not be built, by kind.",
-	}, []string{"kind"})
-	if err := h.Registry().Register(n.hostChanges); err != nil {
-		return fmt.Errorf("nodenet: metrics: %w", err)
-	}
-	if err := h.Registry().Register(n.hostErrors); err != nil {
-		return fmt.Errorf("nodenet: metrics: %w", err)
-	}
-	if err := h.Registry().Register(n.modelErrors); err != nil {
+	n.hostChanges = feature.NewCounter("nodeflow_host_changes_total", "Host addresses, routes and neighbours the agent had to (re)install.")
+	n.hostErrors = feature.NewCounter("nodeflow_host_errors_total", "Failed attempts to configure the host side.")
+	n.modelErrors = feature.NewCounterVec("nodeflow_model_errors_total", "Objects whose flows could not be built, by kind.", "kind")
+	if err := feature.Register(h.Registry(), n.hostChanges, n.hostErrors, n.modelErrors); err != nil {
 		return fmt.Errorf("nodenet: metrics: %w", err)
 	}
 	var err error
@@ -180,11 +164,7 @@ func (n *NodeNet) Init(h feature.Host) error {
 		return err
 	}
 	n.nodes = h.Informers().Core().V1().Nodes().Informer()
-	if _, err := n.nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { poke(n.remotesDirty) },
-		UpdateFunc: func(old, cur any) { poke(n.remotesDirty) },
-		DeleteFunc: func(any) { poke(n.remotesDirty) },
-	}); err != nil {
+	if _, err := n.nodes.AddEventHandler(feature.OnEveryChange(func(any) { poke(n.remotesDirty) })); err != nil {
 		return fmt.Errorf("nodenet: nodes: %w", err)
 	}
 	h.OnNodeChange(func() { poke(n.nodeDirty) })

@@ -89,17 +89,12 @@ type meterMetrics struct {
 
 func newMeterMetrics(reg prometheus.Registerer) (meterMetrics, error) {
 	m := meterMetrics{
-		drops: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "nodeflow_packet_in_meter_drops_total",
-			Help: "Packets the datapath's packet-in meters dropped before they reached the agent, by category and source " +
-				"(a pod as namespace/name, its namespace's pods together as namespace/*, tunnel, gateway, host; ceiling is the category's node-wide meter)."},
-			[]string{"category", "source"}),
-		reads: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "nodeflow_packet_in_meter_reads_total",
-			Help: "Reads of br0's meter statistics, by result."}, []string{"result"}),
+		drops: feature.NewCounterVec("nodeflow_packet_in_meter_drops_total", "Packets the datapath's packet-in meters dropped before they reached the agent, by category and source "+
+			"(a pod as namespace/name, its namespace's pods together as namespace/*, tunnel, gateway, host; ceiling is the category's node-wide meter).", "category", "source"),
+		reads: feature.NewCounterVec("nodeflow_packet_in_meter_reads_total", "Reads of br0's meter statistics, by result.", "result"),
 	}
-	for _, c := range []prometheus.Collector{m.drops, m.reads} {
-		if err := reg.Register(c); err != nil {
-			return m, fmt.Errorf("nodenet: metrics: %w", err)
-		}
+	if err := feature.Register(reg, m.drops, m.reads); err != nil {
+		return m, fmt.Errorf("nodenet: metrics: %w", err)
 	}
 	return m, nil
 }

@@ -61,10 +61,7 @@ type tunnelWarmer struct {
 func newTunnelWarmer(h feature.Host, log logrus.FieldLogger) *tunnelWarmer {
 	return &tunnelWarmer{
 		h: h, log: log, kick: make(chan struct{}, 1), warmed: map[netip.Addr]time.Time{}, macs: map[netip.Addr]net.HardwareAddr{},
-		sent: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "nodeflow_tunnel_neighbour_probes_total",
-			Help: "ARP requests the agent sent to the gateway bridge's neighbours so that the userspace datapath's tunnels know their MACs.",
-		}),
+		sent: feature.NewCounter("nodeflow_tunnel_neighbour_probes_total", "ARP requests the agent sent to the gateway bridge's neighbours so that the userspace datapath's tunnels know their MACs."),
 	}
 }
 

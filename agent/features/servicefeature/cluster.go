@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/cache"
 
+	"nodeflow/agent/feature"
 	"nodeflow/model/service"
 )
 
@@ -62,10 +63,7 @@ func factsOf(n *corev1.Node) nodeFacts {
 // watch registers the handlers on the Node informer.
 func (c *clusterNodes) watch(inf cache.SharedIndexInformer) (cache.ResourceEventHandlerRegistration, error) {
 	node := func(obj any) *corev1.Node {
-		if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-			obj = t.Obj
-		}
-		n, _ := obj.(*corev1.Node)
+		n, _ := feature.ObjectOf[*corev1.Node](obj)
 		return n
 	}
 	reg, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{

@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sirupsen/logrus"
 
+	"nodeflow/agent/feature"
 	"nodeflow/host/nat"
 	"nodeflow/model/service"
 )
@@ -52,18 +53,9 @@ type hostNAT struct {
 func newHostNAT(reg prometheus.Registerer, log logrus.FieldLogger) *hostNAT {
 	h := &hostNAT{
 		log: log.WithField("part", "host-nat"), reported: map[string]bool{},
-		errs: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "nodeflow_host_nat_errors_total",
-			Help: "Failed attempts to program the nftables DNAT of the host's own traffic to its node ports, external and ingress IPs (retried at the next sync).",
-		}),
-		applies: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "nodeflow_host_nat_applies_total",
-			Help: "Changes of the host's own-traffic DNAT rules sent to nftables.",
-		}),
-		rules: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "nodeflow_host_nat_rules",
-			Help: "DNAT rules (map elements, both families) for the host's own traffic to its node ports, external and ingress IPs.",
-		}),
+		errs:    feature.NewCounter("nodeflow_host_nat_errors_total", "Failed attempts to program the nftables DNAT of the host's own traffic to its node ports, external and ingress IPs (retried at the next sync)."),
+		applies: feature.NewCounter("nodeflow_host_nat_applies_total", "Changes of the host's own-traffic DNAT rules sent to nftables."),
+		rules:   feature.NewGauge("nodeflow_host_nat_rules", "DNAT rules (map elements, both families) for the host's own traffic to its node ports, external and ingress IPs."),
 	}
 	reg.MustRegister(h.errs, h.applies, h.rules)
 	return h

@@ -10,8 +10,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/sirupsen/logrus"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/utils/ptr"
@@ -28,39 +27,18 @@ type fakeNAT struct {
 	fail  error
 }
 
-func (f *fakeNAT) Replace(rs nat.Ruleset) error {
-	f.calls = append(f.calls, "replace")
+func (f *fakeNAT) Replace(rs nat.Ruleset) error { return f.record("replace", rs) }
+
+func (f *fakeNAT) Apply(rs nat.Ruleset) error { return f.record("apply", rs) }
+
+// record notes the call and holds rs unless the fake fails.
+func (f *fakeNAT) record(call string, rs nat.Ruleset) error {
+	f.calls = append(f.calls, call)
 	if f.fail != nil {
 		return f.fail
 	}
 	f.held = rs
 	return nil
-}
-
-func (f *fakeNAT) Apply(rs nat.Ruleset) error {
-	f.calls = append(f.calls, "apply")
-	if f.fail != nil {
-		return f.fail
-	}
-	f.held = rs
-	return nil
-}
-
-// metricNumber returns the value of a counter or gauge.
-func metricNumber(t *testing.T, m prometheus.Metric) float64 {
-	t.Helper()
-	var d dto.Metric
-	if err := m.Write(&d); err != nil {
-		t.Fatal(err)
-	}
-	switch {
-	case d.Counter != nil:
-		return d.Counter.GetValue()
-	case d.Gauge != nil:
-		return d.Gauge.GetValue()
-	}
-	t.Fatalf("metric %s is neither a counter nor a gauge", m.Desc())
-	return 0
 }
 
 func natRule(daddr string, proto uint8, port uint16, to string, toPort uint16) nat.Rule {
@@ -164,7 +142,7 @@ func TestServiceProxyHostNATApplies(t *testing.T) {
 	if !slices.Equal(f.calls, []string{"replace"}) || !f.held.Equal(want) {
 		t.Fatalf("first sync: calls %v, held %v; want one replace with %v", f.calls, f.held, want)
 	}
-	if v := metricNumber(t, p.hostNAT.rules); v != 1 {
+	if v := testutil.ToFloat64(p.hostNAT.rules); v != 1 {
 		t.Errorf("nodeflow_host_nat_rules %v, want 1", v)
 	}
 
@@ -196,7 +174,7 @@ func TestServiceProxyHostNATApplies(t *testing.T) {
 	if err := p.sync(ctx, false); err != nil {
 		t.Fatalf("sync failed with the host NAT: %v", err)
 	}
-	if v := metricNumber(t, p.hostNAT.errs); v != 1 {
+	if v := testutil.ToFloat64(p.hostNAT.errs); v != 1 {
 		t.Errorf("nodeflow_host_nat_errors_total %v, want 1", v)
 	}
 	if names := p.servicePorts(); len(names) != 1 {

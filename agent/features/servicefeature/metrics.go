@@ -4,6 +4,8 @@ import (
 	"slices"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"nodeflow/agent/feature"
 )
 
 // serviceMetrics are the service proxy's metrics. The kubeproxy_* ones
@@ -53,71 +55,23 @@ func programmingBuckets() []float64 {
 func newServiceMetrics(reg prometheus.Registerer, servicesPending, endpointsPending func() int) *serviceMetrics {
 	syncBuckets := prometheus.ExponentialBuckets(0.001, 2, 15)
 	m := &serviceMetrics{
-		syncDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Namespace: "kubeproxy", Name: "sync_proxy_rules_duration_seconds",
-			Help:    "Duration of one service sync: rebuilding the changed service ports until both bridges hold them.",
-			Buckets: syncBuckets,
-		}),
-		fullSync: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Namespace: "kubeproxy", Name: "sync_full_proxy_rules_duration_seconds",
-			Help:    "Duration of the service syncs that rebuilt every service port.",
-			Buckets: syncBuckets,
-		}),
-		partialSync: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Namespace: "kubeproxy", Name: "sync_partial_proxy_rules_duration_seconds",
-			Help:    "Duration of the service syncs that rebuilt only the changed service ports.",
-			Buckets: syncBuckets,
-		}),
-		programming: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Namespace: "kubeproxy", Name: "network_programming_duration_seconds",
-			Help:    "Time from an EndpointSlice's last-change-trigger-time to both bridges holding the change.",
-			Buckets: programmingBuckets(),
-		}),
-		lastSync: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: "kubeproxy", Name: "sync_proxy_rules_last_timestamp_seconds",
-			Help: "The last time a service sync completed.",
-		}),
-		lastQueued: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: "kubeproxy", Name: "sync_proxy_rules_last_queued_timestamp_seconds",
-			Help: "The last time a Service or EndpointSlice change queued a sync.",
-		}),
-		endpointChanges: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: "kubeproxy", Name: "sync_proxy_rules_endpoint_changes_total",
-			Help: "EndpointSlice changes recorded (changes that cancel out are not counted).",
-		}),
-		serviceChanges: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: "kubeproxy", Name: "sync_proxy_rules_service_changes_total",
-			Help: "Service changes recorded (changes that cancel out are not counted).",
-		}),
-		services: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "nodeflow_service_ports", Help: "Service ports with flows on the bridges.",
-		}),
-		refusedEndpoints: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "nodeflow_service_refused_endpoints",
-			Help: "Endpoints (counted per service port) left out of their service because their address cannot be right: a service address, a broadcast address.",
-		}),
-		refusedAddresses: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "nodeflow_service_refused_addresses",
-			Help: "External and ingress IPs (counted per service port) not programmed because their Service may not claim them, by field and reason (special, service-cidr, cluster-ip, pod-cidr, node-address, masquerade, policy).",
-		}, []string{"field", "reason"}),
-		buildErrors: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "nodeflow_service_build_errors_total", Help: "Service ports whose flows could not be built or set.",
-		}),
-		syncErrors: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "nodeflow_service_sync_errors_total", Help: "Service syncs that failed and were retried.",
-		}),
-		inputErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "nodeflow_service_input_errors_total", Help: "Bad Service or EndpointSlice fields ignored, by kind.",
-		}, []string{"kind"}),
-		staleFlushes: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "nodeflow_service_stale_flushes_total", Help: "Conntrack flushes and affinity deletes sent for endpoints that went away.",
-		}),
-		rejects: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "nodeflow_service_rejects_total", Help: "Connections to service ports without endpoints answered with a reset or ICMP unreachable.",
-		}),
-		rejectErrors: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "nodeflow_service_reject_errors_total", Help: "Reject packet-ins that could not be answered.",
-		}),
+		syncDuration:     feature.NewHistogram("kubeproxy_sync_proxy_rules_duration_seconds", "Duration of one service sync: rebuilding the changed service ports until both bridges hold them.", syncBuckets),
+		fullSync:         feature.NewHistogram("kubeproxy_sync_full_proxy_rules_duration_seconds", "Duration of the service syncs that rebuilt every service port.", syncBuckets),
+		partialSync:      feature.NewHistogram("kubeproxy_sync_partial_proxy_rules_duration_seconds", "Duration of the service syncs that rebuilt only the changed service ports.", syncBuckets),
+		programming:      feature.NewHistogram("kubeproxy_network_programming_duration_seconds", "Time from an EndpointSlice's last-change-trigger-time to both bridges holding the change.", programmingBuckets()),
+		lastSync:         feature.NewGauge("kubeproxy_sync_proxy_rules_last_timestamp_seconds", "The last time a service sync completed."),
+		lastQueued:       feature.NewGauge("kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds", "The last time a Service or EndpointSlice change queued a sync."),
+		endpointChanges:  feature.NewCounter("kubeproxy_sync_proxy_rules_endpoint_changes_total", "EndpointSlice changes recorded (changes that cancel out are not counted)."),
+		serviceChanges:   feature.NewCounter("kubeproxy_sync_proxy_rules_service_changes_total", "Service changes recorded (changes that cancel out are not counted)."),
+		services:         feature.NewGauge("nodeflow_service_ports", "Service ports with flows on the bridges."),
+		refusedEndpoints: feature.NewGauge("nodeflow_service_refused_endpoints", "Endpoints (counted per service port) left out of their service because their address cannot be right: a service address, a broadcast address."),
+		refusedAddresses: feature.NewGaugeVec("nodeflow_service_refused_addresses", "External and ingress IPs (counted per service port) not programmed because their Service may not claim them, by field and reason (special, service-cidr, cluster-ip, pod-cidr, node-address, masquerade, policy).", "field", "reason"),
+		buildErrors:      feature.NewCounter("nodeflow_service_build_errors_total", "Service ports whose flows could not be built or set."),
+		syncErrors:       feature.NewCounter("nodeflow_service_sync_errors_total", "Service syncs that failed and were retried."),
+		inputErrors:      feature.NewCounterVec("nodeflow_service_input_errors_total", "Bad Service or EndpointSlice fields ignored, by kind.", "kind"),
+		staleFlushes:     feature.NewCounter("nodeflow_service_stale_flushes_total", "Conntrack flushes and affinity deletes sent for endpoints that went away."),
+		rejects:          feature.NewCounter("nodeflow_service_rejects_total", "Connections to service ports without endpoints answered with a reset or ICMP unreachable."),
+		rejectErrors:     feature.NewCounter("nodeflow_service_reject_errors_total", "Reject packet-ins that could not be answered."),
 	}
 	m.inputErrors.WithLabelValues("Service")
 	m.inputErrors.WithLabelValues("EndpointSlice")

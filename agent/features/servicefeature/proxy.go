@@ -259,49 +259,38 @@ func (p *Proxy) watch(h feature.Host) error {
 		return fmt.Errorf("services: endpointslices: %w", err)
 	}
 	svc := func(obj any) *service.Service {
-		if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-			obj = t.Obj
-		}
-		switch s := obj.(type) {
-		case *service.Service:
+		if s, ok := feature.ObjectOf[*service.Service](obj); ok {
 			return s
-		case *corev1.Service: // not through the transform
+		}
+		if s, ok := feature.ObjectOf[*corev1.Service](obj); ok { // not through the transform
 			return service.ServiceOf(s)
 		}
 		return nil
 	}
 	slice := func(obj any) *service.Slice {
-		if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-			obj = t.Obj
-		}
-		switch s := obj.(type) {
-		case *service.Slice:
+		if s, ok := feature.ObjectOf[*service.Slice](obj); ok {
 			return s
-		case *discovery.EndpointSlice: // not through the transform
+		}
+		if s, ok := feature.ObjectOf[*discovery.EndpointSlice](obj); ok { // not through the transform
 			return service.SliceOf(s)
 		}
 		return nil
 	}
+	// queued counts a recorded change and asks for a sync.
+	queued := func(changes prometheus.Counter) {
+		changes.Inc()
+		p.metrics.lastQueued.SetToCurrentTime()
+		p.proxyHealth.queued()
+		p.runner.Run()
+	}
 	recordSvc := func(old, cur *service.Service) {
-		if old == nil && cur == nil {
-			return
-		}
-		if p.svcs.RecordService(old, cur) {
-			p.metrics.serviceChanges.Inc()
-			p.metrics.lastQueued.SetToCurrentTime()
-			p.proxyHealth.queued()
-			p.runner.Run()
+		if (old != nil || cur != nil) && p.svcs.RecordService(old, cur) {
+			queued(p.metrics.serviceChanges)
 		}
 	}
 	recordSlice := func(old, cur *service.Slice) {
-		if old == nil && cur == nil {
-			return
-		}
-		if p.eps.RecordSlice(old, cur) {
-			p.metrics.endpointChanges.Inc()
-			p.metrics.lastQueued.SetToCurrentTime()
-			p.proxyHealth.queued()
-			p.runner.Run()
+		if (old != nil || cur != nil) && p.eps.RecordSlice(old, cur) {
+			queued(p.metrics.endpointChanges)
 		}
 	}
 	svcReg, err := p.svcInf.AddEventHandler(cache.ResourceEventHandlerFuncs{

@@ -92,26 +92,13 @@ func rejectIPv4(frame []byte) ([]byte, error) {
 		return nil, fmt.Errorf("services: reject: ipv4: a non-first fragment: %w", errNotRejectable)
 	}
 	src, dst := ip[12:16], ip[16:20]
-	var payload []byte
-	var proto byte
-	if ip[9] == protoTCP {
-		seg, err := rstFor(ip[ihl:], src, dst)
-		if err != nil {
-			return nil, err
-		}
-		proto, payload = protoTCP, seg
-	} else {
-		quote := ip
-		if len(quote) > icmpQuoteV4 {
-			quote = quote[:icmpQuoteV4]
-		}
-		// ICMP: type 3 (destination unreachable), code 3 (port
-		// unreachable), checksum (2), unused (4), quoted datagram.
-		msg := make([]byte, 8, 8+len(quote))
-		msg[0], msg[1] = 3, 3
-		msg = append(msg, quote...)
-		binary.BigEndian.PutUint16(msg[2:4], checksum(0, msg))
-		proto, payload = protoICMP, msg
+	// ICMP: type 3 (destination unreachable), code 3 (port unreachable).
+	proto, payload, err := rejectAnswer(ip, ihl, ip[9] == protoTCP, src, dst, unreachable{
+		typ: 3, code: 3, proto: protoICMP, quote: icmpQuoteV4,
+		sum: func(msg []byte) uint16 { return checksum(0, msg) },
+	})
+	if err != nil {
+		return nil, err
 	}
 	out := ethReply(frame, ipv4MinLen+len(payload))
 	h := make([]byte, ipv4MinLen)
@@ -124,6 +111,37 @@ func rejectIPv4(frame []byte) ([]byte, error) {
 	binary.BigEndian.PutUint16(h[10:12], checksum(0, h))
 	out = append(out, h...)
 	return append(out, payload...), nil
+}
+
+// unreachable is the ICMP port unreachable of one family: its type and
+// code, its protocol number, how much of the packet it quotes, and its
+// checksum.
+type unreachable struct {
+	typ, code, proto byte
+	quote            int
+	sum              func(msg []byte) uint16
+}
+
+// rejectAnswer is the answer to ip, whose layer 4 starts at l4: a TCP RST
+// to a TCP segment, else u.
+func rejectAnswer(ip []byte, l4 int, tcp bool, src, dst []byte, u unreachable) (proto byte, payload []byte, err error) {
+	if tcp {
+		seg, err := rstFor(ip[l4:], src, dst)
+		if err != nil {
+			return 0, nil, err
+		}
+		return protoTCP, seg, nil
+	}
+	quote := ip
+	if len(quote) > u.quote {
+		quote = quote[:u.quote]
+	}
+	// type, code, checksum (2), unused (4), the quoted packet.
+	msg := make([]byte, 8, 8+len(quote))
+	msg[0], msg[1] = u.typ, u.code
+	msg = append(msg, quote...)
+	binary.BigEndian.PutUint16(msg[2:4], u.sum(msg))
+	return u.proto, msg, nil
 }
 
 // IPv6 header:
@@ -144,26 +162,13 @@ func rejectIPv6(frame []byte) ([]byte, error) {
 	}
 	ip = ip[:ipv6Len+plen]
 	src, dst := ip[8:24], ip[24:40]
-	var payload []byte
-	var next byte
-	if ip[6] == protoTCP {
-		seg, err := rstFor(ip[ipv6Len:], src, dst)
-		if err != nil {
-			return nil, err
-		}
-		next, payload = protoTCP, seg
-	} else {
-		quote := ip
-		if len(quote) > icmpQuoteV6 {
-			quote = quote[:icmpQuoteV6]
-		}
-		// ICMPv6: type 1 (destination unreachable), code 4 (port
-		// unreachable), checksum (2), unused (4), quoted packet.
-		msg := make([]byte, 8, 8+len(quote))
-		msg[0], msg[1] = 1, 4
-		msg = append(msg, quote...)
-		binary.BigEndian.PutUint16(msg[2:4], checksum(pseudoSum(dst, src, protoICMPv6, len(msg)), msg))
-		next, payload = protoICMPv6, msg
+	// ICMPv6: type 1 (destination unreachable), code 4 (port unreachable).
+	next, payload, err := rejectAnswer(ip, ipv6Len, ip[6] == protoTCP, src, dst, unreachable{
+		typ: 1, code: 4, proto: protoICMPv6, quote: icmpQuoteV6,
+		sum: func(msg []byte) uint16 { return checksum(pseudoSum(dst, src, protoICMPv6, len(msg)), msg) },
+	})
+	if err != nil {
+		return nil, err
 	}
 	out := ethReply(frame, ipv6Len+len(payload))
 	h := make([]byte, ipv6Len)

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
 	"k8s.io/utils/ptr"
 
 	"nodeflow/datapath/plan"
@@ -45,22 +46,14 @@ func TestServiceProxyKeepsInstalledGroupIDs(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	first.svcs.Record(nil, svc)
-	first.eps.Record(nil, slice)
-	if err := first.sync(ctx, false); err != nil {
-		t.Fatal(err)
-	}
+	recordAndSync(t, ctx, first, svc, slice)
 	if got := first.built[webPort].ids; got.id(internalKey) != 4242 || got.id(externalKey) != 4343 {
 		t.Fatalf("first agent's ids %v, want the reserved 4242 and 4343", got)
 	}
 
 	// A restarted agent without the flows picks the hash-preferred ids.
 	fresh := testServiceProxy(t)
-	fresh.svcs.Record(nil, svc)
-	fresh.eps.Record(nil, slice)
-	if err := fresh.sync(ctx, false); err != nil {
-		t.Fatal(err)
-	}
+	recordAndSync(t, ctx, fresh, svc, slice)
 	if got := fresh.built[webPort].ids; got.id(internalKey) == 4242 {
 		t.Fatalf("without restore the ids are %v: the test cannot tell restore from luck", got)
 	}
@@ -68,11 +61,7 @@ func TestServiceProxyKeepsInstalledGroupIDs(t *testing.T) {
 	// With them, it keeps every id, and releases reservations it did not use.
 	restarted := testServiceProxy(t)
 	restarted.installed = installedFlows(first)
-	restarted.svcs.Record(nil, svc)
-	restarted.eps.Record(nil, slice)
-	if err := restarted.sync(ctx, false); err != nil {
-		t.Fatal(err)
-	}
+	recordAndSync(t, ctx, restarted, svc, slice)
 	if got := restarted.built[webPort].ids; got.id(internalKey) != 4242 || got.id(externalKey) != 4343 {
 		t.Errorf("restarted agent's ids %v, want the installed 4242 and 4343", got)
 	}
@@ -86,11 +75,7 @@ func TestServiceProxyKeepsInstalledGroupIDs(t *testing.T) {
 	changed.installed = installedFlows(first)
 	cluster := svc.DeepCopy()
 	cluster.Spec.ExternalTrafficPolicy = v1.ServiceExternalTrafficPolicyCluster
-	changed.svcs.Record(nil, cluster)
-	changed.eps.Record(nil, slice)
-	if err := changed.sync(ctx, false); err != nil {
-		t.Fatal(err)
-	}
+	recordAndSync(t, ctx, changed, cluster, slice)
 	if got := changed.built[webPort].ids; got.id(internalKey) != 4242 || len(got) != 1 {
 		t.Errorf("ids after the change %v, want only the internal 4242", got)
 	}
@@ -126,4 +111,14 @@ func TestRestoreGroupIDsIgnoresStrangers(t *testing.T) {
 func (g groupIDs) id(key string) uint32 {
 	id, _ := g.lookup(key)
 	return id
+}
+
+// recordAndSync records svc and slice on p, then syncs it.
+func recordAndSync(t *testing.T, ctx context.Context, p *Proxy, svc *v1.Service, slice *discovery.EndpointSlice) {
+	t.Helper()
+	p.svcs.Record(nil, svc)
+	p.eps.Record(nil, slice)
+	if err := p.sync(ctx, false); err != nil {
+		t.Fatal(err)
+	}
 }

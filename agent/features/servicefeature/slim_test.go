@@ -75,23 +75,30 @@ func checkIdentity(t *testing.T, obj k8sruntime.Object, m *metav1.ObjectMeta) {
 	}
 }
 
-// TestProcessSlice checks that what the informer keeps gives the proxy the
-// same endpoints and the same errors (naming the same fields) as the
-// object, keeps the slice's identity, and leaves the object alone.
-func TestProcessSlice(t *testing.T) {
-	orig := controllerSlice()
-	keep := orig.DeepCopy()
-	obj, err := processSlice(orig)
+// transformed returns what transform keeps of orig, as a T, and fails the
+// test if the transform changed orig (keep is its copy from before).
+func transformed[T any](t *testing.T, transform cache.TransformFunc, orig, keep any) T {
+	t.Helper()
+	obj, err := transform(orig)
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, ok := obj.(*service.Slice)
+	got, ok := obj.(T)
 	if !ok {
 		t.Fatalf("the transform kept a %T", obj)
 	}
 	if !reflect.DeepEqual(orig, keep) {
 		t.Error("the transform changed the object it was given")
 	}
+	return got
+}
+
+// TestProcessSlice checks that what the informer keeps gives the proxy the
+// same endpoints and the same errors (naming the same fields) as the
+// object, keeps the slice's identity, and leaves the object alone.
+func TestProcessSlice(t *testing.T) {
+	orig := controllerSlice()
+	got := transformed[*service.Slice](t, processSlice, orig, orig.DeepCopy())
 	// Recorded as received and as kept, in two trackers: the same
 	// endpoints and the same errors.
 	var errs [2][]error
@@ -196,18 +203,7 @@ func apiService() *corev1.Service {
 // Service's identity, and leaves the object alone.
 func TestProcessService(t *testing.T) {
 	orig := apiService()
-	keep := orig.DeepCopy()
-	obj, err := processService(orig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, ok := obj.(*service.Service)
-	if !ok {
-		t.Fatalf("the transform kept a %T", obj)
-	}
-	if !reflect.DeepEqual(orig, keep) {
-		t.Error("the transform changed the object it was given")
-	}
+	got := transformed[*service.Service](t, processService, orig, orig.DeepCopy())
 	var errs [2][]error
 	var trackers [2]*service.ServiceTracker
 	for i := range trackers {

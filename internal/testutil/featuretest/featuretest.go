@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -130,6 +131,30 @@ func (h *Host) Start(ctx context.Context) {
 	h.local.Start(ctx.Done())
 	h.factory.WaitForCacheSync(ctx.Done())
 	h.local.WaitForCacheSync(ctx.Done())
+}
+
+// Started initialises f on h, then starts h's informers with a context that
+// ends when the test does, and returns that context. It fails the test if
+// Init fails.
+func (h *Host) Started(t testing.TB, f feature.Feature) context.Context {
+	t.Helper()
+	if err := f.Init(h); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	h.Start(ctx)
+	return ctx
+}
+
+// Synced is Started followed by f's first Sync, which must succeed.
+func (h *Host) Synced(t testing.TB, f feature.Feature) context.Context {
+	t.Helper()
+	ctx := h.Started(t, f)
+	if err := f.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return ctx
 }
 
 // Repairs implements feature.Host.
