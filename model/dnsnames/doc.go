@@ -86,7 +86,7 @@
 //
 // # Time and metrics
 //
-// Time comes from an injected Clock (the shape of proxy.Clock), so tests
+// Time comes from an injected Clock (k8s.io/utils/clock fits it), so tests
 // move it by hand along a timeline. The Cache is a prometheus.Collector:
 // lookups, failures, lookup duration, observed answers, dropped
 // addresses, and gauges of names, addresses and failing names.

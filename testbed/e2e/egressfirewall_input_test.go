@@ -139,7 +139,7 @@ func TestEgressFirewallBadInput(t *testing.T) {
 	})
 
 	t.Run("a name that never resolves", func(t *testing.T) {
-		g.applyFirewall(t, rules("Deny 198.18.0.20/32", "Allow dns:never.egfw.test", "Deny 198.18.0.21/32"))
+		g.setFirewall(t, g.ns, rules("Deny 198.18.0.20/32", "Allow dns:never.egfw.test", "Deny 198.18.0.21/32"))
 		t.Cleanup(func() { g.deleteFirewall(t, g.ns) })
 		g.waitStatus(t, g.ns, "EgressFirewall Rules not correctly applied: EgressFirewall "+g.ns+"/default: spec.egress[1].to.dnsName",
 			"EgressFirewall Rules not correctly applied")
@@ -178,7 +178,7 @@ func TestEgressFirewallBadInput(t *testing.T) {
 			verdict(t, p, "tcp", ext(false, 22), true)
 		}
 		// An EgressFirewall takes precedence over both.
-		g.setFirewall(t, g.ns, rules("Deny 198.18.0.22/32"))
+		g.applyFirewall(t, rules("Deny 198.18.0.22/32"))
 		for _, n := range []string{"older", "newer"} {
 			g.waitEvent(t, g.ns, "EgressNetworkPolicy", n, egressfirewall.ReasonShadowed, "EgressFirewall "+g.ns+"/default takes precedence")
 		}

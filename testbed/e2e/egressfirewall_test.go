@@ -681,7 +681,7 @@ func TestEgressFirewallRules(t *testing.T) {
 		}
 		time.Sleep(300 * time.Millisecond) // traffic before the first update, by design of the scenario
 		for i, u := range updates {
-			g.applyFirewall(t, rules(u.rules...))
+			g.setFirewall(t, g.ns, rules(u.rules...))
 			g.waitTable50(t, fmt.Sprintf("update %d installed", i), u.installed)
 			time.Sleep(200 * time.Millisecond) // traffic between updates, by design of the scenario
 		}
@@ -738,7 +738,7 @@ func TestEgressFirewallServices(t *testing.T) {
 			return nil
 		})
 	}
-	g.setFirewall(t, g.ns, rules("Allow 198.18.0.1/32", "Deny 0.0.0.0/0", "Deny ::/0"))
+	g.applyFirewall(t, rules("Allow 198.18.0.1/32", "Deny 0.0.0.0/0", "Deny ::/0"))
 	t.Run("per-endpoint", func(t *testing.T) {
 		for _, p := range g.pods {
 			t.Run(p.node, func(t *testing.T) {
